@@ -1,0 +1,39 @@
+"""Classified errors.
+
+``TransientError`` subclasses are worth a retry (Airflow retries the task). Everything else under
+``MirrorError`` is a problem a person must fix: retrying cannot help, and the message says what to do.
+"""
+
+from __future__ import annotations
+
+
+class MirrorError(Exception):
+    """Base of every error this product raises on purpose."""
+
+
+class ConfigError(MirrorError):
+    """The configuration is invalid. ``key`` names the offending property when there is one."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        self.key = key
+        super().__init__(f"{key}: {message}" if key else message)
+
+
+class TransientError(MirrorError):
+    """A passing condition (broker unavailable, timeout): a retry of the same step is safe."""
+
+
+class FlowLockedError(MirrorError):
+    """Another run of the same flow holds the flow's lock."""
+
+
+class TargetStateError(MirrorError):
+    """The target cluster is not in the state the plan expects (truncated, deleted, foreign writes)."""
+
+
+class PlanError(MirrorError):
+    """A plan file is missing, malformed, or belongs to another flow or run."""
+
+
+class CommitConflictError(MirrorError):
+    """Committed progress moved since the plan was made: committing again would double-count."""

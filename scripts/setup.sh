@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Idempotent setup for a fresh machine: .venv with the pinned Python packages, the full pyspark,
+# the mirrorflow package (editable), and the JVM jars from Maven Central in .cache/jvm.
+# Quick when everything is already in place (stamps hold the hash of what was installed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PYTHON:-python3.11}
+VENV=$ROOT/.venv
+JVM_CACHE=${MIRROR_JVM_CACHE:-$ROOT/.cache/jvm}
+PYSPARK_PIN=$(grep -E '^pyspark==' requirements.txt | cut -d= -f3)
+KAFKA_VERSION=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' jvm/kafka/pom.xml)
+SPARK_VERSION=$(sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:p' jvm/spark-kafka/pom.xml)
+
+hash_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating $VENV"
+  "$PY" -m venv "$VENV"
+fi
+
+req_hash=$(hash_of requirements.txt pyproject.toml)
+if [ "$(cat "$VENV/.mirrorflow-req" 2>/dev/null)" != "$req_hash" ]; then
+  echo "setup: installing pinned Python packages"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade "pip==26.3"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r requirements.txt
+  # pyspark-client (pulled by the Spark provider) overwrites pyspark/ with a Connect-only build;
+  # the full pyspark must be installed last.
+  "$VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "pyspark==$PYSPARK_PIN"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+  echo "$req_hash" > "$VENV/.mirrorflow-req"
+fi
+
+resolve_jars() {  # pom folder, destination
+  local pom=$1 dest=$2 stamp
+  stamp=$(hash_of "$pom/pom.xml")
+  if [ "$(cat "$dest/.stamp" 2>/dev/null)" != "$stamp" ]; then
+    echo "setup: resolving $(basename "$pom") jars into $dest"
+    rm -rf "$dest"
+    mvn -q -B -f "$pom/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+      -Dmdep.prependGroupId=true -DoutputDirectory="$dest"
+    echo "$stamp" > "$dest/.stamp"
+  fi
+}
+resolve_jars jvm/kafka "$JVM_CACHE/kafka-$KAFKA_VERSION"
+resolve_jars jvm/spark-kafka "$JVM_CACHE/spark-kafka-$SPARK_VERSION"
+echo "setup: ready (pyspark $PYSPARK_PIN, Kafka $KAFKA_VERSION, Spark Kafka connector $SPARK_VERSION)"
