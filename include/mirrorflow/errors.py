@@ -37,3 +37,7 @@ class PlanError(MirrorError):
 
 class CommitConflictError(MirrorError):
     """Committed progress moved since the plan was made: committing again would double-count."""
+
+
+class SourceDataLostError(MirrorError):
+    """Source records were deleted (retention, delete-records) before they were mirrored."""

@@ -1,0 +1,39 @@
+# Common verbs. Everything runs from the repo's own .venv and .cache; `make setup` makes them.
+VENV := .venv
+PY := $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: setup demo test test-unit lint format kafka-up kafka-down kafka-status clean
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	@$(PY) scripts/demo.py
+
+test: setup
+	@bash scripts/test.sh $(PYTEST_ARGS)
+
+test-unit: setup
+	@bash scripts/test.sh tests/unit $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+kafka-up: setup
+	@$(PY) -m mirrorflow.local_kafka up
+
+kafka-down:
+	@$(PY) -m mirrorflow.local_kafka down
+
+kafka-status:
+	@$(PY) -m mirrorflow.local_kafka status
+
+clean: kafka-down
+	rm -rf .state

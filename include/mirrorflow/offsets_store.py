@@ -1,0 +1,856 @@
+"""The offsets table: committed progress, the batch log and the per-flow lock, in one SQL database.
+
+Works on any SQLAlchemy URL: a SQLite file by default (one machine), PostgreSQL in production.
+
+Invariants:
+
+- A flow has at most one lock holder (``mirror_locks`` has one row per flow, keyed by the flow). A
+  run takes the lock before planning and keeps it until it has committed; another run can take it
+  only once it has expired. An expired lock still belongs to its run until another run takes it over
+  or it is released: the takeover and a commit serialise on the lock row, so whichever comes first
+  wins and the other one sees it.
+- Progress moves only in ``commit``, only forward, and only from the exact position the plan started
+  from (compare-and-set on both the source and the target offset). ``anchor`` only inserts the
+  starting position of a partition that has none yet; it never moves existing progress.
+- A commit is one transaction: every batch of it is committed, or none is.
+- Every committed batch is in ``mirror_batches``, at most once per (flow, topic, partition,
+  source_start); together they tile the mirrored source ranges without overlap.
+
+Concurrency: on PostgreSQL (READ COMMITTED) every write transaction first locks the flow's lock row
+with ``SELECT ... FOR UPDATE`` and moves progress with ``UPDATE ... WHERE <expected position>``
+checking the row count; unique constraints back every insert. On SQLite every write transaction
+starts with ``BEGIN IMMEDIATE`` (one writer at a time, across processes) and waits up to a busy
+timeout for other writers.
+
+Command line (``--db`` defaults to the configured ``offsets_db_url``)::
+
+    python -m mirrorflow.offsets_store show --flow 'primary->backup' [--db URL]
+    python -m mirrorflow.offsets_store release-lock --flow 'primary->backup' [--db URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    DateTime,
+    Engine,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    and_,
+    case,
+    create_engine,
+    delete,
+    event,
+    exc,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import URL, RowMapping, make_url
+
+from mirrorflow.errors import (
+    CommitConflictError,
+    ConfigError,
+    FlowLockedError,
+    MirrorError,
+    PlanError,
+    TransientError,
+)
+
+__all__ = [
+    "Batch",
+    "CommittedBatch",
+    "LockInfo",
+    "OffsetsStore",
+    "PartitionProgress",
+    "main",
+]
+
+DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 10
+_SCHEMA_ADVISORY_LOCK = 0x6D6972726F72  # "mirror": serialises concurrent schema creation on PostgreSQL
+_WRITE_OPTION = "mirrorflow_write"
+_INSERT_CHUNK = 500
+
+# --------------------------------------------------------------------------------------------- schema
+
+metadata = MetaData(
+    naming_convention={
+        "pk": "pk_%(table_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    }
+)
+
+_NAME = String(255)
+_ID = BigInteger().with_variant(Integer, "sqlite")  # SQLite autoincrements only INTEGER PRIMARY KEY
+
+progress_table = Table(
+    "mirror_progress",
+    metadata,
+    Column("flow", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("next_source_offset", BigInteger, nullable=False),
+    Column("next_target_offset", BigInteger, nullable=False),
+    Column("run_id", _NAME, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("flow", "topic", "partition"),
+)
+
+batches_table = Table(
+    "mirror_batches",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("flow", _NAME, nullable=False),
+    Column("run_id", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("remote_topic", _NAME, nullable=False),
+    Column("source_start", BigInteger, nullable=False),
+    Column("source_end", BigInteger, nullable=False),
+    Column("target_start", BigInteger, nullable=False),
+    Column("target_end", BigInteger, nullable=False),
+    Column("records", BigInteger, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("sync_points", Text, nullable=False),
+    Column("committed_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("flow", "topic", "partition", "source_start"),
+)
+
+locks_table = Table(
+    "mirror_locks",
+    metadata,
+    Column("flow", _NAME, primary_key=True),
+    Column("run_id", _NAME, nullable=False),
+    Column("acquired_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+
+# ---------------------------------------------------------------------------------------- value types
+
+
+@dataclass(frozen=True)
+class PartitionProgress:
+    """Where the next run of a flow resumes one partition: the next source offset to copy and the
+    target offset its record will land at."""
+
+    topic: str
+    partition: int
+    next_source_offset: int
+    next_target_offset: int
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One partition's committed copy: source offsets ``[source_start, source_end)`` became target
+    offsets ``[target_start, target_end)`` of ``remote_topic``.
+
+    ``records`` counts the records written (``target_end - target_start``); the source range can hold
+    fewer records than offsets (compaction, transaction markers, aborted records). ``sync_points``
+    lists (source offset, target offset) for each record whose source offset is not the previous
+    one plus one (the first record counts against ``source_start``): between sync points the mapping
+    is arithmetic.
+    """
+
+    topic: str
+    partition: int
+    remote_topic: str
+    source_start: int
+    source_end: int
+    target_start: int
+    target_end: int
+    records: int
+    bytes: int
+    sync_points: tuple[tuple[int, int], ...] = ()
+
+    def validate(self) -> None:
+        """Raise ``PlanError`` unless the batch is internally consistent."""
+        where = f"batch {self.topic}-{self.partition} [{self.source_start}, {self.source_end})"
+        if self.source_start < 0 or self.target_start < 0:
+            raise PlanError(
+                f"{where}: negative start (source {self.source_start}, target {self.target_start})"
+            )
+        if self.source_end <= self.source_start:
+            raise PlanError(f"{where}: empty or negative source range; an empty batch must not be committed")
+        if self.target_end < self.target_start:
+            raise PlanError(f"{where}: target range [{self.target_start}, {self.target_end}) is negative")
+        if self.records != self.target_end - self.target_start:
+            raise PlanError(
+                f"{where}: records={self.records} but the target range [{self.target_start}, "
+                f"{self.target_end}) holds {self.target_end - self.target_start}"
+            )
+        if self.records > self.source_end - self.source_start:
+            raise PlanError(
+                f"{where}: records={self.records} exceeds the {self.source_end - self.source_start} "
+                "offsets of the source range"
+            )
+        if self.bytes < 0:
+            raise PlanError(f"{where}: negative bytes {self.bytes}")
+        previous: tuple[int, int] | None = None
+        for point in self.sync_points:
+            if len(point) != 2:
+                raise PlanError(f"{where}: sync point {point!r} is not a (source, target) pair")
+            src, tgt = point
+            if not (
+                self.source_start <= src < self.source_end and self.target_start <= tgt < self.target_end
+            ):
+                raise PlanError(
+                    f"{where}: sync point ({src}, {tgt}) lies outside the source range or the target "
+                    f"range [{self.target_start}, {self.target_end})"
+                )
+            if previous is not None and not (src > previous[0] and tgt > previous[1]):
+                raise PlanError(f"{where}: sync points are not strictly increasing at ({src}, {tgt})")
+            previous = (src, tgt)
+
+
+@dataclass(frozen=True)
+class CommittedBatch(Batch):
+    """A row of the batch log: a ``Batch`` plus who committed it and when."""
+
+    flow: str = field(kw_only=True)
+    run_id: str = field(kw_only=True)
+    committed_at: datetime = field(kw_only=True)
+
+    def as_batch(self) -> Batch:
+        return Batch(
+            topic=self.topic,
+            partition=self.partition,
+            remote_topic=self.remote_topic,
+            source_start=self.source_start,
+            source_end=self.source_end,
+            target_start=self.target_start,
+            target_end=self.target_end,
+            records=self.records,
+            bytes=self.bytes,
+            sync_points=self.sync_points,
+        )
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    flow: str
+    run_id: str
+    acquired_at: datetime
+    expires_at: datetime
+
+
+# ----------------------------------------------------------------------------------------- the store
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class OffsetsStore:
+    """Committed progress, batch log and flow locks of every flow, in the database at ``url``.
+
+    The schema is created on first use. ``clock`` (default: the system clock, UTC) stamps rows and
+    decides lock expiry; locks should outlive the clock skew between workers by far.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        busy_timeout_seconds: float = DEFAULT_BUSY_TIMEOUT_SECONDS,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self._redacted = redact_url(url)
+        try:
+            parsed = make_url(url)
+        except exc.ArgumentError as error:
+            raise ConfigError(f"not a valid database URL: {self._redacted}", key="offsets_db_url") from error
+        self._clock = clock
+        self._schema_ready = False
+        self._schema_lock = threading.Lock()
+        self._is_sqlite = parsed.get_backend_name() == "sqlite"
+        self._is_postgres = parsed.get_backend_name() == "postgresql"
+        connect_args: dict[str, Any] = {}
+        if self._is_sqlite:
+            _create_sqlite_folder(parsed)
+            connect_args["timeout"] = busy_timeout_seconds
+        elif (
+            self._is_postgres
+            and parsed.get_driver_name() in ("psycopg2", "psycopg")
+            and "connect_timeout" not in parsed.query
+        ):
+            connect_args["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT_SECONDS
+        try:
+            self._engine: Engine = create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+        except (exc.ArgumentError, exc.NoSuchModuleError, ImportError) as error:
+            raise ConfigError(
+                f"cannot use database URL {self._redacted}: {error}", key="offsets_db_url"
+            ) from error
+        if self._is_sqlite:
+            _use_begin_immediate_for_writes(self._engine)
+
+    @property
+    def url(self) -> str:
+        """The database URL with the password hidden."""
+        return self._redacted
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> OffsetsStore:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------------------------------- locks
+
+    def acquire_lock(self, flow: str, run_id: str, ttl_seconds: int) -> None:
+        """Take ``flow``'s lock for ``run_id`` until now + ``ttl_seconds``.
+
+        Re-entrant: the run holding the lock (a retried task of the same run) refreshes its expiry.
+        A lock of another run is taken over only once expired; otherwise ``FlowLockedError``.
+        """
+        if ttl_seconds <= 0:
+            raise ValueError(f"ttl_seconds must be positive, got {ttl_seconds}")
+        locks = locks_table
+        for _attempt in range(5):
+            now = self._now()
+            expires = now + timedelta(seconds=ttl_seconds)
+            with self._transaction(write=True) as conn:
+                taken = conn.execute(
+                    update(locks)
+                    .where(
+                        locks.c.flow == flow,
+                        or_(locks.c.run_id == run_id, locks.c.expires_at <= now),
+                    )
+                    .values(
+                        run_id=run_id,
+                        acquired_at=case((locks.c.run_id == run_id, locks.c.acquired_at), else_=now),
+                        expires_at=expires,
+                    )
+                )
+                if taken.rowcount == 1:
+                    return
+                holder = self._lock_row(conn, flow)
+                if holder is not None:
+                    if holder.run_id != run_id and holder.expires_at > now:
+                        raise FlowLockedError(_locked_message(holder, run_id))
+                    continue  # released or expired since the UPDATE looked: try again
+                try:
+                    with conn.begin_nested():
+                        conn.execute(
+                            insert(locks).values(
+                                flow=flow, run_id=run_id, acquired_at=now, expires_at=expires
+                            )
+                        )
+                    return
+                except exc.IntegrityError:
+                    continue  # another run inserted the lock at the same moment: look again
+        raise TransientError(f"flow {flow}: the lock kept changing hands while run {run_id} tried to take it")
+
+    def release_lock(self, flow: str, run_id: str) -> bool:
+        """Release ``flow``'s lock if ``run_id`` holds it; ``False`` if it does not."""
+        with self._transaction(write=True) as conn:
+            result = conn.execute(
+                delete(locks_table).where(locks_table.c.flow == flow, locks_table.c.run_id == run_id)
+            )
+            return result.rowcount == 1
+
+    def force_release_lock(self, flow: str) -> LockInfo | None:
+        """Release ``flow``'s lock whoever holds it (an operator's decision that the holder is dead).
+
+        Returns the lock that was released, ``None`` if the flow was not locked.
+        """
+        with self._transaction(write=True) as conn:
+            holder = self._lock_row(conn, flow, for_update=True)
+            if holder is None:
+                return None
+            conn.execute(
+                delete(locks_table).where(locks_table.c.flow == flow, locks_table.c.run_id == holder.run_id)
+            )
+            return holder
+
+    def lock_holder(self, flow: str) -> str | None:
+        """The run holding ``flow``'s lock, ``None`` if unlocked.
+
+        An expired lock still has its holder until another run takes it over or it is released.
+        """
+        info = self.lock_info(flow)
+        return None if info is None else info.run_id
+
+    def lock_info(self, flow: str) -> LockInfo | None:
+        with self._transaction(write=False) as conn:
+            return self._lock_row(conn, flow)
+
+    # ------------------------------------------------------------------------------------- progress
+
+    def progress(self, flow: str) -> dict[tuple[str, int], PartitionProgress]:
+        """Committed (and anchored) progress of every partition of ``flow``."""
+        p = progress_table
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(
+                select(p.c.topic, p.c.partition, p.c.next_source_offset, p.c.next_target_offset)
+                .where(p.c.flow == flow)
+                .order_by(p.c.topic, p.c.partition)
+            ).all()
+        return {
+            (row.topic, row.partition): PartitionProgress(
+                row.topic, row.partition, row.next_source_offset, row.next_target_offset
+            )
+            for row in rows
+        }
+
+    def _progress_rows(self, flow: str) -> list[tuple[str, str, str, str, str, str]]:
+        """Progress of ``flow`` with its last writer, as text (for ``show``)."""
+        p = progress_table
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(select(p).where(p.c.flow == flow).order_by(p.c.topic, p.c.partition)).all()
+        return [
+            (
+                r.topic,
+                str(r.partition),
+                str(r.next_source_offset),
+                str(r.next_target_offset),
+                r.run_id,
+                _fmt(_as_utc(r.updated_at)),
+            )
+            for r in rows
+        ]
+
+    def anchor(self, flow: str, run_id: str, entries: Iterable[PartitionProgress]) -> None:
+        """Record where brand-new partitions start, before anything is copied for them.
+
+        Inserts a progress row for each entry whose partition has none; an existing row is never
+        overwritten. Requires ``flow``'s lock held by ``run_id`` (else ``CommitConflictError``).
+        """
+        wanted: dict[tuple[str, int], PartitionProgress] = {}
+        for entry in entries:
+            if entry.next_source_offset < 0 or entry.next_target_offset < 0:
+                raise PlanError(f"anchor {entry.topic}-{entry.partition}: negative offset in {entry}")
+            key = (entry.topic, entry.partition)
+            if key in wanted and wanted[key] != entry:
+                raise PlanError(
+                    f"anchor {entry.topic}-{entry.partition}: two different positions {wanted[key]} "
+                    f"and {entry}"
+                )
+            wanted[key] = entry
+        with self._transaction(write=True) as conn:
+            self._check_lock(conn, flow, run_id, "anchor")
+            now = self._now()
+            rows = [
+                {
+                    "flow": flow,
+                    "topic": e.topic,
+                    "partition": e.partition,
+                    "next_source_offset": e.next_source_offset,
+                    "next_target_offset": e.next_target_offset,
+                    "run_id": run_id,
+                    "updated_at": now,
+                }
+                for e in wanted.values()
+            ]
+            self._insert_missing(conn, rows)
+
+    def commit(self, flow: str, run_id: str, batches: Sequence[Batch]) -> int:
+        """Commit ``batches`` in one transaction; return how many were newly committed.
+
+        Requires ``flow``'s lock held by ``run_id``. Each batch moves its partition's progress from
+        exactly (``source_start``, ``target_start``) to (``source_end``, ``target_end``) and is added to
+        the batch log. A batch already in the log with identical values, committed by the same run,
+        is skipped (a retried commit). Anything else raises ``CommitConflictError`` and commits
+        nothing.
+        """
+        seen: set[tuple[str, int, int]] = set()
+        for batch in batches:
+            batch.validate()
+            key = (batch.topic, batch.partition, batch.source_start)
+            if key in seen:
+                raise PlanError(
+                    f"batch {batch.topic}-{batch.partition} from source offset {batch.source_start} "
+                    "appears twice in one commit"
+                )
+            seen.add(key)
+        p, b = progress_table, batches_table
+        with self._transaction(write=True) as conn:
+            self._check_lock(conn, flow, run_id, "commit")
+            now = self._now()
+            committed = 0
+            for batch in batches:
+                where = f"flow {flow}: partition {batch.topic}-{batch.partition}"
+                existing = conn.execute(
+                    select(b).where(
+                        b.c.flow == flow,
+                        b.c.topic == batch.topic,
+                        b.c.partition == batch.partition,
+                        b.c.source_start == batch.source_start,
+                    )
+                ).first()
+                if existing is not None:
+                    logged = _committed_batch(existing._mapping)
+                    if logged.run_id == run_id and _batch_values(logged) == _batch_values(batch):
+                        continue  # committed by an earlier attempt of this commit
+                    raise CommitConflictError(
+                        f"{where}: a batch from source offset {batch.source_start} was already "
+                        f"committed by run {logged.run_id} at {_fmt(logged.committed_at)} as "
+                        f"{_describe(logged)}; run {run_id} now commits {_describe(batch)}. Nothing was "
+                        "committed; re-run the flow to plan from the committed position."
+                    )
+                moved = conn.execute(
+                    update(p)
+                    .where(
+                        p.c.flow == flow,
+                        p.c.topic == batch.topic,
+                        p.c.partition == batch.partition,
+                        p.c.next_source_offset == batch.source_start,
+                        p.c.next_target_offset == batch.target_start,
+                    )
+                    .values(
+                        next_source_offset=batch.source_end,
+                        next_target_offset=batch.target_end,
+                        run_id=run_id,
+                        updated_at=now,
+                    )
+                )
+                if moved.rowcount != 1:
+                    actual = conn.execute(
+                        select(p.c.next_source_offset, p.c.next_target_offset, p.c.run_id).where(
+                            p.c.flow == flow, p.c.topic == batch.topic, p.c.partition == batch.partition
+                        )
+                    ).first()
+                    expected = f"(source {batch.source_start}, target {batch.target_start})"
+                    if actual is None:
+                        raise CommitConflictError(
+                            f"{where}: run {run_id} expected progress at {expected} but the partition has "
+                            "no progress: its starting position must be anchored before copying. Nothing "
+                            "was committed; re-run the flow."
+                        )
+                    raise CommitConflictError(
+                        f"{where}: run {run_id} expected progress at {expected} but it is at (source "
+                        f"{actual.next_source_offset}, target {actual.next_target_offset}), last written "
+                        f"by run {actual.run_id}. Nothing was committed; re-run the flow to plan from the "
+                        "committed position."
+                    )
+                try:
+                    with conn.begin_nested():
+                        conn.execute(insert(b).values(**_batch_row(flow, run_id, batch, now)))
+                except exc.IntegrityError as error:
+                    raise CommitConflictError(
+                        f"{where}: a batch from source offset {batch.source_start} was committed "
+                        f"concurrently. Nothing was committed; re-run the flow. ({error.orig})"
+                    ) from error
+                committed += 1
+            return committed
+
+    def batches(
+        self, flow: str, topic: str | None = None, partition: int | None = None
+    ) -> list[CommittedBatch]:
+        """The batch log of ``flow`` (optionally one topic / partition), by topic, partition, offset."""
+        b = batches_table
+        query = select(b).where(b.c.flow == flow)
+        if topic is not None:
+            query = query.where(b.c.topic == topic)
+        if partition is not None:
+            query = query.where(b.c.partition == partition)
+        query = query.order_by(b.c.topic, b.c.partition, b.c.source_start)
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(query).all()
+        return [_committed_batch(row._mapping) for row in rows]
+
+    # -------------------------------------------------------------------------------------- helpers
+
+    def _now(self) -> datetime:
+        return _as_utc(self._clock())
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[Connection]:
+        """One transaction; database outages become ``TransientError``."""
+        self._ensure_schema()
+        try:
+            with self._engine.connect() as conn:
+                conn.execution_options(**{_WRITE_OPTION: write})
+                with conn.begin():
+                    yield conn
+        except (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError) as error:
+            raise self._transient(error) from error
+
+    def _transient(self, error: Exception) -> TransientError:
+        detail = getattr(error, "orig", None) or error
+        return TransientError(f"offsets database {self._redacted} is unavailable: {detail}".strip())
+
+    def _ensure_schema(self) -> None:
+        if self._schema_ready:
+            return
+        with self._schema_lock:
+            if self._schema_ready:
+                return
+            try:
+                self._create_schema()
+            except (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError) as error:
+                raise self._transient(error) from error
+            self._schema_ready = True
+
+    def _create_schema(self) -> None:
+        for attempt in range(2):
+            try:
+                with self._engine.connect() as conn:
+                    conn.execution_options(**{_WRITE_OPTION: True})
+                    with conn.begin():
+                        if self._is_postgres:
+                            conn.execute(
+                                text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_ADVISORY_LOCK}
+                            )
+                        metadata.create_all(conn, checkfirst=True)
+                return
+            except (exc.ProgrammingError, exc.IntegrityError, exc.OperationalError):
+                # Another process created the tables between our check and our CREATE (databases
+                # without transactional DDL or advisory locks): the second look finds them.
+                if attempt == 1:
+                    raise
+
+    def _lock_row(self, conn: Connection, flow: str, for_update: bool = False) -> LockInfo | None:
+        query = select(locks_table).where(locks_table.c.flow == flow)
+        if for_update:
+            query = query.with_for_update()
+        row = conn.execute(query).first()
+        if row is None:
+            return None
+        return LockInfo(row.flow, row.run_id, _as_utc(row.acquired_at), _as_utc(row.expires_at))
+
+    def _check_lock(self, conn: Connection, flow: str, run_id: str, action: str) -> None:
+        """Lock the flow's lock row for the rest of the transaction; it must belong to ``run_id``."""
+        holder = self._lock_row(conn, flow, for_update=True)
+        if holder is None or holder.run_id != run_id:
+            if holder is None:
+                state = "nobody holds it"
+            else:
+                state = f"run {holder.run_id} holds it since {_fmt(holder.acquired_at)}"
+            raise CommitConflictError(
+                f"flow {flow}: run {run_id} cannot {action}: it does not hold the flow's lock ({state}); "
+                "the lock was released, or expired and was taken over by another run. Nothing was "
+                "written. Re-run the flow."
+            )
+
+    def _insert_missing(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+        """Insert progress rows whose primary key is absent; leave existing rows untouched."""
+        if not rows:
+            return
+        dialect = conn.dialect.name
+        if dialect in ("sqlite", "postgresql"):
+            for start in range(0, len(rows), _INSERT_CHUNK):
+                chunk = rows[start : start + _INSERT_CHUNK]
+                if dialect == "sqlite":
+                    conn.execute(sqlite_insert(progress_table).values(chunk).on_conflict_do_nothing())
+                else:
+                    conn.execute(postgresql_insert(progress_table).values(chunk).on_conflict_do_nothing())
+            return
+        p = progress_table
+        for row in rows:
+            try:
+                with conn.begin_nested():
+                    conn.execute(insert(p).values(**row))
+            except exc.IntegrityError:
+                present = conn.execute(
+                    select(p.c.flow).where(
+                        and_(
+                            p.c.flow == row["flow"],
+                            p.c.topic == row["topic"],
+                            p.c.partition == row["partition"],
+                        )
+                    )
+                ).first()
+                if present is None:
+                    raise
+
+
+# ---------------------------------------------------------------------------------- module helpers
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def _create_sqlite_folder(url: URL) -> None:
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:") or url.query.get("uri"):
+        return
+    Path(database).parent.mkdir(parents=True, exist_ok=True)
+
+
+def _use_begin_immediate_for_writes(engine: Engine) -> None:
+    """SQLAlchemy emits BEGIN itself: ``BEGIN IMMEDIATE`` for writes (one writer at a time, waiting
+    for the busy timeout instead of failing on a lock upgrade), plain ``BEGIN`` for reads."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # the sqlite3 module must not emit BEGIN itself
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = bool(conn.get_execution_options().get(_WRITE_OPTION, True))
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _as_utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _fmt(value: datetime) -> str:
+    return value.isoformat(timespec="seconds")
+
+
+def _locked_message(holder: LockInfo, run_id: str) -> str:
+    return (
+        f"flow {holder.flow} is locked by run {holder.run_id} since {_fmt(holder.acquired_at)}; "
+        f"the lock expires at {_fmt(holder.expires_at)}. Run {run_id} did not start. If run "
+        f"{holder.run_id} is still going, wait for it to finish. If it is dead, release its lock with: "
+        f"python -m mirrorflow.offsets_store release-lock --flow {shlex.quote(holder.flow)}"
+    )
+
+
+def _batch_row(flow: str, run_id: str, batch: Batch, now: datetime) -> dict[str, Any]:
+    return {
+        "flow": flow,
+        "run_id": run_id,
+        "topic": batch.topic,
+        "partition": batch.partition,
+        "remote_topic": batch.remote_topic,
+        "source_start": batch.source_start,
+        "source_end": batch.source_end,
+        "target_start": batch.target_start,
+        "target_end": batch.target_end,
+        "records": batch.records,
+        "bytes": batch.bytes,
+        "sync_points": json.dumps([[s, t] for s, t in batch.sync_points], separators=(",", ":")),
+        "committed_at": now,
+    }
+
+
+def _batch_values(batch: Batch) -> tuple[object, ...]:
+    return (
+        batch.topic,
+        batch.partition,
+        batch.remote_topic,
+        batch.source_start,
+        batch.source_end,
+        batch.target_start,
+        batch.target_end,
+        batch.records,
+        batch.bytes,
+        tuple(batch.sync_points),
+    )
+
+
+def _describe(batch: Batch) -> str:
+    return (
+        f"source [{batch.source_start}, {batch.source_end}) -> {batch.remote_topic} target "
+        f"[{batch.target_start}, {batch.target_end}), {batch.records} records, {batch.bytes} bytes, "
+        f"{len(batch.sync_points)} sync points"
+    )
+
+
+def _committed_batch(row: RowMapping) -> CommittedBatch:
+    return CommittedBatch(
+        topic=row["topic"],
+        partition=row["partition"],
+        remote_topic=row["remote_topic"],
+        source_start=row["source_start"],
+        source_end=row["source_end"],
+        target_start=row["target_start"],
+        target_end=row["target_end"],
+        records=row["records"],
+        bytes=row["bytes"],
+        sync_points=tuple((int(s), int(t)) for s, t in json.loads(row["sync_points"])),
+        flow=row["flow"],
+        run_id=row["run_id"],
+        committed_at=_as_utc(row["committed_at"]),
+    )
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+
+
+def _default_db_url() -> str:
+    from mirrorflow.config import load_config
+
+    return str(load_config().offsets_db_url)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m mirrorflow.offsets_store", description="Inspect and repair the offsets table."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    show = commands.add_parser("show", help="print a flow's lock and committed progress")
+    release = commands.add_parser(
+        "release-lock", help="release a flow's lock whoever holds it (only when that run is dead)"
+    )
+    for sub in (show, release):
+        sub.add_argument("--flow", required=True, help="the flow, e.g. 'primary->backup'")
+        sub.add_argument("--db", help="database URL (default: offsets_db_url of the configuration)")
+    args = parser.parse_args(argv)
+    try:
+        with OffsetsStore(args.db or _default_db_url()) as store:
+            if args.command == "release-lock":
+                released = store.force_release_lock(args.flow)
+                if released is None:
+                    print(f"flow {args.flow} is not locked")
+                else:
+                    print(
+                        f"released the lock of flow {args.flow} held by run {released.run_id} "
+                        f"since {_fmt(released.acquired_at)} (expiring {_fmt(released.expires_at)})"
+                    )
+                return 0
+            _show(store, args.flow)
+            return 0
+    except MirrorError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def _show(store: OffsetsStore, flow: str) -> None:
+    lock = store.lock_info(flow)
+    if lock is None:
+        print(f"flow {flow}: not locked")
+    else:
+        print(
+            f"flow {flow}: locked by run {lock.run_id} since {_fmt(lock.acquired_at)}, "
+            f"expires {_fmt(lock.expires_at)}"
+        )
+    rows = store._progress_rows(flow)
+    if not rows:
+        print("no progress")
+        return
+    header = ("topic", "partition", "next_source_offset", "next_target_offset", "last_run", "updated_at")
+    table = [header, *rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for line in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,489 @@
+"""The offsets table on real SQLite files: locks, anchors, commits, the batch log and the CLI."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
+from mirrorflow.offsets_store import Batch, CommittedBatch, OffsetsStore, PartitionProgress
+
+FLOW = "primary->backup"
+T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+class FakeClock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: int) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'state' / 'nested' / 'offsets.db'}"
+
+
+@pytest.fixture
+def store(db_url: str, clock: FakeClock) -> Any:
+    with OffsetsStore(db_url, clock=clock) as s:
+        yield s
+
+
+def _rows(db_url: str, table: str) -> list[tuple[Any, ...]]:
+    path = db_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        return conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3, 4").fetchall()
+
+
+def _batch(
+    topic: str = "orders",
+    partition: int = 0,
+    source: tuple[int, int] = (10, 20),
+    target: tuple[int, int] = (100, 108),
+    sync_points: tuple[tuple[int, int], ...] = ((10, 100), (13, 102)),
+) -> Batch:
+    return Batch(
+        topic=topic,
+        partition=partition,
+        remote_topic=f"primary.{topic}",
+        source_start=source[0],
+        source_end=source[1],
+        target_start=target[0],
+        target_end=target[1],
+        records=target[1] - target[0],
+        bytes=1000,
+        sync_points=sync_points,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- schema
+
+
+def test_schema_created_on_first_use_in_a_new_folder(db_url: str, tmp_path: Path) -> None:
+    store = OffsetsStore(db_url)
+    assert not (tmp_path / "state" / "nested" / "offsets.db").exists()
+    assert store.progress(FLOW) == {}
+    store.close()
+    path = tmp_path / "state" / "nested" / "offsets.db"
+    with sqlite3.connect(path) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == {"mirror_progress", "mirror_batches", "mirror_locks"}
+    # A second store on the same file finds the schema and does not fail.
+    with OffsetsStore(db_url) as again:
+        assert again.batches(FLOW) == []
+        assert again.lock_holder(FLOW) is None
+
+
+def test_unreachable_database_is_transient_with_redacted_url() -> None:
+    store = OffsetsStore("postgresql+psycopg2://mirror:s3cret@127.0.0.1:1/offsets?connect_timeout=2")
+    with pytest.raises(TransientError) as info:
+        store.progress(FLOW)
+    message = str(info.value)
+    assert "postgresql+psycopg2://mirror:***@127.0.0.1:1/offsets" in message
+    assert "s3cret" not in message
+    assert store.url == "postgresql+psycopg2://mirror:***@127.0.0.1:1/offsets?connect_timeout=2"
+
+
+# ----------------------------------------------------------------------------------------------- locks
+
+
+def test_lock_acquire_reentrant_and_refused(store: OffsetsStore, clock: FakeClock) -> None:
+    store.acquire_lock(FLOW, "run-1", ttl_seconds=600)
+    assert store.lock_holder(FLOW) == "run-1"
+    info = store.lock_info(FLOW)
+    assert info is not None
+    assert (info.acquired_at, info.expires_at) == (T0, T0 + timedelta(seconds=600))
+
+    # Re-entrant: a retried task of the same run refreshes the expiry, keeps acquired_at.
+    clock.advance(60)
+    store.acquire_lock(FLOW, "run-1", ttl_seconds=600)
+    info = store.lock_info(FLOW)
+    assert info is not None
+    assert (info.run_id, info.acquired_at, info.expires_at) == ("run-1", T0, T0 + timedelta(seconds=660))
+
+    with pytest.raises(FlowLockedError) as refused:
+        store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    assert str(refused.value) == (
+        "flow primary->backup is locked by run run-1 since 2030-01-02T03:04:05+00:00; the lock expires at "
+        "2030-01-02T03:15:05+00:00. Run run-2 did not start. If run run-1 is still going, wait for it to "
+        "finish. If it is dead, release its lock with: python -m mirrorflow.offsets_store release-lock "
+        "--flow 'primary->backup'"
+    )
+    assert store.lock_holder(FLOW) == "run-1"
+    # Other flows are independent.
+    store.acquire_lock("other->backup", "run-2", ttl_seconds=600)
+    assert store.lock_holder("other->backup") == "run-2"
+
+
+def test_expired_lock_is_taken_over(store: OffsetsStore, clock: FakeClock, db_url: str) -> None:
+    store.acquire_lock(FLOW, "run-1", ttl_seconds=100)
+    clock.advance(99)
+    with pytest.raises(FlowLockedError):
+        store.acquire_lock(FLOW, "run-2", ttl_seconds=100)
+    clock.advance(1)  # expires_at reached
+    store.acquire_lock(FLOW, "run-2", ttl_seconds=100)
+    assert store.lock_holder(FLOW) == "run-2"
+    assert _rows(db_url, "mirror_locks") == [
+        (FLOW, "run-2", "2030-01-02 03:05:45.000000", "2030-01-02 03:07:25.000000")
+    ]
+    # The run that lost its lock can neither release nor retake it while the new holder is live.
+    assert store.release_lock(FLOW, "run-1") is False
+    with pytest.raises(FlowLockedError):
+        store.acquire_lock(FLOW, "run-1", ttl_seconds=100)
+
+
+def test_release_only_by_holder(store: OffsetsStore) -> None:
+    assert store.release_lock(FLOW, "run-1") is False
+    store.acquire_lock(FLOW, "run-1", ttl_seconds=600)
+    assert store.release_lock(FLOW, "run-2") is False
+    assert store.lock_holder(FLOW) == "run-1"
+    assert store.release_lock(FLOW, "run-1") is True
+    assert store.lock_holder(FLOW) is None
+    assert store.release_lock(FLOW, "run-1") is False
+    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    assert store.lock_holder(FLOW) == "run-2"
+
+
+def test_ttl_must_be_positive(store: OffsetsStore) -> None:
+    with pytest.raises(ValueError, match="ttl_seconds must be positive, got 0"):
+        store.acquire_lock(FLOW, "run-1", ttl_seconds=0)
+
+
+def _race_for_lock(db_url: str, run_id: str, barrier: Any, results: Any) -> None:
+    store = OffsetsStore(db_url)
+    barrier.wait(timeout=60)
+    try:
+        store.acquire_lock(FLOW, run_id, ttl_seconds=600)
+        results.put((run_id, "won"))
+    except FlowLockedError as error:
+        results.put((run_id, f"locked:{error}"))
+    except BaseException as error:  # reported to the parent, which fails the test
+        results.put((run_id, f"error:{type(error).__name__}:{error}"))
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("schema_exists", [False, True])
+def test_two_processes_race_for_the_lock_exactly_one_wins(db_url: str, schema_exists: bool) -> None:
+    if schema_exists:
+        OffsetsStore(db_url).progress(FLOW)
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_race_for_lock, args=(db_url, f"run-{i}", barrier, results)) for i in (1, 2)]
+    for proc in procs:
+        proc.start()
+    outcomes = dict(results.get(timeout=120) for _ in procs)
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    winners = [run for run, outcome in outcomes.items() if outcome == "won"]
+    assert len(winners) == 1, outcomes
+    (loser,) = set(outcomes) - set(winners)
+    assert outcomes[loser].startswith(f"locked:flow primary->backup is locked by run {winners[0]} since ")
+    assert OffsetsStore(db_url).lock_holder(FLOW) == winners[0]
+
+
+# ---------------------------------------------------------------------------------------------- anchor
+
+
+def test_anchor_inserts_new_partitions_and_never_overwrites(store: OffsetsStore, db_url: str) -> None:
+    store.acquire_lock(FLOW, "run-1", ttl_seconds=600)
+    store.anchor(
+        FLOW, "run-1", [PartitionProgress("orders", 0, 10, 100), PartitionProgress("orders", 1, 0, 0)]
+    )
+    store.anchor(
+        FLOW,
+        "run-1",
+        [PartitionProgress("orders", 0, 55, 555), PartitionProgress("payments", 0, 7, 3)],
+    )
+    assert store.progress(FLOW) == {
+        ("orders", 0): PartitionProgress("orders", 0, 10, 100),
+        ("orders", 1): PartitionProgress("orders", 1, 0, 0),
+        ("payments", 0): PartitionProgress("payments", 0, 7, 3),
+    }
+    assert store.progress("other->backup") == {}
+    assert _rows(db_url, "mirror_progress") == [
+        (FLOW, "orders", 0, 10, 100, "run-1", "2030-01-02 03:04:05.000000"),
+        (FLOW, "orders", 1, 0, 0, "run-1", "2030-01-02 03:04:05.000000"),
+        (FLOW, "payments", 0, 7, 3, "run-1", "2030-01-02 03:04:05.000000"),
+    ]
+
+
+def test_anchor_requires_the_lock(store: OffsetsStore) -> None:
+    with pytest.raises(
+        CommitConflictError, match="run run-1 cannot anchor: it does not hold the flow's lock"
+    ):
+        store.anchor(FLOW, "run-1", [PartitionProgress("orders", 0, 10, 100)])
+    assert store.progress(FLOW) == {}
+
+
+# ---------------------------------------------------------------------------------------------- commit
+
+
+def _anchored(store: OffsetsStore, run_id: str = "run-1") -> None:
+    store.acquire_lock(FLOW, run_id, ttl_seconds=600)
+    store.anchor(
+        FLOW, run_id, [PartitionProgress("orders", 0, 10, 100), PartitionProgress("orders", 1, 0, 50)]
+    )
+
+
+def test_commit_moves_progress_and_logs_batches(store: OffsetsStore, clock: FakeClock, db_url: str) -> None:
+    _anchored(store)
+    clock.advance(30)
+    b0 = _batch()
+    b1 = _batch(partition=1, source=(0, 5), target=(50, 55), sync_points=())
+    assert store.commit(FLOW, "run-1", [b0, b1]) == 2
+    assert store.progress(FLOW) == {
+        ("orders", 0): PartitionProgress("orders", 0, 20, 108),
+        ("orders", 1): PartitionProgress("orders", 1, 5, 55),
+    }
+    committed_at = T0 + timedelta(seconds=30)
+    assert store.batches(FLOW) == [
+        CommittedBatch(
+            topic="orders",
+            partition=0,
+            remote_topic="primary.orders",
+            source_start=10,
+            source_end=20,
+            target_start=100,
+            target_end=108,
+            records=8,
+            bytes=1000,
+            sync_points=((10, 100), (13, 102)),
+            flow=FLOW,
+            run_id="run-1",
+            committed_at=committed_at,
+        ),
+        CommittedBatch(
+            topic="orders",
+            partition=1,
+            remote_topic="primary.orders",
+            source_start=0,
+            source_end=5,
+            target_start=50,
+            target_end=55,
+            records=5,
+            bytes=1000,
+            sync_points=(),
+            flow=FLOW,
+            run_id="run-1",
+            committed_at=committed_at,
+        ),
+    ]
+    assert store.batches(FLOW)[0].as_batch() == b0
+    assert [c.as_batch() for c in store.batches(FLOW, topic="orders", partition=1)] == [b1]
+    assert store.batches(FLOW, topic="payments") == []
+    assert [row[1:] for row in _rows(db_url, "mirror_batches")] == [
+        (FLOW, "run-1", "orders", 0, "primary.orders", 10, 20, 100, 108, 8, 1000, "[[10,100],[13,102]]",
+         "2030-01-02 03:04:35.000000"),
+        (FLOW, "run-1", "orders", 1, "primary.orders", 0, 5, 50, 55, 5, 1000, "[]",
+         "2030-01-02 03:04:35.000000"),
+    ]  # fmt: skip
+
+    # The next run resumes from there; the log keeps both batches of partition 0 in offset order.
+    store.release_lock(FLOW, "run-1")
+    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    b2 = _batch(source=(20, 30), target=(108, 118), sync_points=())
+    assert store.commit(FLOW, "run-2", [b2]) == 1
+    assert store.progress(FLOW)[("orders", 0)] == PartitionProgress("orders", 0, 30, 118)
+    assert [(c.run_id, c.source_start, c.source_end) for c in store.batches(FLOW, "orders", 0)] == [
+        ("run-1", 10, 20),
+        ("run-2", 20, 30),
+    ]
+
+
+def test_commit_is_idempotent_on_retry(store: OffsetsStore, clock: FakeClock, db_url: str) -> None:
+    _anchored(store)
+    b0 = _batch()
+    assert store.commit(FLOW, "run-1", [b0]) == 1
+    before = (_rows(db_url, "mirror_progress"), _rows(db_url, "mirror_batches"))
+    clock.advance(5)
+    # A retried commit task: the first batch was committed, the second is new.
+    b1 = _batch(partition=1, source=(0, 5), target=(50, 55), sync_points=())
+    assert store.commit(FLOW, "run-1", [b0, b1]) == 1
+    assert store.commit(FLOW, "run-1", [b0, b1]) == 0
+    assert _rows(db_url, "mirror_progress")[0] == before[0][0]
+    assert _rows(db_url, "mirror_batches")[0] == before[1][0]
+    assert store.progress(FLOW) == {
+        ("orders", 0): PartitionProgress("orders", 0, 20, 108),
+        ("orders", 1): PartitionProgress("orders", 1, 5, 55),
+    }
+    assert len(store.batches(FLOW)) == 2
+
+
+def test_same_start_with_other_values_or_run_conflicts(store: OffsetsStore, db_url: str) -> None:
+    _anchored(store)
+    store.commit(FLOW, "run-1", [_batch()])
+    before = (_rows(db_url, "mirror_progress"), _rows(db_url, "mirror_batches"))
+    other = _batch(source=(10, 21), target=(100, 109))
+    with pytest.raises(CommitConflictError) as info:
+        store.commit(FLOW, "run-1", [other])
+    assert str(info.value).startswith(
+        "flow primary->backup: partition orders-0: a batch from source offset 10 was already committed by "
+        "run run-1 at 2030-01-02T03:04:05+00:00 as source [10, 20) -> primary.orders target [100, 108), "
+        "8 records, 1000 bytes, 2 sync points; run run-1 now commits source [10, 21)"
+    )
+    # Identical values but another run: not a retry of the same commit.
+    store.release_lock(FLOW, "run-1")
+    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    with pytest.raises(CommitConflictError, match="already committed by run run-1"):
+        store.commit(FLOW, "run-2", [_batch()])
+    assert (_rows(db_url, "mirror_progress"), _rows(db_url, "mirror_batches")) == before
+
+
+def test_stale_start_rolls_back_the_whole_commit(store: OffsetsStore, db_url: str) -> None:
+    _anchored(store)
+    store.commit(FLOW, "run-1", [_batch(partition=1, source=(0, 5), target=(50, 55), sync_points=())])
+    before = {t: _rows(db_url, t) for t in ("mirror_progress", "mirror_batches", "mirror_locks")}
+    good = _batch()  # partition 0 at (10, 100): matches
+    stale = _batch(partition=1, source=(3, 7), target=(53, 57), sync_points=())  # progress is (5, 55)
+    with pytest.raises(CommitConflictError) as info:
+        store.commit(FLOW, "run-1", [good, stale])
+    assert str(info.value) == (
+        "flow primary->backup: partition orders-1: run run-1 expected progress at (source 3, target 53) "
+        "but it is at (source 5, target 55), last written by run run-1. Nothing was committed; re-run "
+        "the flow to plan from the committed position."
+    )
+    assert {t: _rows(db_url, t) for t in before} == before
+    assert store.progress(FLOW)[("orders", 0)] == PartitionProgress("orders", 0, 10, 100)
+
+
+def test_target_position_is_compared_too(store: OffsetsStore, db_url: str) -> None:
+    _anchored(store)
+    with pytest.raises(
+        CommitConflictError, match=r"expected progress at \(source 10, target 99\) but it is at "
+    ):
+        store.commit(FLOW, "run-1", [_batch(target=(99, 107), sync_points=())])
+    assert _rows(db_url, "mirror_batches") == []
+
+
+def test_commit_without_anchor_conflicts(store: OffsetsStore, db_url: str) -> None:
+    store.acquire_lock(FLOW, "run-1", ttl_seconds=600)
+    with pytest.raises(CommitConflictError, match=r"orders-0: .* has no progress: its starting"):
+        store.commit(FLOW, "run-1", [_batch()])
+    assert _rows(db_url, "mirror_batches") == []
+
+
+def test_commit_without_the_lock_raises(store: OffsetsStore, clock: FakeClock, db_url: str) -> None:
+    _anchored(store)
+    store.release_lock(FLOW, "run-1")
+    with pytest.raises(CommitConflictError) as info:
+        store.commit(FLOW, "run-1", [_batch()])
+    assert str(info.value) == (
+        "flow primary->backup: run run-1 cannot commit: it does not hold the flow's lock (nobody holds "
+        "it); the lock was released, or expired and was taken over by another run. Nothing was written. "
+        "Re-run the flow."
+    )
+    # Lock expired and taken over by another run: the old run's commit is refused.
+    store.acquire_lock(FLOW, "run-1", ttl_seconds=10)
+    clock.advance(10)
+    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    with pytest.raises(CommitConflictError, match=r"\(run run-2 holds it since 2030-01-02T03:04:15\+00:00\)"):
+        store.commit(FLOW, "run-1", [_batch()])
+    assert _rows(db_url, "mirror_batches") == []
+    assert store.progress(FLOW)[("orders", 0)] == PartitionProgress("orders", 0, 10, 100)
+
+
+def test_expired_but_not_taken_over_lock_still_commits(store: OffsetsStore, clock: FakeClock) -> None:
+    store.acquire_lock(FLOW, "run-1", ttl_seconds=10)
+    store.anchor(FLOW, "run-1", [PartitionProgress("orders", 0, 10, 100)])
+    clock.advance(3600)
+    assert store.commit(FLOW, "run-1", [_batch()]) == 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"source_end": 10, "records": 0, "target_end": 100, "sync_points": ()},
+            "empty or negative source range",
+        ),
+        ({"target_end": 99, "records": -1}, r"target range \[100, 99\) is negative"),
+        ({"records": 7}, r"records=7 but the target range \[100, 108\) holds 8"),
+        ({"target_end": 111, "records": 11}, "records=11 exceeds the 10 offsets of the source range"),
+        ({"sync_points": ((20, 100),)}, r"sync point \(20, 100\) lies outside"),
+        ({"sync_points": ((13, 102), (12, 103))}, r"not strictly increasing at \(12, 103\)"),
+        ({"bytes": -1}, "negative bytes -1"),
+    ],
+)
+def test_insane_batches_are_refused(
+    store: OffsetsStore, db_url: str, changes: dict[str, Any], message: str
+) -> None:
+    _anchored(store)
+    bad = Batch(**{**_batch().__dict__, **changes})
+    with pytest.raises(PlanError, match=message):
+        store.commit(
+            FLOW, "run-1", [_batch(partition=1, source=(0, 5), target=(50, 55), sync_points=()), bad]
+        )
+    assert _rows(db_url, "mirror_batches") == []
+
+
+def test_same_batch_twice_in_one_commit_is_refused(store: OffsetsStore) -> None:
+    _anchored(store)
+    with pytest.raises(PlanError, match="appears twice in one commit"):
+        store.commit(FLOW, "run-1", [_batch(), _batch()])
+
+
+# ------------------------------------------------------------------------------------------------- CLI
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mirrorflow.offsets_store", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_cli_show_and_release_lock(db_url: str, clock: FakeClock) -> None:
+    with OffsetsStore(db_url, clock=clock) as store:
+        _anchored(store, "run-7")
+        store.commit(FLOW, "run-7", [_batch()])
+
+    shown = _cli("show", "--flow", FLOW, "--db", db_url)
+    assert (shown.returncode, shown.stderr) == (0, "")
+    assert shown.stdout == (
+        "flow primary->backup: locked by run run-7 since 2030-01-02T03:04:05+00:00, "
+        "expires 2030-01-02T03:14:05+00:00\n"
+        "topic   partition  next_source_offset  next_target_offset  last_run  updated_at\n"
+        "orders  0          20                  108                 run-7     2030-01-02T03:04:05+00:00\n"
+        "orders  1          0                   50                  run-7     2030-01-02T03:04:05+00:00\n"
+    )
+
+    released = _cli("release-lock", "--flow", FLOW, "--db", db_url)
+    assert (released.returncode, released.stderr) == (0, "")
+    assert released.stdout == (
+        "released the lock of flow primary->backup held by run run-7 since 2030-01-02T03:04:05+00:00 "
+        "(expiring 2030-01-02T03:14:05+00:00)\n"
+    )
+    assert OffsetsStore(db_url).lock_holder(FLOW) is None
+
+    again = _cli("release-lock", "--flow", FLOW, "--db", db_url)
+    assert (again.returncode, again.stdout) == (0, "flow primary->backup is not locked\n")
+    empty = _cli("show", "--flow", "other->backup", "--db", db_url)
+    assert (empty.returncode, empty.stdout) == (0, "flow other->backup: not locked\nno progress\n")
+
+
+def test_cli_unreachable_database_fails_with_redacted_url() -> None:
+    result = _cli(
+        "show", "--flow", FLOW, "--db", "postgresql+psycopg2://u:pw@127.0.0.1:1/x?connect_timeout=2"
+    )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: offsets database postgresql+psycopg2://u:***@127.0.0.1:1/x")
+    assert ":pw@" not in result.stderr
