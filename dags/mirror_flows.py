@@ -1,0 +1,50 @@
+"""One DAG per enabled flow of the MirrorMaker 2 config named by MIRROR_CONFIG.
+
+plan (setup) -> copy (Spark) -> commit -> release (teardown). Reading the config is the only work done
+at parse time; an invalid config shows up as this file's import error, naming the bad key.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, task
+
+from mirrorflow.config import load_config
+from mirrorflow.dag_spec import flow_dag_spec, spark_jars
+from mirrorflow_airflow import tasks
+
+CONFIG = load_config()
+
+for _flow in CONFIG.flows:
+    _spec = flow_dag_spec(CONFIG, _flow, run_id_template="{{ run_id }}")
+    with DAG(
+        dag_id=_spec.dag_id,
+        description=_spec.description,
+        schedule=_spec.schedule,
+        start_date=_spec.start_date,
+        catchup=False,
+        max_active_runs=1,
+        tags=["mirror", _flow.source.alias, _flow.target.alias],
+        default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
+        user_defined_macros={"spark_jars": spark_jars},
+        doc_md=__doc__,
+    ) as _dag:
+        _plan = task.short_circuit(task_id="plan", ignore_downstream_trigger_rules=False)(tasks.plan)(
+            _flow.name
+        )
+        _copy = SparkSubmitOperator(
+            task_id="copy",
+            conn_id=_flow.settings.spark_conn_id,
+            application=_spec.copy.application,
+            application_args=list(_spec.copy.application_args),
+            conf=dict(_spec.copy.conf),
+            env_vars=dict(_spec.copy.env_vars),
+            jars="{{ spark_jars() }}",
+            name=_spec.copy.name,
+        )
+        _commit = task(task_id="commit", trigger_rule="none_failed")(tasks.commit)(_flow.name)
+        _release = task(task_id="release")(tasks.release)(_flow.name)
+        _plan >> _copy >> _commit >> _release.as_teardown(setups=_plan)
+    globals()[_spec.dag_id] = _dag

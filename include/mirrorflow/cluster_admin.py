@@ -1,0 +1,88 @@
+"""Control-plane access to one cluster (kafka-python): topics, partitions, offsets, configs.
+
+Only small metadata requests go through here; records never do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+from kafka import KafkaAdminClient, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType, OffsetSpec
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.protocol.consumer import IsolationLevel
+
+from mirrorflow.clients import kafka_python_config
+from mirrorflow.config import ClusterConfig
+from mirrorflow.errors import TransientError
+
+TP = tuple[str, int]
+
+
+class ClusterAdmin:
+    """A short-lived admin connection to one cluster; use as a context manager."""
+
+    def __init__(self, cluster: ClusterConfig) -> None:
+        self.alias = cluster.alias
+        try:
+            self._admin = KafkaAdminClient(**kafka_python_config(cluster.admin), request_timeout_ms=30000)
+        except KafkaError as exc:
+            raise TransientError(
+                f"cluster {cluster.alias} ({cluster.bootstrap_servers}) is unreachable: {exc}"
+            ) from exc
+
+    def __enter__(self) -> ClusterAdmin:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._admin.close()
+
+    def topics(self) -> set[str]:
+        return set(self._admin.list_topics())
+
+    def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+        names = sorted(topics)
+        if not names:
+            return {}
+        return {t["name"]: len(t["partitions"]) for t in self._admin.describe_topics(names)}
+
+    def offsets(self, partitions: Iterable[TP], spec: OffsetSpec) -> dict[TP, int]:
+        """Earliest or latest offsets; latest is the last stable offset (read_committed)."""
+        specs = {TopicPartition(t, p): spec for t, p in partitions}
+        if not specs:
+            return {}
+        found = self._admin.list_partition_offsets(specs, isolation_level=IsolationLevel.READ_COMMITTED)
+        return {(tp.topic, tp.partition): int(o.offset) for tp, o in found.items()}
+
+    def topic_configs(self, topics: Iterable[str]) -> dict[str, dict[str, str]]:
+        """Each topic's non-default configs (set on the topic itself)."""
+        resources = [ConfigResource(ConfigResourceType.TOPIC, t) for t in sorted(topics)]
+        if not resources:
+            return {}
+        described: Mapping[str, Any] = self._admin.describe_configs(resources).get("topic", {})
+        return {
+            topic: {k: str(v["value"]) for k, v in entries.items() if v.get("value") is not None}
+            for topic, entries in described.items()
+        }
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> None:
+        """Create a topic; one created meanwhile by someone else is fine (checked by the caller)."""
+        spec = {
+            name: {
+                "num_partitions": partitions,
+                "replication_factor": replication_factor,
+                "configs": dict(configs),
+            }
+        }
+        with contextlib.suppress(TopicAlreadyExistsError):
+            self._admin.create_topics(spec, wait_for_metadata=True)
+
+    def add_partitions(self, topic: str, total: int) -> None:
+        self._admin.create_partitions({topic: total})

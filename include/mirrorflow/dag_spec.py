@@ -1,0 +1,76 @@
+"""What each flow's DAG is made of, as data, so that the DAG file only wires tasks."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from mirrorflow.config import FlowConfig, MirrorConfig
+from mirrorflow.paths import REPO_ROOT, spark_kafka_jars
+
+# Defaults for the copy job; `mirrorflow.spark.conf.*` in the config overrides any of them.
+SPARK_CONF_DEFAULTS: Mapping[str, str] = {
+    # A duplicate task attempt would race the real one on the target partition.
+    "spark.speculation": "false",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+@dataclass(frozen=True)
+class CopyTaskSpec:
+    """Keyword arguments of the flow's SparkSubmitOperator."""
+
+    application: str
+    application_args: tuple[str, ...]
+    conf: Mapping[str, str]
+    env_vars: Mapping[str, str]
+    name: str
+
+
+@dataclass(frozen=True)
+class FlowDagSpec:
+    dag_id: str
+    flow: str
+    schedule: str | None
+    start_date: datetime
+    description: str
+    copy: CopyTaskSpec
+
+
+def flow_dag_spec(config: MirrorConfig, flow: FlowConfig, run_id_template: str) -> FlowDagSpec:
+    python = sys.executable
+    return FlowDagSpec(
+        dag_id=flow.dag_id,
+        flow=flow.name,
+        schedule=flow.settings.schedule,
+        start_date=datetime(2024, 1, 1),
+        description=f"Mirror topics from {flow.source.alias} to {flow.target.alias} (flow {flow.name})",
+        copy=CopyTaskSpec(
+            application=str(REPO_ROOT / "jobs" / "mirror_copy.py"),
+            application_args=(
+                "--config",
+                str(config.path),
+                "--flow",
+                flow.name,
+                "--run-id",
+                run_id_template,
+            ),
+            conf={**SPARK_CONF_DEFAULTS, **flow.settings.spark_conf},
+            env_vars={
+                "PYSPARK_PYTHON": python,
+                "PYSPARK_DRIVER_PYTHON": python,
+                # spark-submit is found on PATH: the one installed with pyspark next to this Python.
+                "PATH": os.pathsep.join([str(Path(python).parent), os.environ.get("PATH", "")]),
+            },
+            name=f"mirror {flow.name}",
+        ),
+    )
+
+
+def spark_jars() -> str:
+    """Comma-separated connector jars, looked up when the copy task runs (not when DAGs are parsed)."""
+    return ",".join(str(j) for j in spark_kafka_jars())

@@ -1,0 +1,33 @@
+"""Environment for running this repo's Airflow locally (demo, tests): one place, so both agree."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from mirrorflow.paths import REPO_ROOT
+
+
+def airflow_env(
+    home: Path, config_path: Path, state_dir: Path, base: Mapping[str, str] = os.environ
+) -> dict[str, str]:
+    """Variables for `airflow` commands: a private AIRFLOW_HOME and metadata DB, this repo's dags and
+    plugins, the flow config, and a `spark_default` connection to local Spark."""
+    venv_bin = Path(sys.executable).parent
+    return {
+        **base,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW_CONN_SPARK_DEFAULT": base.get(
+            "AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[*]"})
+        ),
+        "MIRROR_CONFIG": str(config_path),
+        "MIRROR_STATE_DIR": str(state_dir),
+        "PATH": os.pathsep.join([str(venv_bin), base.get("PATH", "")]),
+    }

@@ -1,0 +1,152 @@
+"""The steps of one run of a flow, as plain functions the Airflow tasks and the Spark job call.
+
+plan   -> takes the flow's lock, creates remote topics, anchors new partitions, writes the plan
+copy   -> (Spark) executes the plan, writes the result
+commit -> checks the result against the plan and commits progress and the batch log in one transaction
+release-> gives the lock back (always runs, whatever happened before)
+
+Each step is safe to retry: plan re-plans from committed progress, copy re-executes the same plan
+without duplicating, commit is idempotent, release only releases this run's lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kafka.admin import OffsetSpec
+
+from mirrorflow.cluster_admin import ClusterAdmin
+from mirrorflow.config import FlowConfig, MirrorConfig
+from mirrorflow.errors import PlanError
+from mirrorflow.offsets_store import Batch, OffsetsStore
+from mirrorflow.plan import CopyResult, Plan, read_file, run_dir, write_atomically
+from mirrorflow.planner import PlannerInput, SourceOffsets, make_plan
+from mirrorflow.remote_topics import ensure_remote_topics
+from mirrorflow.report import RunReport, build_report
+
+log = logging.getLogger(__name__)
+
+# A crashed run's lock is taken over after this long; a live run refreshes nothing, so it must finish
+# within it (a run is bounded by the per-partition cap).
+LOCK_TTL_SECONDS = 6 * 3600
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    plan: Path
+    result: Path
+
+
+def run_files(config: MirrorConfig, flow: FlowConfig, run_id: str) -> RunFiles:
+    folder = run_dir(config.state_dir, flow.name, run_id)
+    return RunFiles(folder / "plan.json", folder / "result.json")
+
+
+def plan_run(config: MirrorConfig, flow_name: str, run_id: str) -> Plan:
+    """Plan the run and write the plan file. Holds the flow's lock from here until ``release_run``."""
+    flow = config.flow(flow_name)
+    store = OffsetsStore(config.offsets_db_url)
+    store.acquire_lock(flow.name, run_id, LOCK_TTL_SECONDS)
+    try:
+        with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
+            topics = ensure_remote_topics(flow, source, target)
+            tps = [(t, p) for t, n in topics.partitions.items() for p in range(n)]
+            starts = source.offsets(tps, OffsetSpec.EARLIEST)
+            ends = source.offsets(tps, OffsetSpec.LATEST)
+            remote_tps = [(topics.remote_names[t], p) for t, p in tps]
+            target_ends = target.offsets(remote_tps, OffsetSpec.LATEST)
+        planned = make_plan(
+            PlannerInput(
+                flow=flow.name,
+                run_id=run_id,
+                created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                source={tp: SourceOffsets(starts[tp], ends[tp]) for tp in tps},
+                remote_topics=topics.remote_names,
+                target_ends=target_ends,
+                progress=store.progress(flow.name),
+                max_records_per_partition=flow.settings.max_records_per_partition,
+            )
+        )
+        store.anchor(flow.name, run_id, planned.anchors)
+        write_atomically(run_files(config, flow, run_id).plan, planned.plan.to_json())
+    except BaseException:
+        store.release_lock(flow.name, run_id)
+        raise
+    plan = planned.plan
+    log.info(
+        "flow %s run %s: %d topics selected, %d remote topics created, %d partitions to copy, "
+        "up to %d records",
+        flow.name,
+        run_id,
+        len(topics.partitions),
+        len(topics.created),
+        len(plan.partitions),
+        plan.max_records,
+    )
+    return plan
+
+
+def load_plan(config: MirrorConfig, flow: FlowConfig, run_id: str) -> Plan:
+    path = run_files(config, flow, run_id).plan
+    plan = Plan.from_json(read_file(path, "plan file"), str(path))
+    plan.check_belongs_to(flow.name, run_id, str(path))
+    return plan
+
+
+def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> RunReport:
+    """Commit what the copy acknowledged, in one transaction; report records, bytes and lag left."""
+    flow = config.flow(flow_name)
+    plan = load_plan(config, flow, run_id)
+    files = run_files(config, flow, run_id)
+    result = (
+        CopyResult.from_json(read_file(files.result, "copy result"), str(files.result))
+        if plan.partitions
+        else CopyResult(flow.name, run_id, ())
+    )
+    batches = batches_for(plan, result)
+    OffsetsStore(config.offsets_db_url).commit(flow.name, run_id, batches)
+    report = build_report(plan, result)
+    log.info("flow %s run %s committed\n%s", flow.name, run_id, report.table())
+    return report
+
+
+def batches_for(plan: Plan, result: CopyResult) -> list[Batch]:
+    """The batch log rows for a result; refuses a result that does not match its plan exactly."""
+    if (result.flow, result.run_id) != (plan.flow, plan.run_id):
+        raise PlanError(
+            f"copy result is for flow {result.flow!r} run {result.run_id!r}, the plan for flow {plan.flow!r} "
+            f"run {plan.run_id!r}; re-run the copy task"
+        )
+    by_tp = {(r.topic, r.partition): r for r in result.partitions}
+    batches = []
+    for p in plan.partitions:
+        r = by_tp.get((p.topic, p.partition))
+        if r is None or r.target_start != p.target_start:
+            raise PlanError(
+                f"copy result does not match the plan for {p.topic}-{p.partition}; re-run the copy task"
+            )
+        batches.append(
+            Batch(
+                topic=p.topic,
+                partition=p.partition,
+                remote_topic=p.remote_topic,
+                source_start=p.source_start,
+                source_end=p.source_end,
+                target_start=p.target_start,
+                target_end=r.target_end,
+                records=r.records,
+                bytes=r.bytes,
+                sync_points=r.sync_points,
+            )
+        )
+    if len(by_tp) != len(plan.partitions):
+        raise PlanError("copy result holds partitions the plan does not; re-run the copy task")
+    return batches
+
+
+def release_run(config: MirrorConfig, flow_name: str, run_id: str) -> bool:
+    flow = config.flow(flow_name)
+    return OffsetsStore(config.offsets_db_url).release_lock(flow.name, run_id)

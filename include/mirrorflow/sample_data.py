@@ -1,0 +1,105 @@
+"""Sample records for the demo, the tests and the benchmark, and an exact reader to check copies.
+
+Records are deterministic for a (topic, partition, index): keyed, with repeated and binary headers,
+explicit timestamps, and the occasional null key and tombstone, so a copy can be compared record by
+record with what was produced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import cast
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+
+from mirrorflow.errors import TransientError
+
+# 2001-09-09T01:46:40Z: far in the past, so copies cannot pass by stamping the send time.
+BASE_TIMESTAMP_MS = 1_000_000_000_000
+
+
+@dataclass(frozen=True)
+class Record:
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
+
+
+def sample_record(topic: str, partition: int, index: int, value_size: int = 64) -> Record:
+    seed = hashlib.sha256(f"{topic}/{partition}/{index}".encode()).digest()
+    key = None if index % 17 == 5 else f"key-{index % 11}".encode()
+    value = None if index % 13 == 7 else (seed * (value_size // len(seed) + 1))[:value_size]
+    headers = (("trace", seed[:8]), ("source", b"demo"), ("trace", b"\x00\xff")) if index % 3 else ()
+    return Record(key, value, headers, BASE_TIMESTAMP_MS + index * 1000 + partition)
+
+
+def producer(bootstrap: str, extra: Mapping[str, str] | None = None) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": "20", **(extra or {})})
+
+
+def produce(p: Producer, topic: str, partition: int, records: Iterable[Record]) -> None:
+    for r in records:
+        while True:
+            try:
+                p.produce(
+                    topic,
+                    value=r.value,
+                    key=r.key,
+                    partition=partition,
+                    timestamp=r.timestamp,
+                    headers=list(r.headers) or None,
+                )
+                break
+            except BufferError:
+                p.poll(0.1)
+    if p.flush(60):
+        raise TransientError(f"records to {topic}-{partition} were not all delivered")
+
+
+def produce_samples(bootstrap: str, topic: str, partitions: int, start: int, count: int) -> None:
+    """Append records ``start .. start+count-1`` of the sample sequence to every partition."""
+    p = producer(bootstrap)
+    for partition in range(partitions):
+        produce(
+            p, topic, partition, (sample_record(topic, partition, i) for i in range(start, start + count))
+        )
+
+
+def read_partition(bootstrap: str, topic: str, partition: int, read_committed: bool = True) -> list[Record]:
+    """Every record of a partition, from the beginning to its current end, in offset order."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "mirrorflow-reader",
+            "enable.auto.commit": "false",
+            "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+        }
+    )
+    try:
+        _low, end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        out: list[Record] = []
+        position = 0
+        while position < end:
+            msgs = c.consume(1000, timeout=5)
+            if not msgs:
+                position = c.position([TopicPartition(topic, partition)])[0].offset
+                if position >= end or position < 0:
+                    break
+                continue
+            for m in msgs:
+                if m.error():
+                    raise KafkaException(m.error())
+                headers = cast("list[tuple[str, bytes | None]]", m.headers() or [])
+                out.append(Record(m.key(), m.value(), tuple(headers), m.timestamp()[1]))
+                position = int(m.offset() or 0) + 1
+        return out
+    finally:
+        c.close()
+
+
+def read_topic(bootstrap: str, topic: str, partitions: int) -> Sequence[list[Record]]:
+    return [read_partition(bootstrap, topic, p) for p in range(partitions)]

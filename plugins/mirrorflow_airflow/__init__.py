@@ -1,0 +1,1 @@
+"""Airflow glue for mirrorflow: error classification for tasks (and, later, UI views)."""
