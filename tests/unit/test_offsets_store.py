@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
 from mirrorflow.offsets_store import Batch, CommittedBatch, OffsetsStore, PartitionProgress
 
