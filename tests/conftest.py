@@ -5,11 +5,20 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import Iterator
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
 from mirrorflow import local_kafka, paths
+from mirrorflow.config import MirrorConfig, load_config
 from mirrorflow.local_kafka import LocalCluster
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 SESSION_ALIASES = ("primary", "backup", "dr")
 _names = itertools.count()
@@ -39,3 +48,52 @@ def unique_name(request: pytest.FixtureRequest) -> str:
     """A topic/group-safe name unique to this test call, this process and this session."""
     base = re.sub(r"[^A-Za-z0-9-]+", "-", request.node.name).strip("-")[:150]
     return f"{base}-{os.getpid()}-{next(_names)}"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local Spark session with the Kafka connector, bound to loopback, shared by the session."""
+    from pyspark.sql import SparkSession
+
+    jars = paths.spark_kafka_jars()
+    if not jars:
+        pytest.fail(
+            f"Spark Kafka connector jars missing in {paths.jvm_cache()}: run `make setup`", pytrace=False
+        )
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must import mirrorflow from this venv
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("mirrorflow-tests")
+        .config("spark.jars", ",".join(str(j) for j in jars))
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.warehouse.dir", str(Path(tempfile.mkdtemp(prefix="mirrorflow-warehouse-"))))
+        .getOrCreate()
+    )
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture
+def write_config(tmp_path: Path, kafka_clusters: dict[str, LocalCluster]) -> Callable[[str], MirrorConfig]:
+    """Writes an mm2.properties for the session clusters (plus the given lines) and loads it.
+
+    Each test gets its own state dir and offsets database, so tests never share progress.
+    """
+
+    def write(extra: str) -> MirrorConfig:
+        lines = [
+            f"clusters = {', '.join(kafka_clusters)}",
+            *(f"{a}.bootstrap.servers = {c.bootstrap}" for a, c in kafka_clusters.items()),
+            "replication.factor = 1",
+            f"mirrorflow.state.dir = {tmp_path / 'state'}",
+            extra,
+        ]
+        path = tmp_path / "mm2.properties"
+        path.write_text("\n".join(lines) + "\n")
+        return load_config(path, env={})
+
+    return write

@@ -50,7 +50,8 @@ _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 def _jaas_credentials(props: Mapping[str, str]) -> dict[str, str]:
     options = dict(_JAAS_OPTION.findall(props.get("sasl.jaas.config", "")))
-    return {k: options[k] for k in ("username", "password") if k in options}
+    # JAAS values are quoted strings: a backslash escapes the next character.
+    return {k: re.sub(r"\\(.)", r"\1", options[k]) for k in ("username", "password") if k in options}
 
 
 def librdkafka_config(props: Mapping[str, str]) -> dict[str, str]:

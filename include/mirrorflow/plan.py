@@ -7,6 +7,7 @@ in the run's folder (see ``run_dir``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -88,7 +89,7 @@ class Plan:
         try:
             raw = json.loads(text)
             if raw.get("version") != PLAN_VERSION:
-                raise PlanError(f"{source}: plan version {raw.get('version')!r}, expected {PLAN_VERSION}")
+                raise ValueError(f"plan version {raw.get('version')!r}, expected {PLAN_VERSION}")
             return cls(
                 flow=raw["flow"],
                 run_id=raw["run_id"],
@@ -96,7 +97,7 @@ class Plan:
                 partitions=tuple(PartitionPlan(**p) for p in raw["partitions"]),
                 states=tuple(PartitionState(**s) for s in raw["states"]),
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise PlanError(f"{source}: not a valid plan ({exc}); re-run the plan task") from exc
 
     def check_belongs_to(self, flow: str, run_id: str, source: str) -> None:
@@ -163,7 +164,12 @@ def run_dir(state_dir: Path, flow: str, run_id: str) -> Path:
 
 
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=-]", "_", name.replace("->", "_to_"))
+    """A folder name for ``name``; where characters had to be replaced, a digest of the original keeps
+    distinct names apart (``x:y`` and ``x+y``), and a name of dots alone never means a parent folder."""
+    readable = re.sub(r"[^A-Za-z0-9._=-]", "_", name.replace("->", "_to_"))
+    if readable == name.replace("->", "_to_") and readable.strip("."):
+        return readable
+    return f"{readable.replace('.', '_')}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
 
 
 def write_atomically(path: Path, text: str) -> None:

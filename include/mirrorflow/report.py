@@ -47,7 +47,9 @@ class RunReport:
             for t in self.topics
         ]
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in [head, *rows])
+        return "\n".join(
+            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows]
+        )
 
 
 def build_report(plan: Plan, result: CopyResult) -> RunReport:

@@ -121,6 +121,8 @@ def batches_for(plan: Plan, result: CopyResult) -> list[Batch]:
             f"run {plan.run_id!r}; re-run the copy task"
         )
     by_tp = {(r.topic, r.partition): r for r in result.partitions}
+    if len(by_tp) != len(result.partitions):
+        raise PlanError("copy result lists a partition twice; re-run the copy task")
     batches = []
     for p in plan.partitions:
         r = by_tp.get((p.topic, p.partition))

@@ -11,8 +11,8 @@ import functools
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
-from airflow.exceptions import AirflowFailException
 from airflow.sdk import get_current_context
+from airflow.sdk.exceptions import AirflowFailException
 
 from mirrorflow import runner
 from mirrorflow.config import load_config

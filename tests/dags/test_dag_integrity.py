@@ -1,0 +1,236 @@
+"""dags/mirror_flows.py as Airflow's DagBag loads it: one DAG per enabled flow, wired as designed,
+import errors naming the bad key, and no network I/O at parse time.
+
+Parsing needs no metadata database: these tests never run ``airflow db migrate``. Airflow reads
+AIRFLOW_HOME once, when it is first imported, so a private one is set here before that happens.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mirrorflow.local_kafka import free_ports
+from mirrorflow.paths import REPO_ROOT
+
+DAGS_FOLDER = REPO_ROOT / "dags"
+DAG_FILE = DAGS_FOLDER / "mirror_flows.py"
+PLUGINS_FOLDER = REPO_ROOT / "plugins"
+
+if "airflow" not in sys.modules:
+    _home = tempfile.mkdtemp(prefix="mirrorflow-airflow-home-")
+    atexit.register(shutil.rmtree, _home, ignore_errors=True)
+    os.environ["AIRFLOW_HOME"] = _home
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS_FOLDER)
+    os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(PLUGINS_FOLDER)
+    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+
+FLOWS = """\
+clusters = primary, backup, dr
+primary.bootstrap.servers = {primary}
+backup.bootstrap.servers = {backup}
+dr.bootstrap.servers = {dr}
+replication.factor = 1
+primary->backup.enabled = true
+primary->backup.mirrorflow.schedule = @hourly
+backup->primary.enabled = true
+backup->primary.mirrorflow.spark.conn.id = spark_yarn
+primary->dr.enabled = false
+"""
+
+
+@pytest.fixture(scope="session")
+def dagbag_class() -> type[Any]:
+    from airflow import configuration
+    from airflow.dag_processing.dagbag import DagBag
+
+    home = Path(configuration.AIRFLOW_HOME).resolve()
+    if not home.is_relative_to(Path(tempfile.gettempdir()).resolve()):
+        pytest.fail(
+            f"Airflow was imported with AIRFLOW_HOME={home} before this module could point it at a "
+            "temporary folder; set AIRFLOW_HOME in a conftest.py instead",
+            pytrace=False,
+        )
+    return DagBag
+
+
+@pytest.fixture
+def load_dags(
+    dagbag_class: type[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[str], Any]:
+    """Writes ``text`` as the config named by MIRROR_CONFIG and parses the dags folder."""
+    monkeypatch.syspath_prepend(str(PLUGINS_FOLDER))
+    monkeypatch.setenv("MIRROR_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("MIRROR_OFFSETS_DB_URL", raising=False)
+
+    def load(text: str) -> Any:
+        path = tmp_path / "mm2.properties"
+        path.write_text(text)
+        monkeypatch.setenv("MIRROR_CONFIG", str(path))
+        return dagbag_class(dag_folder=str(DAGS_FOLDER))
+
+    return load
+
+
+@pytest.fixture
+def closed_ports() -> dict[str, str]:
+    """Bootstrap servers on loopback ports nothing listens on."""
+    ports = free_ports(3)
+    return {
+        alias: f"127.0.0.1:{port}" for alias, port in zip(("primary", "backup", "dr"), ports, strict=True)
+    }
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[object]]:
+    """Records (and refuses) every socket connection and name lookup made through Python."""
+    attempts: list[object] = []
+
+    def refuse(*args: object, **kwargs: object) -> Any:
+        attempts.append(args)
+        raise OSError("network I/O while parsing DAGs")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    yield attempts
+
+
+def test_one_dag_per_enabled_flow(load_dags: Callable[[str], Any], closed_ports: dict[str, str]) -> None:
+    bag = load_dags(FLOWS.format(**closed_ports))
+
+    assert bag.import_errors == {}
+    assert sorted(bag.dag_ids) == ["mirror_backup_to_primary", "mirror_primary_to_backup"]
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "flow", "conn_id", "schedule"),
+    [
+        ("mirror_primary_to_backup", "primary->backup", "spark_default", "@hourly"),
+        ("mirror_backup_to_primary", "backup->primary", "spark_yarn", None),
+    ],
+)
+def test_dag_wiring(
+    load_dags: Callable[[str], Any],
+    closed_ports: dict[str, str],
+    tmp_path: Path,
+    dag_id: str,
+    flow: str,
+    conn_id: str,
+    schedule: str | None,
+) -> None:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    dag = load_dags(FLOWS.format(**closed_ports)).dags[dag_id]
+
+    assert dag.schedule == schedule
+    assert dag.max_active_runs == 1
+    assert dag.catchup is False
+    assert sorted(dag.task_ids) == ["commit", "copy", "plan", "release"]
+    plan, copy, commit, release = (dag.get_task(t) for t in ("plan", "copy", "commit", "release"))
+
+    # plan >> copy >> commit >> release, and release is plan's teardown (so also downstream of it).
+    assert plan.upstream_task_ids == set()
+    assert plan.downstream_task_ids == {"copy", "release"}
+    assert copy.upstream_task_ids == {"plan"}
+    assert copy.downstream_task_ids == {"commit"}
+    assert commit.upstream_task_ids == {"copy"}
+    assert commit.downstream_task_ids == {"release"}
+    assert release.upstream_task_ids == {"commit", "plan"}
+    assert release.downstream_task_ids == set()
+    assert plan.is_setup is True
+    assert plan.is_teardown is False
+    assert release.is_teardown is True
+    assert release.trigger_rule == "all_done_setup_success"
+    # Nothing to copy skips copy only: commit still runs (none_failed), release always does.
+    assert plan.ignore_downstream_trigger_rules is False
+    assert commit.trigger_rule == "none_failed"
+
+    assert isinstance(copy, SparkSubmitOperator)
+    assert copy._conn_id == conn_id
+    assert copy.application == str(REPO_ROOT / "jobs" / "mirror_copy.py")
+    assert copy.application_args == [
+        "--config",
+        str(tmp_path / "mm2.properties"),
+        "--flow",
+        flow,
+        "--run-id",
+        "{{ run_id }}",
+    ]
+
+
+def test_schedule_from_top_level_applies_to_every_flow_unless_overridden(
+    load_dags: Callable[[str], Any], closed_ports: dict[str, str]
+) -> None:
+    bag = load_dags(FLOWS.format(**closed_ports) + "mirrorflow.schedule = @daily\n")
+
+    assert bag.import_errors == {}
+    assert bag.dags["mirror_primary_to_backup"].schedule == "@hourly"
+    assert bag.dags["mirror_backup_to_primary"].schedule == "@daily"
+
+
+def test_no_enabled_flow_gives_no_dag_and_no_error(
+    load_dags: Callable[[str], Any], closed_ports: dict[str, str]
+) -> None:
+    text = FLOWS.format(**closed_ports).replace(".enabled = true", ".enabled = false")
+
+    bag = load_dags(text)
+
+    assert bag.import_errors == {}
+    assert bag.dag_ids == []
+
+
+@pytest.mark.parametrize(
+    ("line", "error_line"),
+    [
+        (
+            "primary->nowhere.enabled = true",
+            "mirrorflow.errors.ConfigError: primary->nowhere.enabled: flow keys look like "
+            "`<source>-><target>.<setting>` with both aliases listed in clusters (primary, backup, dr), "
+            "but 'nowhere' is not; add it to clusters or fix the alias",
+        ),
+        (
+            "backup->primary.mirrorflow.max.records.per.partition = 0",
+            "mirrorflow.errors.ConfigError: backup->primary.mirrorflow.max.records.per.partition: "
+            "expected a positive whole number, got '0'; set e.g. 1000000",
+        ),
+    ],
+    ids=["unknown-alias", "bad-value"],
+)
+def test_invalid_config_is_an_import_error_naming_the_key(
+    load_dags: Callable[[str], Any], closed_ports: dict[str, str], line: str, error_line: str
+) -> None:
+    bag = load_dags(FLOWS.format(**closed_ports) + line + "\n")
+
+    assert bag.dag_ids == []
+    assert list(bag.import_errors) == [str(DAG_FILE)]
+    assert bag.import_errors[str(DAG_FILE)].rstrip().splitlines()[-1] == error_line
+
+
+def test_parsing_does_no_network_or_state_io(
+    load_dags: Callable[[str], Any],
+    closed_ports: dict[str, str],
+    no_network: list[object],
+    tmp_path: Path,
+) -> None:
+    started = time.monotonic()
+    bag = load_dags(FLOWS.format(**closed_ports))
+    elapsed = time.monotonic() - started
+
+    assert bag.import_errors == {}
+    assert len(bag.dag_ids) == 2
+    assert no_network == []
+    assert elapsed < 5, f"parsing took {elapsed:.1f}s"
+    # Neither the state folder nor the offsets database is touched at parse time.
+    assert not (tmp_path / "state").exists()

@@ -1,0 +1,145 @@
+"""Selection, naming and topologies on real brokers: what gets mirrored where, and what never does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+from mirror_helpers import assert_same_records, create_topic, run_flow, topics
+from pyspark.sql import SparkSession
+
+from mirrorflow import sample_data
+from mirrorflow.config import MirrorConfig
+from mirrorflow.local_kafka import LocalCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+Clusters = dict[str, LocalCluster]
+WriteConfig = Callable[[str], MirrorConfig]
+
+
+def seed(cluster: LocalCluster, topic: str, partitions: int = 2, count: int = 30) -> None:
+    create_topic(cluster.bootstrap, topic, partitions)
+    sample_data.produce_samples(cluster.bootstrap, topic, partitions, 0, count)
+
+
+def mine(cluster: LocalCluster, name: str) -> set[str]:
+    return {t for t in topics(cluster.bootstrap) if name in t}
+
+
+def test_excluded_internal_and_cyclic_topics_are_not_mirrored(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    u = unique_name
+    for name in (f"{u}-keep", f"{u}-skip", f"{u}-internal", f"__{u}", f"backup.{u}", f"dr.backup.{u}"):
+        seed(primary, name, partitions=1, count=3)
+    config = write_config(
+        f"primary->backup.enabled = true\nprimary->backup.topics = .*{u}.*\n"
+        f"primary->backup.topics.exclude = .*-skip, .*[\\-\\.]internal, __.*\n"
+    )
+
+    report = run_flow(config, "primary->backup", "run-1", spark)
+
+    # dr.backup.<u> came from backup through dr: sending it to backup would close a loop.
+    assert mine(backup, u) == {f"primary.{u}-keep"}
+    assert [t.topic for t in report.topics] == [f"{u}-keep"]
+    assert_same_records(primary.bootstrap, f"{u}-keep", backup.bootstrap, f"primary.{u}-keep", 1)
+
+
+def test_active_active_makes_no_loops(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    u = unique_name
+    seed(primary, u)
+    seed(backup, u, count=20)
+    config = write_config(
+        f"primary->backup.enabled = true\nbackup->primary.enabled = true\ntopics = .*{u}.*\n"
+    )
+
+    for i, flow in enumerate(("primary->backup", "backup->primary", "primary->backup", "backup->primary")):
+        run_flow(config, flow, f"run-{i}", spark)
+
+    assert mine(primary, u) == {u, f"backup.{u}"}
+    assert mine(backup, u) == {u, f"primary.{u}"}
+    assert assert_same_records(primary.bootstrap, u, backup.bootstrap, f"primary.{u}", 2) == 60
+    assert assert_same_records(backup.bootstrap, u, primary.bootstrap, f"backup.{u}", 2) == 40
+
+
+def test_chain_prefixes_every_hop(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, dr = kafka_clusters["primary"], kafka_clusters["dr"]
+    u = unique_name
+    seed(primary, u)
+    config = write_config(f"primary->backup.enabled = true\nbackup->dr.enabled = true\ntopics = .*{u}.*\n")
+
+    run_flow(config, "primary->backup", "run-1", spark)
+    run_flow(config, "backup->dr", "run-1", spark)
+
+    assert mine(dr, u) == {f"backup.primary.{u}"}
+    assert assert_same_records(primary.bootstrap, u, dr.bootstrap, f"backup.primary.{u}", 2) == 60
+
+
+def test_fan_in_and_fan_out(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup, dr = kafka_clusters["primary"], kafka_clusters["backup"], kafka_clusters["dr"]
+    u = unique_name
+    seed(primary, f"{u}-a")
+    seed(backup, f"{u}-b", count=10)
+    config = write_config(
+        "primary->backup.enabled = true\nprimary->dr.enabled = true\nbackup->dr.enabled = true\n"
+        f"primary->backup.topics = {u}-a\nprimary->dr.topics = {u}-a\nbackup->dr.topics = {u}-b\n"
+    )
+
+    for flow in ("primary->backup", "primary->dr", "backup->dr"):
+        run_flow(config, flow, "run-1", spark)
+
+    assert mine(dr, u) == {f"primary.{u}-a", f"backup.{u}-b"}
+    assert mine(backup, u) == {f"{u}-b", f"primary.{u}-a"}
+    assert_same_records(primary.bootstrap, f"{u}-a", dr.bootstrap, f"primary.{u}-a", 2)
+    assert_same_records(primary.bootstrap, f"{u}-a", backup.bootstrap, f"primary.{u}-a", 2)
+    assert_same_records(backup.bootstrap, f"{u}-b", dr.bootstrap, f"backup.{u}-b", 2)
+
+
+def test_identity_policy_keeps_names(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, dr = kafka_clusters["primary"], kafka_clusters["dr"]
+    u = unique_name
+    seed(primary, u)
+    config = write_config(
+        f"primary->dr.enabled = true\nprimary->dr.topics = {u}\n"
+        "primary->dr.replication.policy.class = IdentityReplicationPolicy\n"
+    )
+
+    run_flow(config, "primary->dr", "run-1", spark)
+
+    assert mine(dr, u) == {u}
+    assert_same_records(primary.bootstrap, u, dr.bootstrap, u, 2)
+
+
+def test_remote_topic_gets_partitions_and_synced_configs(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    u = unique_name
+    configs = {"retention.ms": "123456789", "cleanup.policy": "compact", "min.insync.replicas": "1"}
+    create_topic(primary.bootstrap, u, 5, configs)
+    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {u}\n")
+
+    run_flow(config, "primary->backup", "run-1", spark)
+
+    admin = KafkaAdminClient(bootstrap_servers=backup.bootstrap)
+    try:
+        (described,) = admin.describe_topics([f"primary.{u}"])
+        remote = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, f"primary.{u}")])
+    finally:
+        admin.close()
+    assert len(described["partitions"]) == 5
+    set_on_remote = {k: v["value"] for k, v in remote["topic"][f"primary.{u}"].items()}
+    # min.insync.replicas is on MM2's config.properties.exclude list: never synced.
+    assert set_on_remote == {"retention.ms": "123456789", "cleanup.policy": "compact"}

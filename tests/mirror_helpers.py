@@ -1,0 +1,55 @@
+"""Test helpers: run a flow in-process (the same steps the DAG runs, with the session's Spark)."""
+
+from __future__ import annotations
+
+from kafka.admin import KafkaAdminClient
+from pyspark.sql import SparkSession
+
+from mirrorflow import runner, sample_data
+from mirrorflow.config import MirrorConfig
+from mirrorflow.plan import write_atomically
+from mirrorflow.report import RunReport
+from mirrorflow.spark_copy import copy_plan
+
+
+def run_flow(config: MirrorConfig, flow_name: str, run_id: str, spark: SparkSession) -> RunReport:
+    """plan -> copy -> commit -> release, as one DAG run does."""
+    flow = config.flow(flow_name)
+    try:
+        plan = runner.plan_run(config, flow.name, run_id)
+        if plan.partitions:
+            result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+            write_atomically(runner.run_files(config, flow, run_id).result, result.to_json())
+        return runner.commit_run(config, flow.name, run_id)
+    finally:
+        runner.release_run(config, flow.name, run_id)
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics(
+            {name: {"num_partitions": partitions, "replication_factor": 1, "configs": configs or {}}},
+            wait_for_metadata=True,
+        )
+    finally:
+        admin.close()
+
+
+def topics(bootstrap: str) -> set[str]:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return set(admin.list_topics())
+    finally:
+        admin.close()
+
+
+def assert_same_records(src: str, topic: str, dst: str, remote: str, partitions: int) -> int:
+    """Every partition of the remote topic equals the source's, record by record; returns the count."""
+    total = 0
+    for p in range(partitions):
+        expected = sample_data.read_partition(src, topic, p)
+        actual = sample_data.read_partition(dst, remote, p)
+        assert actual == expected, f"{remote}-{p} differs from {topic}-{p}"
+        total += len(actual)
+    return total

@@ -1,0 +1,291 @@
+"""Plan and copy result files: JSON round trips, validation, run folders, atomic writes; and the batch
+rows the commit derives from a plan and its result (``runner.batches_for``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mirrorflow.errors import PlanError
+from mirrorflow.offsets_store import Batch
+from mirrorflow.plan import (
+    CopyResult,
+    PartitionPlan,
+    PartitionResult,
+    PartitionState,
+    Plan,
+    read_file,
+    run_dir,
+    write_atomically,
+)
+from mirrorflow.runner import batches_for
+
+FLOW = "primary->backup"
+RUN = "manual__2026-01-01T00:00:00+00:00"
+
+ORDERS_0 = PartitionPlan("orders", 0, 10, 20, "primary.orders", 100)
+ORDERS_1 = PartitionPlan("orders", 1, 0, 5, "primary.orders", 0)
+PLAN = Plan(
+    flow=FLOW,
+    run_id=RUN,
+    created_at="2026-01-01T00:00:05+00:00",
+    partitions=(ORDERS_0, ORDERS_1),
+    states=(
+        PartitionState("orders", 0, "primary.orders", 3, 25, 10),
+        PartitionState("orders", 1, "primary.orders", 0, 5, 0),
+        PartitionState("orders", 2, "primary.orders", 7, 7, 7),
+    ),
+)
+RESULT = CopyResult(
+    flow=FLOW,
+    run_id=RUN,
+    partitions=(
+        PartitionResult(
+            "orders", 0, records=8, skipped=2, bytes=640, target_start=100, sync_points=((10, 100), (13, 102))
+        ),
+        PartitionResult("orders", 1, records=5, skipped=0, bytes=50, target_start=0),
+    ),
+)
+
+
+# --- JSON round trips ----------------------------------------------------------------------------
+
+
+def test_plan_round_trips_exactly() -> None:
+    text = PLAN.to_json()
+
+    assert json.loads(text)["version"] == 1
+    assert Plan.from_json(text) == PLAN
+    assert Plan.from_json(text).to_json() == text
+
+
+def test_empty_plan_round_trips_exactly() -> None:
+    empty = Plan(FLOW, RUN, "2026-01-01T00:00:05+00:00", ())
+
+    assert Plan.from_json(empty.to_json()) == empty
+    assert empty.max_records == 0
+
+
+def test_copy_result_round_trips_exactly_with_sync_points_as_tuples() -> None:
+    text = RESULT.to_json()
+    back = CopyResult.from_json(text)
+
+    assert back == RESULT
+    assert back.partitions[0].sync_points == ((10, 100), (13, 102))
+    assert back.partitions[0].target_end == 108
+    assert back.to_json() == text
+
+
+def test_max_records_sums_the_planned_ranges() -> None:
+    assert PLAN.max_records == 10 + 5
+
+
+# --- validation ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "shown"),
+    [(5, 5, "[5, 5)"), (6, 5, "[6, 5)"), (-1, 5, "[-1, 5)")],
+)
+def test_empty_or_negative_source_range_is_refused(start: int, end: int, shown: str) -> None:
+    with pytest.raises(PlanError) as caught:
+        PartitionPlan("orders", 3, start, end, "primary.orders", 0)
+
+    assert str(caught.value) == f"orders-3: source range {shown} is empty or negative"
+
+
+def test_negative_target_start_is_refused() -> None:
+    with pytest.raises(PlanError, match=r"^orders-3: negative target start -1$"):
+        PartitionPlan("orders", 3, 0, 1, "primary.orders", -1)
+
+
+def test_a_partition_planned_twice_is_refused() -> None:
+    again = PartitionPlan("orders", 0, 20, 30, "primary.orders", 110)
+
+    with pytest.raises(PlanError) as caught:
+        Plan(FLOW, RUN, "now", (ORDERS_0, ORDERS_1, again))
+
+    assert str(caught.value) == "primary->backup: partition orders-0 planned twice"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps({**json.loads(PLAN.to_json()), "version": 2}),
+        json.dumps({k: v for k, v in json.loads(PLAN.to_json()).items() if k != "version"}),
+        json.dumps({k: v for k, v in json.loads(PLAN.to_json()).items() if k != "states"}),
+        json.dumps({**json.loads(PLAN.to_json()), "partitions": [{"topic": "orders"}]}),
+        '{"version": 1, "flow": ',
+        "",
+        "[]",
+        "null",
+    ],
+    ids=["wrong-version", "no-version", "no-states", "bad-partition", "truncated", "empty", "list", "null"],
+)
+def test_malformed_plan_says_to_rerun_the_plan_task(text: str) -> None:
+    with pytest.raises(PlanError) as caught:
+        Plan.from_json(text, "/state/runs/x/plan.json")
+
+    message = str(caught.value)
+    assert message.startswith("/state/runs/x/plan.json: not a valid plan (")
+    assert message.endswith("); re-run the plan task")
+
+
+def test_wrong_plan_version_is_named() -> None:
+    text = json.dumps({**json.loads(PLAN.to_json()), "version": 2})
+
+    with pytest.raises(PlanError, match=r"plan version 2, expected 1"):
+        Plan.from_json(text, "plan.json")
+
+
+@pytest.mark.parametrize(
+    "text", ["{", "[]", json.dumps({"flow": FLOW, "run_id": RUN})], ids=["truncated", "list", "no-parts"]
+)
+def test_malformed_copy_result_says_to_rerun_the_copy_task(text: str) -> None:
+    with pytest.raises(PlanError) as caught:
+        CopyResult.from_json(text, "result.json")
+
+    message = str(caught.value)
+    assert message.startswith("result.json: not a valid copy result (")
+    assert message.endswith("); re-run the copy task")
+
+
+def test_check_belongs_to_accepts_its_own_flow_and_run() -> None:
+    PLAN.check_belongs_to(FLOW, RUN, "plan.json")
+
+
+@pytest.mark.parametrize(
+    ("flow", "run_id"),
+    [("backup->primary", RUN), (FLOW, "manual__2026-01-02T00:00:00+00:00")],
+    ids=["other-flow", "other-run"],
+)
+def test_check_belongs_to_refuses_another_flow_or_run(flow: str, run_id: str) -> None:
+    with pytest.raises(PlanError) as caught:
+        PLAN.check_belongs_to(flow, run_id, "/s/plan.json")
+
+    assert str(caught.value) == (
+        f"/s/plan.json belongs to flow 'primary->backup' run {RUN!r}, not flow {flow!r} run {run_id!r}; "
+        "re-run the plan task of this run"
+    )
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+
+def test_run_dir_makes_safe_folder_names() -> None:
+    folder = run_dir(Path("/state"), "a->b", "manual__2026-01-01T00:00:00+00:00")
+
+    assert folder.parent == Path("/state/runs/a_to_b")
+    assert folder.name.startswith("manual__2026-01-01T00_00_00_00_00-")
+
+
+def test_run_dir_keeps_distinct_run_ids_apart_and_never_climbs() -> None:
+    names = {run_dir(Path("/s"), "a->b", r).name for r in ("x:y", "x+y", "x_y", "..", ".")}
+
+    assert len(names) == 5
+    assert not any(set(n) <= {"."} for n in names)
+
+
+def test_run_dir_keeps_dots_dashes_and_equals_and_replaces_separators() -> None:
+    folder = run_dir(Path("/state"), "eu.west-1->us", "scheduled__x=1/../y z")
+
+    assert folder.parent == Path("/state/runs/eu.west-1_to_us")
+    assert folder.name.startswith("scheduled__x=1____y_z-")
+
+
+def test_write_atomically_creates_folders_replaces_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    path = tmp_path / "runs" / "a_to_b" / "r1" / "plan.json"
+
+    write_atomically(path, "first")
+    write_atomically(path, "second")
+
+    assert path.read_text() == "second"
+    assert [p.name for p in path.parent.iterdir()] == ["plan.json"]
+    assert read_file(path, "plan file") == "second"
+
+
+def test_read_file_of_a_missing_file_says_which_task_to_rerun(tmp_path: Path) -> None:
+    path = tmp_path / "plan.json"
+
+    with pytest.raises(PlanError) as caught:
+        read_file(path, "plan file")
+
+    assert str(caught.value) == f"plan file {path} does not exist; re-run the task that writes it"
+
+
+# --- runner.batches_for --------------------------------------------------------------------------
+
+
+def test_batches_for_builds_one_row_per_planned_partition() -> None:
+    assert batches_for(PLAN, RESULT) == [
+        Batch(
+            topic="orders",
+            partition=0,
+            remote_topic="primary.orders",
+            source_start=10,
+            source_end=20,
+            target_start=100,
+            target_end=108,
+            records=8,
+            bytes=640,
+            sync_points=((10, 100), (13, 102)),
+        ),
+        Batch(
+            topic="orders",
+            partition=1,
+            remote_topic="primary.orders",
+            source_start=0,
+            source_end=5,
+            target_start=0,
+            target_end=5,
+            records=5,
+            bytes=50,
+            sync_points=(),
+        ),
+    ]
+
+
+def test_batches_for_an_empty_plan_is_empty() -> None:
+    empty = Plan(FLOW, RUN, "now", ())
+
+    assert batches_for(empty, CopyResult(FLOW, RUN, ())) == []
+
+
+@pytest.mark.parametrize(
+    ("flow", "run_id"), [("backup->primary", RUN), (FLOW, "other-run")], ids=["other-flow", "other-run"]
+)
+def test_batches_for_refuses_a_result_of_another_run(flow: str, run_id: str) -> None:
+    with pytest.raises(PlanError) as caught:
+        batches_for(PLAN, CopyResult(flow, run_id, RESULT.partitions))
+
+    assert str(caught.value) == (
+        f"copy result is for flow {flow!r} run {run_id!r}, the plan for flow 'primary->backup' "
+        f"run {RUN!r}; re-run the copy task"
+    )
+
+
+def test_batches_for_refuses_a_result_missing_a_partition() -> None:
+    with pytest.raises(PlanError) as caught:
+        batches_for(PLAN, CopyResult(FLOW, RUN, RESULT.partitions[:1]))
+
+    assert str(caught.value) == "copy result does not match the plan for orders-1; re-run the copy task"
+
+
+def test_batches_for_refuses_a_mismatched_target_start() -> None:
+    moved = PartitionResult("orders", 0, records=8, skipped=0, bytes=640, target_start=101)
+
+    with pytest.raises(PlanError) as caught:
+        batches_for(PLAN, CopyResult(FLOW, RUN, (moved, RESULT.partitions[1])))
+
+    assert str(caught.value) == "copy result does not match the plan for orders-0; re-run the copy task"
+
+
+def test_batches_for_refuses_extra_partitions() -> None:
+    extra = PartitionResult("orders", 2, records=1, skipped=0, bytes=1, target_start=0)
+
+    with pytest.raises(PlanError) as caught:
+        batches_for(PLAN, CopyResult(FLOW, RUN, (*RESULT.partitions, extra)))
+
+    assert str(caught.value) == "copy result holds partitions the plan does not; re-run the copy task"
