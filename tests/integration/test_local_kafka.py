@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+
 from mirrorflow import local_kafka
 from mirrorflow.local_kafka import LocalCluster
 
