@@ -288,6 +288,9 @@ def server_properties(
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
+        # Sample records carry old timestamps on purpose; time-based retention would delete them
+        # while a test or the demo is still using them. Tests of expiry set retention per topic.
+        "log.retention.ms": "-1",
     }
     props.update(extra or {})
     return props
