@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import re
 import sys
@@ -75,6 +76,8 @@ def spark() -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
+        # py4j logs from __del__ at interpreter exit, after pytest closed the log stream.
+        logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture

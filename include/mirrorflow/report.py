@@ -10,6 +10,9 @@ from mirrorflow.plan import CopyResult, Plan
 
 @dataclass(frozen=True)
 class TopicReport:
+    """``records`` were committed by the run (they match the batch log); ``skipped`` of them were found
+    already on the target, written by an earlier attempt of the same plan."""
+
     topic: str
     remote_topic: str
     partitions: int
@@ -75,7 +78,7 @@ def build_report(plan: Plan, result: CopyResult) -> RunReport:
         entry["lag"] += s.end - committed
         if p:
             r = copied[(s.topic, s.partition)]
-            entry["records"] += r.records - r.skipped
+            entry["records"] += r.records
             entry["skipped"] += r.skipped
             entry["bytes"] += r.bytes
     return RunReport(plan.flow, plan.run_id, tuple(TopicReport(t, **v) for t, v in sorted(topics.items())))

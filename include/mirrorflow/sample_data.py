@@ -8,7 +8,8 @@ record with what was produced.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -68,7 +69,9 @@ def produce_samples(bootstrap: str, topic: str, partitions: int, start: int, cou
         )
 
 
-def read_partition(bootstrap: str, topic: str, partition: int, read_committed: bool = True) -> list[Record]:
+def read_partition(
+    bootstrap: str, topic: str, partition: int, read_committed: bool = True, timeout: float = 60.0
+) -> list[Record]:
     """Every record of a partition, from the beginning to its current end, in offset order."""
     c = Consumer(
         {
@@ -79,27 +82,23 @@ def read_partition(bootstrap: str, topic: str, partition: int, read_committed: b
         }
     )
     try:
-        _low, end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        tp = TopicPartition(topic, partition)
+        low, end = c.get_watermark_offsets(tp, timeout=30)
+        if end <= low:
+            return []
         c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
         out: list[Record] = []
-        position = 0
-        while position < end:
-            msgs = c.consume(1000, timeout=5)
-            if not msgs:
-                position = c.position([TopicPartition(topic, partition)])[0].offset
-                if position >= end or position < 0:
-                    break
-                continue
-            for m in msgs:
+        deadline = time.monotonic() + timeout
+        # The position is invalid (negative) until the first fetch; it passes aborted records and
+        # transaction markers that consume() never returns.
+        while c.position([tp])[0].offset < end:
+            if time.monotonic() > deadline:
+                raise TransientError(f"reading {topic}-{partition} did not reach offset {end} in {timeout} s")
+            for m in c.consume(1000, timeout=1):
                 if m.error():
                     raise KafkaException(m.error())
                 headers = cast("list[tuple[str, bytes | None]]", m.headers() or [])
                 out.append(Record(m.key(), m.value(), tuple(headers), m.timestamp()[1]))
-                position = int(m.offset() or 0) + 1
         return out
     finally:
         c.close()
-
-
-def read_topic(bootstrap: str, topic: str, partitions: int) -> Sequence[list[Record]]:
-    return [read_partition(bootstrap, topic, p) for p in range(partitions)]

@@ -46,19 +46,19 @@ def test_build_report_sums_per_topic_in_topic_order() -> None:
         topics=(
             TopicReport("audit", "primary.audit", partitions=1, records=0, skipped=0, bytes=0, lag=0),
             TopicReport(
-                "orders", "primary.orders", partitions=3, records=200, skipped=10, bytes=7500, lag=300
+                "orders", "primary.orders", partitions=3, records=210, skipped=10, bytes=7500, lag=300
             ),
             TopicReport("payments", "primary.payments", partitions=1, records=0, skipped=0, bytes=0, lag=5),
         ),
     )
-    assert report.records == 200
+    assert report.records == 210
 
 
 def test_as_dict_holds_every_topic_and_the_total() -> None:
     assert build_report(PLAN, RESULT).as_dict() == {
         "flow": FLOW,
         "run_id": RUN,
-        "records": 200,
+        "records": 210,
         "topics": (
             {
                 "topic": "audit",
@@ -73,7 +73,7 @@ def test_as_dict_holds_every_topic_and_the_total() -> None:
                 "topic": "orders",
                 "remote_topic": "primary.orders",
                 "partitions": 3,
-                "records": 200,
+                "records": 210,
                 "skipped": 10,
                 "bytes": 7500,
                 "lag": 300,

@@ -1,0 +1,314 @@
+"""The Spark copy on real brokers: exact records, idempotent re-execution, transactions, resumption, cap.
+
+Each test mirrors its own topic of "primary" to "primary.<topic>" on "backup" with the steps a DAG run
+takes (plan -> copy -> commit -> release) and compares the target with the source record by record
+(key, value, headers, timestamp, order), per partition.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka.admin import KafkaAdminClient
+from mirror_helpers import create_topic, run_flow
+from pyspark.sql import SparkSession
+
+from mirrorflow import runner, sample_data
+from mirrorflow.config import MirrorConfig
+from mirrorflow.local_kafka import LocalCluster
+from mirrorflow.offsets_store import OffsetsStore, PartitionProgress
+from mirrorflow.plan import CopyResult, Plan, write_atomically
+from mirrorflow.report import RunReport
+from mirrorflow.sample_data import BASE_TIMESTAMP_MS, Record, sample_record
+from mirrorflow.spark_copy import copy_plan
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+FLOW = "primary->backup"
+Clusters = dict[str, LocalCluster]
+WriteConfig = Callable[[str], MirrorConfig]
+
+
+def _config(write_config: WriteConfig, topic: str, extra: str = "") -> MirrorConfig:
+    return write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n{extra}")
+
+
+def _expected(topic: str, partition: int, start: int, stop: int) -> list[Record]:
+    return [sample_record(topic, partition, i) for i in range(start, stop)]
+
+
+def _read(cluster: LocalCluster, topic: str, partition: int, committed: bool = True) -> list[Record]:
+    return sample_data.read_partition(cluster.bootstrap, topic, partition, read_committed=committed)
+
+
+def _partition_count(cluster: LocalCluster, topic: str) -> int:
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        (described,) = admin.describe_topics([topic])
+        return len(described["partitions"])
+    finally:
+        admin.close()
+
+
+def _copy(config: MirrorConfig, plan: Plan, spark: SparkSession) -> CopyResult:
+    flow = config.flow(FLOW)
+    return copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+
+
+def _commit(config: MirrorConfig, run_id: str, result: CopyResult) -> RunReport:
+    write_atomically(runner.run_files(config, config.flow(FLOW), run_id).result, result.to_json())
+    return runner.commit_run(config, FLOW, run_id)
+
+
+def test_copies_a_multi_partition_topic_exactly(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote, partitions, count = unique_name, f"primary.{unique_name}", 3, 40
+    create_topic(primary.bootstrap, topic, partitions)
+    sample_data.produce_samples(primary.bootstrap, topic, partitions, 0, count)
+    expected = {p: _expected(topic, p, 0, count) for p in range(partitions)}
+    every = [r for rs in expected.values() for r in rs]
+    # The sample covers what a lossy copy would get wrong.
+    assert any(r.key is None for r in every) and any(r.value is None for r in every)
+    assert any(len({k for k, _ in r.headers}) < len(r.headers) for r in every), "repeated header keys"
+    assert any(b"\x00" in (r.value or b"") for r in every), "binary values"
+    assert max(r.timestamp for r in every) < BASE_TIMESTAMP_MS + 100_000, "timestamps from 2001"
+
+    report = run_flow(config := _config(write_config, topic), FLOW, "run-1", spark)
+
+    assert _partition_count(backup, remote) == partitions
+    for p in range(partitions):
+        assert _read(primary, topic, p) == expected[p]
+        assert _read(backup, remote, p) == expected[p], f"{remote}-{p} differs"
+    (t,) = report.topics
+    assert (t.topic, t.remote_topic, t.partitions) == (topic, remote, partitions)
+    assert (t.records, t.skipped, t.lag) == (partitions * count, 0, 0)
+    with OffsetsStore(config.offsets_db_url) as store:
+        assert store.progress(FLOW) == {
+            (topic, p): PartitionProgress(topic, p, count, count) for p in range(partitions)
+        }
+
+
+def test_reexecution_after_a_partial_write_skips_exactly_what_is_there(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote, count, k = unique_name, f"primary.{unique_name}", 30, 7
+    create_topic(primary.bootstrap, topic, 2)
+    sample_data.produce_samples(primary.bootstrap, topic, 2, 0, count)
+    config = _config(write_config, topic)
+    try:
+        plan = runner.plan_run(config, FLOW, "run-1")
+        assert [(p.partition, p.source_start, p.source_end, p.target_start) for p in plan.partitions] == [
+            (0, 0, count, 0),
+            (1, 0, count, 0),
+        ]
+        # An earlier attempt crashed after writing the first k planned records of partition 1.
+        first_k = _read(primary, topic, 1)[:k]
+        sample_data.produce(sample_data.producer(backup.bootstrap), remote, 1, first_k)
+        assert _read(backup, remote, 1) == _expected(topic, 1, 0, k)
+
+        result = _copy(config, plan, spark)
+        assert [(r.partition, r.records, r.skipped, r.target_start) for r in result.partitions] == [
+            (0, count, 0, 0),
+            (1, count, k, 0),
+        ]
+        report = _commit(config, "run-1", result)
+    finally:
+        runner.release_run(config, FLOW, "run-1")
+
+    for p in range(2):
+        assert _read(backup, remote, p) == _expected(topic, p, 0, count), f"{remote}-{p}"
+    (t,) = report.topics
+    assert (t.records, t.skipped, t.lag) == (2 * count, k, 0)
+
+
+def test_executing_the_same_plan_twice_duplicates_nothing(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote, count = unique_name, f"primary.{unique_name}", 25
+    create_topic(primary.bootstrap, topic, 2)
+    sample_data.produce_samples(primary.bootstrap, topic, 2, 0, count)
+    config = _config(write_config, topic)
+    try:
+        plan = runner.plan_run(config, FLOW, "run-1")
+        first = _copy(config, plan, spark)
+        assert [(r.records, r.skipped) for r in first.partitions] == [(count, 0), (count, 0)]
+        second = _copy(config, plan, spark)  # e.g. a task retried after the copy had succeeded
+        assert [(r.records, r.skipped) for r in second.partitions] == [(count, count), (count, count)]
+        assert [(r.target_start, r.sync_points) for r in second.partitions] == [(0, ()), (0, ())]
+        report = _commit(config, "run-1", second)
+    finally:
+        runner.release_run(config, FLOW, "run-1")
+
+    for p in range(2):
+        assert _read(backup, remote, p) == _expected(topic, p, 0, count), f"{remote}-{p}"
+    assert (report.records, report.topics[0].skipped) == (2 * count, 2 * count)
+    # Committed: the next run has nothing to copy and changes nothing.
+    again = run_flow(config, FLOW, "run-2", spark)
+    assert (again.records, again.topics[0].lag) == (0, 0)
+    for p in range(2):
+        assert _read(backup, remote, p) == _expected(topic, p, 0, count), f"{remote}-{p}"
+
+
+def _wait_end(bootstrap: str, topic: str, partition: int, end: int) -> None:
+    """Wait until the partition's high watermark (transaction markers included) reaches ``end``:
+    the coordinator writes markers after commit/abort returns, so the layout below stays exact."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "mirrorflow-test-watermarks",
+            "isolation.level": "read_uncommitted",  # the high watermark, not the last stable offset
+        }
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+            if high == end:
+                return
+            assert high < end, f"{topic}-{partition} ends at {high}, past the expected {end}"
+            assert time.monotonic() < deadline, f"{topic}-{partition} stuck at {high}, expected {end}"
+            time.sleep(0.05)
+    finally:
+        c.close()
+
+
+def _transactional(bootstrap: str, txn_id: str) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": "5"})
+    p.init_transactions(30)
+    return p
+
+
+def _send(p: Producer, topic: str, partition: int, records: Sequence[Record]) -> None:
+    sample_data.produce(p, topic, partition, records)  # flushes: each record is in the log after this
+
+
+def test_aborted_transactions_are_not_mirrored_and_gaps_become_sync_points(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote = unique_name, f"primary.{unique_name}"
+    bs = primary.bootstrap
+    create_topic(bs, topic, 2)
+    c = _expected(topic, 0, 0, 7)  # committed / plain records of partition 0, in offset order
+    a = _expected(topic, 0, 100, 103)  # aborted records of partition 0
+    only_aborted = _expected(topic, 1, 100, 103)
+    plain = sample_data.producer(bs)
+    tx_a, tx_b = _transactional(bs, f"{unique_name}-a"), _transactional(bs, f"{unique_name}-b")
+
+    # Partition 0, offset by offset (M = transaction marker):
+    #   0 c0  1 c1  plain | 2 c2 (A)  3 a0 (B)  4 c3 (A)  5 a1 (B)  6 M commit A  7 M abort B
+    #   8 a2 (B)  9 M abort B | 10 c4 (A)  11 M commit A | 12 c5  13 c6  plain
+    _send(plain, topic, 0, c[0:2])
+    tx_a.begin_transaction()
+    tx_b.begin_transaction()
+    _send(tx_a, topic, 0, c[2:3])
+    _send(tx_b, topic, 0, a[0:1])
+    _send(tx_a, topic, 0, c[3:4])
+    _send(tx_b, topic, 0, a[1:2])
+    tx_a.commit_transaction(30)
+    _wait_end(bs, topic, 0, 7)
+    tx_b.abort_transaction(30)
+    _wait_end(bs, topic, 0, 8)
+    tx_b.begin_transaction()
+    _send(tx_b, topic, 0, a[2:3])
+    tx_b.abort_transaction(30)
+    _wait_end(bs, topic, 0, 10)
+    tx_a.begin_transaction()
+    _send(tx_a, topic, 0, c[4:5])
+    tx_a.commit_transaction(30)
+    _wait_end(bs, topic, 0, 12)
+    _send(plain, topic, 0, c[5:7])
+    _wait_end(bs, topic, 0, 14)
+    # Partition 1: one aborted transaction, nothing else: 0 1 2 aborted, 3 M abort.
+    tx_b.begin_transaction()
+    _send(tx_b, topic, 1, only_aborted)
+    tx_b.abort_transaction(30)
+    _wait_end(bs, topic, 1, 4)
+    for producer in (plain, tx_a, tx_b):
+        producer.close()
+
+    # The aborted records are really in the source log; a read_committed reader skips them.
+    assert _read(primary, topic, 0, committed=False) == [
+        c[0], c[1], c[2], a[0], c[3], a[1], a[2], c[4], c[5], c[6]
+    ]  # fmt: skip
+    assert _read(primary, topic, 1, committed=False) == only_aborted
+    assert _read(primary, topic, 0) == c
+
+    config = _config(write_config, topic)
+    report = run_flow(config, FLOW, "run-1", spark)
+
+    assert _read(backup, remote, 0) == c
+    assert _read(backup, remote, 1) == []
+    assert (report.records, report.topics[0].lag) == (7, 0)
+    with OffsetsStore(config.offsets_db_url) as store:
+        batches = store.batches(FLOW)
+        progress = store.progress(FLOW)
+    assert [
+        (b.partition, b.source_start, b.source_end, b.target_start, b.target_end, b.records, b.sync_points)
+        for b in batches
+    ] == [
+        # Source offset -> target offset at every gap: 2->2 follows on, 4 after 2, 10 after 4, 12 after 10.
+        (0, 0, 14, 0, 7, 7, ((4, 3), (10, 4), (12, 5))),
+        # Only aborted records and a marker: nothing copied, but the range is done.
+        (1, 0, 4, 0, 0, 0, ()),
+    ]
+    assert progress == {
+        (topic, 0): PartitionProgress(topic, 0, 14, 7),
+        (topic, 1): PartitionProgress(topic, 1, 4, 0),
+    }
+    # Nothing is left to plan: the aborted range is not retried forever.
+    again = run_flow(config, FLOW, "run-2", spark)
+    assert (again.records, again.topics[0].lag) == (0, 0)
+
+
+def test_a_second_run_copies_only_new_records(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote, partitions = unique_name, f"primary.{unique_name}", 2
+    create_topic(primary.bootstrap, topic, partitions)
+    sample_data.produce_samples(primary.bootstrap, topic, partitions, 0, 20)
+    config = _config(write_config, topic)
+    first = run_flow(config, FLOW, "run-1", spark)
+    assert first.records == partitions * 20
+
+    sample_data.produce_samples(primary.bootstrap, topic, partitions, 20, 15)
+    second = run_flow(config, FLOW, "run-2", spark)
+
+    assert (second.records, second.topics[0].skipped, second.topics[0].lag) == (partitions * 15, 0, 0)
+    for p in range(partitions):
+        assert _read(backup, remote, p) == _expected(topic, p, 0, 35), f"{remote}-{p}"
+    with OffsetsStore(config.offsets_db_url) as store:
+        batches = store.batches(FLOW)
+    assert [
+        (b.run_id, b.partition, b.source_start, b.source_end, b.target_start, b.target_end) for b in batches
+    ] == [
+        ("run-1", 0, 0, 20, 0, 20),
+        ("run-2", 0, 20, 35, 20, 35),
+        ("run-1", 1, 0, 20, 0, 20),
+        ("run-2", 1, 20, 35, 20, 35),
+    ]
+
+
+def test_per_run_cap_copies_n_per_partition_and_the_next_run_continues(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote, partitions, count, cap = unique_name, f"primary.{unique_name}", 3, 25, 10
+    create_topic(primary.bootstrap, topic, partitions)
+    sample_data.produce_samples(primary.bootstrap, topic, partitions, 0, count)
+    config = _config(write_config, topic, f"mirrorflow.max.records.per.partition = {cap}")
+    assert config.flow(FLOW).settings.max_records_per_partition == cap
+
+    for run, (copied_to, records, lag) in enumerate([(10, 30, 45), (20, 30, 15), (25, 15, 0)], start=1):
+        report = run_flow(config, FLOW, f"run-{run}", spark)
+        assert (report.records, report.topics[0].lag) == (records, lag), f"run {run}"
+        for p in range(partitions):
+            assert _read(backup, remote, p) == _expected(topic, p, 0, copied_to), f"run {run}: {remote}-{p}"
