@@ -15,12 +15,10 @@ test: setup
 	@bash scripts/test.sh $(PYTEST_ARGS)
 
 test-unit: setup
-	@bash scripts/test.sh tests/unit $(PYTEST_ARGS)
+	$(VENV)/bin/pytest tests/unit tests/dags $(PYTEST_ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
 
 format: setup
 	$(VENV)/bin/ruff format .
