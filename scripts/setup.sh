@@ -37,7 +37,7 @@ resolve_jars() {  # pom folder, destination
   if [ "$(cat "$dest/.stamp" 2>/dev/null)" != "$stamp" ]; then
     echo "setup: resolving $(basename "$pom") jars into $dest"
     rm -rf "$dest"
-    mvn -q -B -f "$pom/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+    mvn -q -B -Dstyle.color=never -f "$pom/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
       -Dmdep.prependGroupId=true -DoutputDirectory="$dest"
     echo "$stamp" > "$dest/.stamp"
   fi

@@ -1,0 +1,47 @@
+"""Run-level guarantees on real brokers: one run of a flow at a time, nothing double-committed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from mirror_helpers import create_topic, run_flow
+from pyspark.sql import SparkSession
+
+from mirrorflow import runner, sample_data
+from mirrorflow.config import MirrorConfig
+from mirrorflow.errors import CommitConflictError, FlowLockedError
+from mirrorflow.local_kafka import LocalCluster
+from mirrorflow.offsets_store import OffsetsStore
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+FLOW = "primary->backup"
+
+
+def test_a_second_concurrent_run_is_refused_and_cannot_commit(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    spark: SparkSession,
+    unique_name: str,
+) -> None:
+    primary = kafka_clusters["primary"]
+    create_topic(primary.bootstrap, unique_name, 1)
+    sample_data.produce_samples(primary.bootstrap, unique_name, 1, 0, 10)
+    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {unique_name}\n")
+
+    runner.plan_run(config, FLOW, "run-1")
+    with pytest.raises(FlowLockedError, match="locked by run run-1") as refused:
+        runner.plan_run(config, FLOW, "run-2")
+    assert "Run run-2 did not start" in str(refused.value)
+    # The refused run has no plan; a commit in its name is refused too, and moves nothing.
+    with pytest.raises(CommitConflictError):
+        OffsetsStore(config.offsets_db_url).commit(FLOW, "run-2", [])
+    assert not runner.release_run(config, FLOW, "run-2")
+    assert runner.release_run(config, FLOW, "run-1")
+
+    report = run_flow(config, FLOW, "run-3", spark)
+    assert report.records == 10
+    assert [
+        (b.run_id, b.source_start, b.source_end) for b in OffsetsStore(config.offsets_db_url).batches(FLOW)
+    ] == [("run-3", 0, 10)]
