@@ -11,8 +11,8 @@ import functools
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
-from airflow.sdk import get_current_context
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk import Connection, get_current_context
+from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
 
 from mirrorflow import runner
 from mirrorflow.config import load_config
@@ -39,10 +39,24 @@ def _run_id() -> str:
     return str(get_current_context()["run_id"])
 
 
+def _require_spark_connection(conn_id: str) -> None:
+    """Without its connection, SparkSubmitOperator silently submits to YARN: refuse before planning."""
+    try:
+        Connection.get(conn_id)
+    except AirflowNotFoundException as exc:
+        raise AirflowFailException(
+            f"the Airflow connection {conn_id!r} (mirrorflow.spark.conn.id) is not defined, so the copy "
+            f"task has no Spark master. Define it with the master as host, e.g. AIRFLOW_CONN_"
+            f'{conn_id.upper()}=\'{{"conn_type": "spark", "host": "local[*]"}}\' or in the UI.'
+        ) from exc
+
+
 @classified
 def plan(flow: str) -> bool:
     """Returns whether there is anything to copy (False skips the copy task)."""
-    return bool(runner.plan_run(load_config(), flow, _run_id()).partitions)
+    config = load_config()
+    _require_spark_connection(config.flow(flow).settings.spark_conn_id)
+    return bool(runner.plan_run(config, flow, _run_id()).partitions)
 
 
 @classified

@@ -76,3 +76,28 @@ def test_dag_runs_copy_exactly_and_only_what_is_new(
     assert idle.returncode == 0, idle.stdout[-5000:] + idle.stderr[-5000:]
     assert len(store.batches("primary->backup")) == 6
     assert store.lock_holder("primary->backup") is None
+
+
+def test_a_missing_spark_connection_fails_the_plan_before_anything_happens(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    airflow_for: Callable[[MirrorConfig], dict[str, str]],
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    create_topic(kafka_clusters["primary"].bootstrap, unique_name, 1)
+    config = write_config(
+        f"primary->backup.enabled = true\nprimary->backup.topics = {unique_name}\n"
+        "mirrorflow.spark.conn.id = spark_nowhere\n"
+    )
+    env = airflow_for(config)
+
+    run = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
+
+    assert run.returncode != 0
+    assert "the Airflow connection 'spark_nowhere' (mirrorflow.spark.conn.id) is not defined" in (
+        run.stdout + run.stderr
+    )
+    store = OffsetsStore(config.offsets_db_url)
+    assert store.progress("primary->backup") == {}
+    assert store.lock_holder("primary->backup") is None
