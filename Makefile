@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-unit lint format kafka-up kafka-down kafka-status clean
+.PHONY: setup demo test test-unit lint format bench kafka-up kafka-down kafka-status clean
 
 setup:
 	@bash scripts/setup.sh
@@ -16,6 +16,9 @@ test: setup
 
 test-unit: setup
 	$(VENV)/bin/pytest tests/unit tests/dags $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
