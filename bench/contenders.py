@@ -1,0 +1,466 @@
+"""The contenders of bench/run.py: Kafka's perf tools (copy limit), MirrorMaker 2, and mirrorflow.
+
+Each contender copies W1 into a freshly started target cluster and returns a ``Result``. Every
+process started here is stopped by its PID (process group for `airflow`, which starts spark-submit),
+also on failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from workload import (
+    KEY_SIZE,
+    PARTITIONS,
+    PRODUCER_TUNING,
+    VALUE_SIZE,
+    OffsetWatcher,
+    PartitionDigest,
+    compare,
+    create_topics,
+    end_offsets,
+    fingerprint,
+    steady_rate,
+)
+
+from mirrorflow import paths
+from mirrorflow.devenv import airflow_env
+
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+
+LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = ${sys:kafka.logs.dir}/${sys:bench.log.name}.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+"""
+
+
+@dataclass
+class Result:
+    name: str
+    wall_s: float | None = None
+    steady_rps: float | None = None
+    verified: str = "no"  # "yes", "no", or "count only" (the perf tools write synthetic records)
+    detail: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Context:
+    work: Path
+    source_bootstrap: str
+    target_bootstrap: str
+    topics: Sequence[str]
+    records: int
+    source_digest: dict[tuple[str, int], PartitionDigest]
+    source_ends: dict[tuple[str, int], int]
+    heap_mb: int
+    tasks_max: int
+    timeout: float
+    poll_interval: float
+
+
+def java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise RuntimeError("java not found on PATH")
+    return found
+
+
+def java_cmd(ctx: Context, log_name: str, main: str, *args: str) -> list[str]:
+    config = ctx.work / "log4j2-bench.properties"
+    if not config.exists():
+        config.write_text(LOG4J2)
+    return [
+        java(),
+        f"-Xmx{ctx.heap_mb}m",
+        f"-Dlog4j2.configurationFile={config}",
+        f"-Dkafka.logs.dir={ctx.work / 'logs'}",
+        f"-Dbench.log.name={log_name}",
+        "-cp",
+        f"{paths.kafka_libs()}/*",
+        main,
+        *args,
+    ]
+
+
+def stop_process(proc: subprocess.Popen[bytes], group: bool, timeout: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL after ``timeout``: to the PID, or to its process group (own session)."""
+
+    def send(sig: signal.Signals) -> None:
+        try:
+            if group:
+                os.killpg(proc.pid, sig)
+            else:
+                os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    if proc.poll() is None:
+        send(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            send(signal.SIGKILL)
+            proc.wait(10)
+    if group:  # children of the group (e.g. spark-submit's JVM) may outlive the leader
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        send(signal.SIGTERM)
+        time.sleep(5)
+        send(signal.SIGKILL)
+
+
+def run_logged(cmd: Sequence[str], log: Path, timeout: float, env: dict[str, str] | None = None) -> int:
+    """Run a command in its own session with output to ``log``; the whole group is stopped on timeout."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            list(cmd),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=log.parent,
+            start_new_session=True,
+        )
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return -1
+    finally:
+        stop_process(proc, group=True)
+
+
+def verify_copy(ctx: Context, result: Result) -> None:
+    remote = {t: f"source.{t}" for t in ctx.topics}
+    target = fingerprint(ctx.target_bootstrap, list(remote.values()))
+    problems = compare(ctx.source_digest, target, remote)
+    result.verified = "no" if problems else "yes"
+    result.detail.extend(problems[:20])
+
+
+# ---------------------------------------------------------------------------------- copy limit
+
+_PRODUCED = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)")
+
+
+def copy_limit(ctx: Context) -> Result:
+    """Kafka's own ProducerPerformance into the target and ConsumerPerformance from the source."""
+    result = Result("copy limit (Kafka perf tools)")
+    sink = "limit-sink"
+    create_topics(ctx.target_bootstrap, [sink], PARTITIONS * len(ctx.topics))
+    record_size = KEY_SIZE + VALUE_SIZE  # ProducerPerformance sends no key: put its bytes in the value
+    props = [f"{k}={v}" for k, v in PRODUCER_TUNING.items()]
+    log = ctx.work / "logs" / "producer-perf.out"
+    start = time.monotonic()
+    rc = run_logged(
+        java_cmd(
+            ctx,
+            "producer-perf",
+            "org.apache.kafka.tools.ProducerPerformance",
+            "--bootstrap-server",
+            ctx.target_bootstrap,
+            "--topic",
+            sink,
+            "--num-records",
+            str(ctx.records),
+            "--record-size",
+            str(record_size),
+            "--throughput",
+            "-1",
+            "--command-property",
+            *props,
+        ),
+        log,
+        ctx.timeout,
+    )
+    produce_wall = time.monotonic() - start
+    out = log.read_text(errors="replace")
+    matches = _PRODUCED.findall(out)
+    produce_rps = float(matches[-1][1]) if rc == 0 and matches else None
+    result.extra["producer"] = {"rc": rc, "wall_s": produce_wall, "records_per_s": produce_rps}
+    if produce_rps is None:
+        result.detail.append(f"ProducerPerformance failed (rc {rc}); see {log}")
+
+    log = ctx.work / "logs" / "consumer-perf.out"
+    include = "^(" + "|".join(re.escape(t) for t in ctx.topics) + ")$"
+    start = time.monotonic()
+    rc = run_logged(
+        java_cmd(
+            ctx,
+            "consumer-perf",
+            "org.apache.kafka.tools.ConsumerPerformance",
+            "--bootstrap-server",
+            ctx.source_bootstrap,
+            "--include",
+            include,
+            "--num-records",
+            str(ctx.records),
+            "--timeout",
+            "30000",
+        ),
+        log,
+        ctx.timeout,
+    )
+    consume_wall = time.monotonic() - start
+    consume_rps, consumed = None, None
+    for line in log.read_text(errors="replace").splitlines():
+        cols = [c.strip() for c in line.split(",")]
+        # start.time, end.time, MB, MB.sec, nMsg, nMsg.sec, rebalance.ms, fetch.ms, fetch.MB.sec,
+        # fetch.nMsg.sec
+        if len(cols) == 10 and re.fullmatch(r"[\d.]+", cols[4]):
+            consumed = int(float(cols[4]))
+            consume_rps = float(cols[9])
+            result.extra["consumer"] = {
+                "rc": rc,
+                "wall_s": consume_wall,
+                "records": consumed,
+                "records_per_s_incl_group_join": float(cols[5]),
+                "fetch_records_per_s": consume_rps,
+            }
+    if consume_rps is None:
+        result.detail.append(f"ConsumerPerformance failed (rc {rc}); see {log}")
+
+    written = sum(end_offsets(ctx.target_bootstrap, [sink], PARTITIONS * len(ctx.topics)).values())
+    ok = written == ctx.records and consumed == ctx.records
+    result.verified = "count only" if ok else "no"
+    if not ok:
+        result.detail.append(f"produced {written}, consumed {consumed}, expected {ctx.records} each")
+    rates = [r for r in (produce_rps, consume_rps) if r is not None]
+    if len(rates) == 2:
+        result.steady_rps = min(rates)
+        result.wall_s = max(produce_wall, consume_wall)
+        result.detail.append(
+            f"produce {produce_rps:,.0f} rec/s in {produce_wall:.1f} s wall; "
+            f"consume {consume_rps:,.0f} rec/s (fetch) in {consume_wall:.1f} s wall"
+        )
+    return result
+
+
+# ------------------------------------------------------------------------------------- MM2
+
+
+def mm2_properties(ctx: Context) -> str:
+    tuning = PRODUCER_TUNING
+    lines = [
+        "clusters = source, target",
+        f"source.bootstrap.servers = {ctx.source_bootstrap}",
+        f"target.bootstrap.servers = {ctx.target_bootstrap}",
+        "source->target.enabled = true",
+        f"source->target.topics = {', '.join(ctx.topics)}",
+        "target->source.enabled = false",
+        "target->source.emit.heartbeats.enabled = false",
+        f"tasks.max = {ctx.tasks_max}",
+        "replication.factor = 1",
+        "checkpoints.topic.replication.factor = 1",
+        "heartbeats.topic.replication.factor = 1",
+        "offset-syncs.topic.replication.factor = 1",
+        "offset.storage.replication.factor = 1",
+        "status.storage.replication.factor = 1",
+        "config.storage.replication.factor = 1",
+        "refresh.topics.interval.seconds = 1",
+        "refresh.groups.interval.seconds = 600",
+        "sync.topic.acls.enabled = false",
+        "emit.checkpoints.enabled = false",
+        "sync.group.offsets.enabled = false",
+        # The records are written by the Connect worker's producer: <target alias>.producer.* configures
+        # it in dedicated mode; <flow>.producer.* is set too, as the MM2 docs show it.
+        *(f"target.producer.{k} = {v}" for k, v in tuning.items()),
+        *(f"source->target.producer.{k} = {v}" for k, v in tuning.items()),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def mirror_maker(ctx: Context) -> Result:
+    result = Result("MirrorMaker 2 (dedicated mode)")
+    config = ctx.work / "mm2-mm2.properties"
+    config.write_text(mm2_properties(ctx))
+    remote_topics = [f"source.{t}" for t in ctx.topics]
+    watcher = OffsetWatcher(ctx.target_bootstrap, remote_topics, ctx.poll_interval)
+    log = ctx.work / "logs" / "mm2.out"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = java_cmd(ctx, "mm2", "org.apache.kafka.connect.mirror.MirrorMaker", str(config))
+    watcher.start()
+    with log.open("ab") as out:
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    try:
+        alive = threading.Event()
+        alive.set()
+
+        def reap() -> None:
+            proc.wait()
+            alive.clear()
+
+        threading.Thread(target=reap, daemon=True).start()
+        done = None
+        deadline = start + ctx.timeout
+        while done is None and time.monotonic() < deadline and alive.is_set():
+            reached = watcher.wait_for(ctx.records, deadline - time.monotonic(), alive)
+            if reached is None:
+                break
+            ends = end_offsets(ctx.target_bootstrap, remote_topics)
+            if all(ends[(f"source.{t}", p)] >= end for (t, p), end in ctx.source_ends.items()):
+                done = reached
+            else:
+                time.sleep(ctx.poll_interval)
+        if done is None:
+            why = "exited" if not alive.is_set() else f"not caught up after {ctx.timeout:.0f} s"
+            result.detail.append(f"MM2 {why} ({watcher.latest()} of {ctx.records} records); see {log}")
+        else:
+            result.wall_s = done - start
+            result.steady_rps = steady_rate(watcher.samples, ctx.records)
+    finally:
+        watcher.stop()
+        stop_process(proc, group=False)
+    result.extra["record_producers"] = record_producer_settings(ctx.work / "logs" / "mm2.log")
+    if done is not None:
+        verify_copy(ctx, result)
+    return result
+
+
+# ------------------------------------------------------------------------------------- ours
+
+
+def ours_properties(ctx: Context, state: Path) -> str:
+    per_partition = max(ctx.source_ends.values()) + 1
+    lines = [
+        "clusters = source, target",
+        f"source.bootstrap.servers = {ctx.source_bootstrap}",
+        f"target.bootstrap.servers = {ctx.target_bootstrap}",
+        "source->target.enabled = true",
+        "target->source.enabled = false",
+        f"source->target.topics = {', '.join(ctx.topics)}",
+        "replication.factor = 1",
+        *(f"target.producer.{k} = {v}" for k, v in PRODUCER_TUNING.items()),
+        f"mirrorflow.state.dir = {state}",
+        f"mirrorflow.max.records.per.partition = {per_partition}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def ours(ctx: Context) -> Result:
+    result = Result("mirrorflow (one DAG run)")
+    home, state = ctx.work / "airflow", ctx.work / "state-ours"
+    config = ctx.work / "mm2-ours.properties"
+    config.write_text(ours_properties(ctx, state))
+    env = airflow_env(home, config, state)
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    logs = ctx.work / "logs"
+    rc = run_logged([AIRFLOW, "db", "migrate"], logs / "airflow-db-migrate.out", 600, env)
+    if rc != 0:
+        result.detail.append(f"airflow db migrate failed (rc {rc}); see {logs / 'airflow-db-migrate.out'}")
+        return result
+
+    watcher = OffsetWatcher(ctx.target_bootstrap, [f"source.{t}" for t in ctx.topics], ctx.poll_interval)
+    watcher.start()
+    try:
+        start = time.monotonic()
+        log = logs / "airflow-dags-test-1.out"
+        rc = run_logged([AIRFLOW, "dags", "test", "mirror_source_to_target"], log, ctx.timeout, env)
+        wall = time.monotonic() - start
+    finally:
+        watcher.stop()
+    if rc != 0:
+        result.detail.append(f"airflow dags test failed (rc {rc}); see {log}")
+        return result
+    result.wall_s = wall
+    result.steady_rps = steady_rate(watcher.samples, ctx.records)
+    text = log.read_text(errors="replace")
+    tasks = task_seconds(text)
+    result.extra["task_seconds"] = tasks
+    job = _SPARK_JOB.search(text)
+    if job:
+        job_s = float(job.group(1)) / 1000
+        result.extra["spark_copy_job_s"] = job_s
+        result.extra["spark_copy_job_records_per_s"] = ctx.records / job_s
+        result.detail.append(
+            f"tasks {', '.join(f'{k} {v:.1f} s' for k, v in tasks.items())}; Spark copy job "
+            f"{job_s:.1f} s = {ctx.records / job_s:,.0f} records/s"
+        )
+    first = crossing_time(watcher.samples)
+    if first is not None:
+        result.extra["first_record_on_target_after_s"] = first - start
+    verify_copy(ctx, result)
+
+    log = logs / "airflow-dags-test-2.out"
+    start = time.monotonic()
+    rc = run_logged([AIRFLOW, "dags", "test", "mirror_source_to_target"], log, ctx.timeout, env)
+    idle = time.monotonic() - start
+    result.extra["idle_run"] = {"rc": rc, "wall_s": idle}
+    if rc != 0:
+        result.detail.append(f"second (idle) airflow dags test failed (rc {rc}); see {log}")
+    else:
+        result.detail.append(f"idle run (nothing new): {idle:.1f} s wall")
+    return result
+
+
+_SPARK_JOB = re.compile(r"Job 0 finished: collect at \S*spark_copy\.py:\d+, took ([\d.]+) ms")
+_DAG_TEST = re.compile(r"^(\S+Z) .*\[DAG TEST\] (starting|end task) task_id=(\w+)")
+
+
+def task_seconds(log_text: str) -> dict[str, float]:
+    """Per task of an `airflow dags test` log: seconds from its start to its end line."""
+    starts: dict[str, datetime] = {}
+    out: dict[str, float] = {}
+    for line in log_text.splitlines():
+        m = _DAG_TEST.match(line)
+        if not m:
+            continue
+        when = datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
+        if m.group(2) == "starting":
+            starts[m.group(3)] = when
+        elif m.group(3) in starts:
+            out[m.group(3)] = (when - starts[m.group(3)]).total_seconds()
+    return out
+
+
+def record_producer_settings(log: Path) -> dict[str, dict[str, str]]:
+    """batch.size / linger.ms / compression / acks of MM2's producers, by client.id, from its log."""
+    wanted = ("client.id", "linger.ms", "batch.size", "compression.type", "acks")
+    out: dict[str, dict[str, str]] = {}
+    block: dict[str, str] | None = None
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        if "ProducerConfig values:" in line:
+            block = {}
+        elif block is not None and line.startswith("\t"):
+            key, _, value = line.strip().partition(" = ")
+            if key in wanted:
+                block[key] = value
+        elif block is not None:
+            out[block.pop("client.id", "?")] = block
+            block = None
+    return out
+
+
+def crossing_time(samples: Sequence[tuple[float, int]]) -> float | None:
+    return next((t for t, n in samples if n > 0), None)

@@ -1,0 +1,156 @@
+"""mirrorflow vs MirrorMaker 2 vs Kafka's copy limit, on two local clusters started here.
+
+    .venv/bin/python bench/run.py [--records 1000000] [--contenders limit,mm2,ours]    (or: make bench)
+
+1. starts a source cluster (local KRaft, free loopback ports, temp dir) and writes workload W1 to it:
+   2 topics x 6 partitions, --records in total, 16-byte keys, 1 KiB random values, 2 headers,
+   explicit timestamps; fingerprints every source partition (count + order-sensitive sha256);
+2. runs each contender against a freshly started target cluster (the previous one is stopped first):
+   - limit: Kafka's ProducerPerformance into the target and ConsumerPerformance from the source;
+   - mm2:   the real MirrorMaker 2, dedicated mode, source->target only;
+   - ours:  `airflow dags test mirror_source_to_target` over the whole backlog, then once more idle;
+   every copy is verified partition by partition against the source fingerprint;
+3. writes bench/results/<timestamp>.md and .json and prints the Markdown table.
+
+Every process started here is stopped by PID, also on failure; the temp dir is removed unless
+--keep-work is given or a contender failed (its logs are kept then and the path is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import contenders
+import report
+from contenders import Context, Result
+from workload import PARTITIONS, PRODUCER_TUNING, create_topics, end_offsets, fingerprint, produce_w1
+
+from mirrorflow import local_kafka
+from mirrorflow.local_kafka import LocalCluster
+
+TOPICS = ("w1-orders", "w1-payments")
+CONTENDERS: dict[str, tuple[str, Callable[[Context], Result]]] = {
+    "limit": ("copy limit (Kafka perf tools)", contenders.copy_limit),
+    "mm2": ("MirrorMaker 2 (dedicated mode)", contenders.mirror_maker),
+    "ours": ("mirrorflow (one DAG run)", contenders.ours),
+}
+
+
+def start(alias: str, home: Path, heap_mb: int) -> LocalCluster:
+    port, controller = local_kafka.free_ports(2)
+    return local_kafka.start_cluster(alias, port, controller, home, heap_mb=heap_mb, timeout=120)
+
+
+def run(args: argparse.Namespace, work: Path) -> tuple[list[Result], dict[str, object]]:
+    names = [n.strip() for n in args.contenders.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CONTENDERS]
+    if unknown:
+        raise SystemExit(f"unknown contenders {unknown}; choose from {list(CONTENDERS)}")
+    settings: dict[str, object] = {
+        "records": args.records,
+        "topics": list(TOPICS),
+        "partitions": PARTITIONS,
+        "producer": PRODUCER_TUNING,
+        "broker_heap_mb": args.heap_mb,
+        "jvm_tool_heap_mb": args.heap_mb,
+        "tasks_max": args.tasks_max,
+        "poll_interval_s": args.poll_interval,
+        "spark_master": "local[*] (airflow_env default)",
+        "contenders": names,
+    }
+    results: list[Result] = []
+    source = start("source", work / "kafka" / "source", args.heap_mb)
+    try:
+        create_topics(source.bootstrap, TOPICS)
+        rate = produce_w1(source.bootstrap, TOPICS, args.records)
+        print(f"W1: {args.records:,} records produced at {rate:,.0f} records/s", flush=True)
+        settings["w1_produce_records_per_s"] = round(rate)
+        t0 = time.monotonic()
+        digest = fingerprint(source.bootstrap, TOPICS)
+        print(f"source fingerprinted in {time.monotonic() - t0:.1f} s", flush=True)
+        ends = end_offsets(source.bootstrap, TOPICS)
+        if sum(ends.values()) != args.records:
+            raise RuntimeError(f"source holds {sum(ends.values())} records, expected {args.records}")
+        for name in names:
+            label, contender = CONTENDERS[name]
+            print(f"--- {label}", flush=True)
+            target = start("target", work / "kafka" / f"target-{name}", args.heap_mb)
+            try:
+                ctx = Context(
+                    work=work / name,
+                    source_bootstrap=source.bootstrap,
+                    target_bootstrap=target.bootstrap,
+                    topics=TOPICS,
+                    records=args.records,
+                    source_digest=digest,
+                    source_ends=ends,
+                    heap_mb=args.heap_mb,
+                    tasks_max=args.tasks_max,
+                    timeout=args.timeout,
+                    poll_interval=args.poll_interval,
+                )
+                ctx.work.mkdir(parents=True, exist_ok=True)
+                result = contender(ctx)
+            except Exception as exc:
+                traceback.print_exc()
+                result = Result(label, detail=[f"failed: {type(exc).__name__}: {exc}"])
+            finally:
+                local_kafka.stop_cluster(target)
+            print(
+                f"{label}: wall {result.wall_s if result.wall_s is None else round(result.wall_s, 1)} s, "
+                f"steady {result.steady_rps if result.steady_rps is None else round(result.steady_rps)}"
+                f" records/s, verified {result.verified}",
+                flush=True,
+            )
+            for line in result.detail:
+                print(f"  {line}", flush=True)
+            results.append(result)
+    finally:
+        local_kafka.stop_cluster(source)
+    return results, settings
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--records", type=int, default=1_000_000, help="W1 records in total")
+    parser.add_argument("--contenders", default="limit,mm2,ours", help="comma-separated: limit,mm2,ours")
+    parser.add_argument("--heap-mb", type=int, default=1024, help="heap of each broker and Kafka tool JVM")
+    parser.add_argument("--tasks-max", type=int, default=os.cpu_count() or 1, help="MM2 tasks.max")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per contender step")
+    parser.add_argument("--poll-interval", type=float, default=0.5, help="end-offset polling, seconds")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    parser.add_argument("--keep-work", action="store_true", help="keep the temp dir (logs, configs)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    work = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-run-"))
+    keep = args.keep_work
+    try:
+        results, settings = run(args, work)
+        keep = keep or any(r.verified == "no" for r in results)
+    except BaseException:
+        keep = True
+        raise
+    finally:
+        if keep:
+            print(f"work dir kept: {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    markdown, data = report.render(results, settings, report.machine(), report.versions())
+    md, js = report.write(args.out, stamp, markdown, data)
+    print(f"\n{markdown}\nwritten: {md} and {js}")
+    return 0 if all(r.verified != "no" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
