@@ -34,6 +34,9 @@ def read_plan(spark: SparkSession, plan: Plan, consumer_props: Mapping[str, str]
         ending.setdefault(p.topic, {})[str(p.partition)] = p.source_end
     return (
         spark.read.format("kafka")
+        # Larger fetches than the consumer's 1 MiB per partition; the cluster's consumer settings win.
+        .option("kafka.max.partition.fetch.bytes", "10485760")
+        .option("kafka.fetch.max.bytes", "52428800")
         .options(**spark_reader_options(consumer_props))
         .option("kafka.isolation.level", "read_committed")
         .option("assign", json.dumps(assign))
