@@ -13,7 +13,7 @@ from pathlib import Path
 from kafka.admin import OffsetSpec
 
 from mirrorflow import local_kafka, sample_data
-from mirrorflow.cluster_admin import ClusterAdmin
+from mirrorflow.cluster_admin import ClusterAdmin, NewTopic
 from mirrorflow.config import FlowConfig, MirrorConfig, load_config
 from mirrorflow.devenv import airflow_env
 from mirrorflow.offsets_store import OffsetsStore
@@ -43,9 +43,7 @@ def seed_topics(flow: FlowConfig) -> None:
     """Create the sample topics on the source once; append the next sample records to each partition."""
     with ClusterAdmin(flow.source) as admin:
         existing = admin.topics()
-        for topic, (partitions, configs) in TOPICS.items():
-            if topic not in existing:
-                admin.create_topic(topic, partitions, 1, configs)
+        admin.create_topics({t: NewTopic(n, 1, c) for t, (n, c) in TOPICS.items() if t not in existing})
         ends = admin.offsets([(t, p) for t, (n, _) in TOPICS.items() for p in range(n)], OffsetSpec.LATEST)
     producer = sample_data.producer(flow.source.bootstrap_servers)
     for (topic, partition), end in sorted(ends.items()):

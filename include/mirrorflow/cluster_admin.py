@@ -5,8 +5,8 @@ Only small metadata requests go through here; records never do.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -17,9 +17,16 @@ from kafka.protocol.consumer import IsolationLevel
 
 from mirrorflow.clients import kafka_python_config
 from mirrorflow.config import ClusterConfig
-from mirrorflow.errors import TransientError
+from mirrorflow.errors import TargetStateError, TransientError
 
 TP = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    partitions: int
+    replication_factor: int
+    configs: Mapping[str, str]
 
 
 class ClusterAdmin:
@@ -70,19 +77,28 @@ class ClusterAdmin:
             for topic, entries in described.items()
         }
 
-    def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
-    ) -> None:
-        """Create a topic; one created meanwhile by someone else is fine (checked by the caller)."""
+    def create_topics(self, topics: Mapping[str, NewTopic]) -> None:
+        """Create topics in one request and wait until they are usable; a topic someone else created
+        meanwhile is fine (its partitions are checked by the caller)."""
+        if not topics:
+            return
         spec = {
             name: {
-                "num_partitions": partitions,
-                "replication_factor": replication_factor,
-                "configs": dict(configs),
+                "num_partitions": t.partitions,
+                "replication_factor": t.replication_factor,
+                "configs": dict(t.configs),
             }
+            for name, t in topics.items()
         }
-        with contextlib.suppress(TopicAlreadyExistsError):
-            self._admin.create_topics(spec, wait_for_metadata=True)
+        response = self._admin.create_topics(spec, raise_errors=False)
+        failed = {
+            t["name"]: t.get("error_message") or f"error code {t['error_code']}"
+            for t in response["topics"]
+            if t["error_code"] not in (0, TopicAlreadyExistsError.errno)
+        }
+        if failed:
+            raise TargetStateError(f"cluster {self.alias} refused to create topics: {failed}")
+        self._admin.wait_for_topics(sorted(topics), timeout_ms=30000)
 
     def add_partitions(self, topic: str, total: int) -> None:
         self._admin.create_partitions({topic: total})

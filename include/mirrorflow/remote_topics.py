@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mirrorflow.cluster_admin import ClusterAdmin
+from mirrorflow.cluster_admin import ClusterAdmin, NewTopic
 from mirrorflow.config import FlowConfig
 
 
@@ -40,13 +40,14 @@ def ensure_remote_topics(flow: FlowConfig, source: ClusterAdmin, target: Cluster
     existing = target.partition_counts(set(remote.values()) & target.topics())
     missing = sorted(t for t in partitions if remote[t] not in existing)
     configs = source.topic_configs(missing)
-    for topic in missing:
-        target.create_topic(
-            remote[topic],
-            partitions[topic],
-            flow.replication_factor,
-            synced_configs(flow, configs.get(topic, {})),
-        )
+    target.create_topics(
+        {
+            remote[t]: NewTopic(
+                partitions[t], flow.replication_factor, synced_configs(flow, configs.get(t, {}))
+            )
+            for t in missing
+        }
+    )
     for topic, count in partitions.items():
         if remote[topic] in existing and existing[remote[topic]] < count:
             target.add_partitions(remote[topic], count)

@@ -9,9 +9,11 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 from mirror_helpers import assert_same_records, create_topic, run_flow, topics
 from pyspark.sql import SparkSession
 
-from mirrorflow import sample_data
+from mirrorflow import runner, sample_data
 from mirrorflow.config import MirrorConfig
+from mirrorflow.errors import TargetStateError
 from mirrorflow.local_kafka import LocalCluster
+from mirrorflow.offsets_store import OffsetsStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -143,3 +145,24 @@ def test_remote_topic_gets_partitions_and_synced_configs(
     set_on_remote = {k: v["value"] for k, v in remote["topic"][f"primary.{u}"].items()}
     # min.insync.replicas is on MM2's config.properties.exclude list: never synced.
     assert set_on_remote == {"retention.ms": "123456789", "cleanup.policy": "compact"}
+
+
+def test_refused_remote_topic_creation_names_the_topic_and_plans_nothing(
+    kafka_clusters: Clusters, write_config: WriteConfig, unique_name: str
+) -> None:
+    primary = kafka_clusters["primary"]
+    seed(primary, unique_name, partitions=1, count=3)
+    # Three replicas cannot be placed on a single-broker cluster.
+    config = write_config(
+        f"primary->backup.enabled = true\nprimary->backup.topics = {unique_name}\n"
+        "primary->backup.replication.factor = 3\n"
+    )
+
+    with pytest.raises(
+        TargetStateError, match=f"cluster backup refused to create topics: .*primary.{unique_name}"
+    ):
+        runner.plan_run(config, "primary->backup", "run-1")
+
+    store = OffsetsStore(config.offsets_db_url)
+    assert store.progress("primary->backup") == {}
+    assert store.lock_holder("primary->backup") is None
