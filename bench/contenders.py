@@ -7,6 +7,7 @@ also on failure.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -15,12 +16,15 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
+import pyspark
 from workload import (
     KEY_SIZE,
     PARTITIONS,
@@ -35,10 +39,14 @@ from workload import (
     steady_rate,
 )
 
-from mirrorflow import paths
+from mirrorflow import local_kafka, paths
 from mirrorflow.devenv import airflow_env
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
+# spark-class ships with pyspark; the venv's bin/ has a copy that finds the same SPARK_HOME.
+SPARK_CLASS = str(Path(sys.executable).parent / "spark-class")
+OURS = "mirrorflow (one DAG run)"
+OURS_STANDALONE = "mirrorflow on Spark standalone (1 master, 2 workers)"
 
 LOG4J2 = """\
 status = warn
@@ -160,6 +168,146 @@ def verify_copy(ctx: Context, result: Result) -> None:
     problems = compare(ctx.source_digest, target, remote)
     result.verified = "no" if problems else "yes"
     result.detail.extend(problems[:20])
+
+
+# ------------------------------------------------------------------------ Spark standalone
+
+
+class SparkStandalone:
+    """A Spark standalone master and ``workers`` workers on loopback, each a foreground `spark-class`
+    JVM in its own session (so a worker's executors share its process group), stopped by PID."""
+
+    CORES = 1
+    MEMORY = "1g"
+
+    def __init__(self, home: Path, workers: int, timeout: float) -> None:
+        self.home, self.n_workers, self.timeout = home, workers, timeout
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.port, self.webui, *self._worker_ports = local_kafka.free_ports(2 + 2 * workers)
+        self.url = f"spark://127.0.0.1:{self.port}"
+
+    def _spawn(self, name: str, args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        log = self.home / "logs" / f"{name}.out"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [SPARK_CLASS, *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=self.home,
+                start_new_session=True,
+            )
+        self.procs.append(proc)
+        return proc
+
+    def _env(self, name: str) -> dict[str, str]:
+        env = {
+            **os.environ,
+            # pyspark's own SPARK_HOME, so spark-class need not find it with whatever python3 is on PATH
+            "SPARK_HOME": str(Path(pyspark.__file__).resolve().parent),
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOG_DIR": str(self.home / "logs"),
+            "SPARK_WORKER_DIR": str(self.home / name / "work"),
+            "SPARK_LOCAL_DIRS": str(self.home / name / "local"),
+            "SPARK_PID_DIR": str(self.home / "pids"),
+        }
+        for key in ("SPARK_WORKER_DIR", "SPARK_LOCAL_DIRS"):
+            Path(env[key]).mkdir(parents=True, exist_ok=True)
+        return env
+
+    def __enter__(self) -> SparkStandalone:
+        try:
+            self._spawn(
+                "master",
+                [
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--webui-port",
+                    str(self.webui),
+                ],
+                self._env("master"),
+            )
+            for i in range(self.n_workers):
+                port, webui = self._worker_ports[2 * i], self._worker_ports[2 * i + 1]
+                name = f"worker-{i + 1}"
+                env = self._env(name)
+                args = [
+                    "org.apache.spark.deploy.worker.Worker",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--webui-port",
+                    str(webui),
+                    "--cores",
+                    str(self.CORES),
+                    "--memory",
+                    self.MEMORY,
+                    "--work-dir",
+                    env["SPARK_WORKER_DIR"],
+                    self.url,
+                ]
+                self.workers.append(self._spawn(name, args, env))
+            self._wait_alive()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def status(self) -> dict[str, Any]:
+        """The master's /json/ (loopback web UI)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.webui}/json/", timeout=5) as resp:
+            data: dict[str, Any] = json.load(resp)
+        return data
+
+    def alive_workers(self) -> int:
+        return sum(1 for w in self.status().get("workers", []) if w.get("state") == "ALIVE")
+
+    def applications(self) -> list[dict[str, Any]]:
+        """Every application the master knows of, completed or active, with the facts worth keeping."""
+        data = self.status()
+        keep = ("id", "name", "state", "cores", "memoryperslave", "memoryperexecutor", "duration")
+        return [
+            {k: app[k] for k in keep if k in app}
+            for app in [*data.get("completedapps", []), *data.get("activeapps", [])]
+        ]
+
+    def _wait_alive(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        alive, last = 0, ""
+        while time.monotonic() < deadline:
+            dead = [p.args for p in self.procs if p.poll() is not None]
+            if dead:
+                raise RuntimeError(f"spark-class exited early: {dead}; see {self.home / 'logs'}")
+            try:
+                alive = self.alive_workers()
+            except OSError as exc:  # the web UI is not up yet
+                last = str(exc)
+            else:
+                if alive >= self.n_workers:
+                    return
+            time.sleep(0.5)
+        raise RuntimeError(
+            f"{alive} of {self.n_workers} Spark workers ALIVE after {self.timeout:.0f} s ({last}); "
+            f"see {self.home / 'logs'}"
+        )
+
+    def stop(self) -> None:
+        """Workers first (they stop their executors), then the master; each by PID / its own group."""
+        for proc in reversed(self.procs):
+            stop_process(proc, group=True)
 
 
 # ---------------------------------------------------------------------------------- copy limit
@@ -365,12 +513,66 @@ def ours_properties(ctx: Context, state: Path) -> str:
 
 
 def ours(ctx: Context) -> Result:
-    result = Result("mirrorflow (one DAG run)")
+    """One DAG run with the default `spark_default` connection: local[*] in the spark-submit JVM."""
+    result = Result(OURS)
+    result.extra["spark"] = {"master": "local[*]"}
+    return run_ours(ctx, result, {})
+
+
+def ours_standalone(ctx: Context) -> Result:
+    """The same DAG run against a Spark standalone cluster on loopback: 1 master, 2 workers of 1 core,
+    1 GiB each; spark-submit runs the driver in client mode, the workers' executors run the job."""
+    result = Result(OURS_STANDALONE)
+    with SparkStandalone(ctx.work / "spark-standalone", workers=2, timeout=min(ctx.timeout, 120)) as cluster:
+        spark: dict[str, Any] = {
+            "master": cluster.url,
+            "deploy_mode": "client",
+            "workers": len(cluster.workers),
+            "worker_cores": SparkStandalone.CORES,
+            "worker_memory": SparkStandalone.MEMORY,
+            "alive_workers_at_start": cluster.alive_workers(),
+        }
+        result.extra["spark"] = spark
+        conn = json.dumps({"conn_type": "spark", "host": cluster.url})
+        run_ours(ctx, result, {"AIRFLOW_CONN_SPARK_DEFAULT": conn})
+        apps = cluster.applications()
+    spark["applications"] = apps
+    completed = [a for a in apps if a.get("state") == "FINISHED"]
+    log = ctx.work / "logs" / "airflow-dags-test-1.out"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    connected = _STANDALONE_CONNECTED.search(text)
+    executors = sorted(set(_STANDALONE_EXECUTOR.findall(text)))
+    spark["driver_connected_app_id"] = connected.group(1) if connected else None
+    spark["executors_granted_run_1"] = executors
+    # Each executor's stderr lives in <worker dir>/work/<app id>/<executor id>/ (kept until stop).
+    finished = {
+        f"{log.parent.parent.name}/{log.parent.name}": log.read_text(errors="replace").count("Finished task")
+        for log in sorted((ctx.work / "spark-standalone").glob("worker-*/work/app-*/*/stderr"))
+    }
+    spark["executor_tasks_finished"] = finished
+    result.detail.append(
+        f"Spark standalone master {cluster.url}, {len(cluster.workers)} workers x "
+        f"{SparkStandalone.CORES} core / {SparkStandalone.MEMORY}, client deploy mode; "
+        f"{spark['alive_workers_at_start']} ALIVE at start; master lists {len(completed)} completed "
+        f"application(s); run 1 driver connected as {spark['driver_connected_app_id']} with "
+        f"{len(executors)} executor(s) granted; tasks finished per executor {finished}"
+    )
+    ran_on_cluster = connected is not None and len(completed) > 0 and sum(finished.values()) > 0
+    spark["ran_on_cluster"] = ran_on_cluster
+    if result.verified == "yes" and not ran_on_cluster:
+        result.verified = "no"
+        result.detail.append("the copy was verified but did not provably run on the standalone cluster")
+    return result
+
+
+def run_ours(ctx: Context, result: Result, env_overrides: dict[str, str]) -> Result:
+    """`airflow dags test` over the backlog (timed, watched, verified), then once more idle."""
     home, state = ctx.work / "airflow", ctx.work / "state-ours"
     config = ctx.work / "mm2-ours.properties"
     config.write_text(ours_properties(ctx, state))
-    env = airflow_env(home, config, state)
+    env = airflow_env(home, config, state, base={**os.environ, **env_overrides})
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    result.extra["spark_conn_spark_default"] = env["AIRFLOW_CONN_SPARK_DEFAULT"]
     logs = ctx.work / "logs"
     rc = run_logged([AIRFLOW, "db", "migrate"], logs / "airflow-db-migrate.out", 600, env)
     if rc != 0:
@@ -420,6 +622,8 @@ def ours(ctx: Context) -> Result:
     return result
 
 
+_STANDALONE_CONNECTED = re.compile(r"Connected to Spark cluster with app ID (app-[\w-]+)")
+_STANDALONE_EXECUTOR = re.compile(r"Granted executor ID (app-[\w-]+/\d+)")
 _SPARK_JOB = re.compile(r"Job 0 finished: collect at \S*spark_copy\.py:\d+, took ([\d.]+) ms")
 _DAG_TEST = re.compile(r"^(\S+Z) .*\[DAG TEST\] (starting|end task) task_id=(\w+)")
 

@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from contenders import Result, java
+from contenders import OURS, OURS_STANDALONE, Result, java
 from workload import HEADERS, KEY_SIZE, VALUE_SIZE
 
 from mirrorflow import paths
@@ -87,8 +87,9 @@ def _fmt(v: float | None, spec: str) -> str:
 def render(
     results: list[Result], settings: dict[str, Any], info: dict[str, Any], vers: dict[str, str]
 ) -> tuple[str, dict[str, Any]]:
-    by_name = {r.name.split(" ")[0]: r for r in results}
-    ours, mm2, limit = by_name.get("mirrorflow"), by_name.get("MirrorMaker"), by_name.get("copy")
+    by_name = {r.name: r for r in results}
+    ours, standalone = by_name.get(OURS), by_name.get(OURS_STANDALONE)
+    mm2, limit = by_name.get("MirrorMaker 2 (dedicated mode)"), by_name.get("copy limit (Kafka perf tools)")
 
     def rate(r: Result | None) -> float | None:
         return None if r is None else r.steady_rps
@@ -100,6 +101,8 @@ def render(
         "ours/mm2 steady records/s": ratio(rate(ours), rate(mm2)),
         "ours/mm2 wall": ratio(wall(ours), wall(mm2)),
         "ours/limit steady records/s": ratio(rate(ours), rate(limit)),
+        "ours-standalone/ours steady records/s": ratio(rate(standalone), rate(ours)),
+        "ours-standalone/ours wall": ratio(wall(standalone), wall(ours)),
     }
     lines = [
         f"# mirrorflow benchmark: W1, {settings['records']:,} records",
@@ -128,7 +131,9 @@ def render(
     lines += [
         "",
         "Wall: copy limit = the longer of the two perf tools; MM2 = process start until every remote "
-        "partition reached the source end offset; mirrorflow = the whole `airflow dags test`. Steady: "
+        "partition reached the source end offset; mirrorflow = the whole `airflow dags test` (local[*] "
+        "Spark, or for the standalone row a Spark standalone master with 2 workers of 1 core / 1 GiB "
+        "on loopback, started before the timer and not counted). Steady: "
         "MM2 and mirrorflow = records/s between 10% and 90% of the total on the target (end offsets "
         f"polled every {settings['poll_interval_s']} s); copy limit = min(ProducerPerformance, "
         "ConsumerPerformance fetch rate). MiB/s counts key + value bytes.",

@@ -1,6 +1,7 @@
 """mirrorflow vs MirrorMaker 2 vs Kafka's copy limit, on two local clusters started here.
 
-    .venv/bin/python bench/run.py [--records 1000000] [--contenders limit,mm2,ours]    (or: make bench)
+    .venv/bin/python bench/run.py [--records 1000000] [--contenders limit,mm2,ours,ours-standalone]
+    (or: make bench)
 
 1. starts a source cluster (local KRaft, free loopback ports, temp dir) and writes workload W1 to it:
    2 topics x 6 partitions, --records in total, 16-byte keys, 1 KiB random values, 2 headers,
@@ -8,7 +9,10 @@
 2. runs each contender against a freshly started target cluster (the previous one is stopped first):
    - limit: Kafka's ProducerPerformance into the target and ConsumerPerformance from the source;
    - mm2:   the real MirrorMaker 2, dedicated mode, source->target only;
-   - ours:  `airflow dags test mirror_source_to_target` over the whole backlog, then once more idle;
+   - ours:  `airflow dags test mirror_source_to_target` over the whole backlog, then once more idle,
+            with Spark in local[*] mode (the default `spark_default` connection);
+   - ours-standalone: the same DAG runs against a Spark standalone cluster started here on loopback
+            (1 master, 2 workers x 1 core / 1 GiB, from pyspark's spark-class; client deploy mode);
    every copy is verified partition by partition against the source fingerprint;
 3. writes bench/results/<timestamp>.md and .json and prints the Markdown table.
 
@@ -42,7 +46,8 @@ TOPICS = ("w1-orders", "w1-payments")
 CONTENDERS: dict[str, tuple[str, Callable[[Context], Result]]] = {
     "limit": ("copy limit (Kafka perf tools)", contenders.copy_limit),
     "mm2": ("MirrorMaker 2 (dedicated mode)", contenders.mirror_maker),
-    "ours": ("mirrorflow (one DAG run)", contenders.ours),
+    "ours": (contenders.OURS, contenders.ours),
+    "ours-standalone": (contenders.OURS_STANDALONE, contenders.ours_standalone),
 }
 
 
@@ -65,7 +70,10 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[Result], dict[str, o
         "jvm_tool_heap_mb": args.heap_mb,
         "tasks_max": args.tasks_max,
         "poll_interval_s": args.poll_interval,
-        "spark_master": "local[*] (airflow_env default)",
+        "spark_master": {
+            "ours": "local[*] (airflow_env default)",
+            "ours-standalone": "Spark standalone on loopback: 1 master, 2 workers x 1 core / 1g, client mode",
+        },
         "contenders": names,
     }
     results: list[Result] = []
@@ -123,7 +131,9 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[Result], dict[str, o
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--records", type=int, default=1_000_000, help="W1 records in total")
-    parser.add_argument("--contenders", default="limit,mm2,ours", help="comma-separated: limit,mm2,ours")
+    parser.add_argument(
+        "--contenders", default=",".join(CONTENDERS), help=f"comma-separated: {','.join(CONTENDERS)}"
+    )
     parser.add_argument("--heap-mb", type=int, default=1024, help="heap of each broker and Kafka tool JVM")
     parser.add_argument("--tasks-max", type=int, default=os.cpu_count() or 1, help="MM2 tasks.max")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per contender step")
