@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from contenders import OURS, OURS_STANDALONE, Result, java
+from scenarios import ScenarioResult
 from workload import HEADERS, KEY_SIZE, VALUE_SIZE
 
 from mirrorflow import paths
@@ -154,3 +155,26 @@ def write(out_dir: Path, stamp: str, markdown: str, data: dict[str, Any]) -> tup
     md.write_text(markdown)
     js.write_text(json.dumps(data, indent=2, default=str) + "\n")
     return md, js
+
+
+def render_scenarios(
+    done: list[ScenarioResult], info: dict[str, Any], vers: dict[str, str], standalone: bool
+) -> tuple[str, dict[str, Any]]:
+    """Markdown sections and JSON of the scale scenarios (with a machine/versions header if alone)."""
+    lines: list[str] = []
+    if standalone:
+        lines += [
+            f"# mirrorflow scale scenarios: {', '.join(s.name for s in done)}",
+            "",
+            f"Machine: {info['nproc']} CPUs ({info['cpu_model']}), {info['memory_gib']} GiB; "
+            f"versions: {', '.join(f'{k} {v}' for k, v in vers.items())}.",
+            "",
+        ]
+    for s in done:
+        lines += [*s.markdown, ""]
+        if s.detail:
+            lines += ["Notes:", *(f"- {d}" for d in s.detail), ""]
+    data: dict[str, Any] = {"scenarios": [asdict(s) for s in done]}
+    if standalone:
+        data = {"machine": info, "versions": vers, **data}
+    return "\n".join(lines), data

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/run.py [--records 1000000] [--contenders limit,mm2,ours,ours-standalone]
     (or: make bench)
+    .venv/bin/python bench/run.py --scenarios scale-topics,memory [--scale-topics 500] [--records N]
 
 1. starts a source cluster (local KRaft, free loopback ports, temp dir) and writes workload W1 to it:
    2 topics x 6 partitions, --records in total, 16-byte keys, 1 KiB random values, 2 headers,
@@ -16,8 +17,23 @@
    every copy is verified partition by partition against the source fingerprint;
 3. writes bench/results/<timestamp>.md and .json and prints the Markdown table.
 
+Scale scenarios (bench/scenarios.py), only with --scenarios (not run by default; with --scenarios and
+no --contenders, no contender runs). Each starts its own source and target cluster:
+   - scale-topics: --scale-topics topics (500) x 4 partitions x 5 records (1 KiB values) on the
+            source, topics created 100 per CreateTopics request; times the first `airflow dags test`
+            (creates every remote topic and copies everything) and a second one with nothing new,
+            which must skip the copy task (plan short-circuits, no `[DAG TEST] starting task_id=copy`
+            log line, no SparkSubmit JVM seen); the copy is checked by end offsets per partition
+            (target == source);
+   - memory: W1 backlogs of --records and 4 x --records on the source (separate topics); one
+            `airflow dags test` per backlog copies it whole (the same mirrorflow.max.records.per.partition
+            cap, large enough for the 4x backlog); every 0.2 s psutil sums the RSS of each java process
+            under `airflow` with SparkSubmit in its cmdline plus all its descendants (PySpark driver and
+            workers); reports both peaks and their ratio (target: 4x within 20% of 1x); checked by end
+            offsets per partition.
+
 Every process started here is stopped by PID, also on failure; the temp dir is removed unless
---keep-work is given or a contender failed (its logs are kept then and the path is printed).
+--keep-work is given or a contender or scenario failed (its logs are kept then and the path is printed).
 """
 
 from __future__ import annotations
@@ -30,12 +46,13 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import contenders
 import report
+import scenarios
 from contenders import Context, Result
 from workload import PARTITIONS, PRODUCER_TUNING, create_topics, end_offsets, fingerprint, produce_w1
 
@@ -56,11 +73,15 @@ def start(alias: str, home: Path, heap_mb: int) -> LocalCluster:
     return local_kafka.start_cluster(alias, port, controller, home, heap_mb=heap_mb, timeout=120)
 
 
-def run(args: argparse.Namespace, work: Path) -> tuple[list[Result], dict[str, object]]:
-    names = [n.strip() for n in args.contenders.split(",") if n.strip()]
-    unknown = [n for n in names if n not in CONTENDERS]
+def split(value: str, known: Sequence[str], what: str) -> list[str]:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise SystemExit(f"unknown contenders {unknown}; choose from {list(CONTENDERS)}")
+        raise SystemExit(f"unknown {what} {unknown}; choose from {list(known)}")
+    return names
+
+
+def run(args: argparse.Namespace, work: Path, names: list[str]) -> tuple[list[Result], dict[str, object]]:
     settings: dict[str, object] = {
         "records": args.records,
         "topics": list(TOPICS),
@@ -132,8 +153,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--records", type=int, default=1_000_000, help="W1 records in total")
     parser.add_argument(
-        "--contenders", default=",".join(CONTENDERS), help=f"comma-separated: {','.join(CONTENDERS)}"
+        "--contenders",
+        default=None,
+        help=f"comma-separated: {','.join(CONTENDERS)} (default: all, or none if --scenarios is given)",
     )
+    parser.add_argument(
+        "--scenarios", default="", help=f"comma-separated: {','.join(scenarios.SCENARIOS)} (default: none)"
+    )
+    parser.add_argument("--scale-topics", type=int, default=500, help="topics of the scale-topics scenario")
     parser.add_argument("--heap-mb", type=int, default=1024, help="heap of each broker and Kafka tool JVM")
     parser.add_argument("--tasks-max", type=int, default=os.cpu_count() or 1, help="MM2 tasks.max")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per contender step")
@@ -141,13 +168,21 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--keep-work", action="store_true", help="keep the temp dir (logs, configs)")
     args = parser.parse_args()
+    picked = split(args.scenarios, list(scenarios.SCENARIOS), "scenarios")
+    default = "" if picked else ",".join(CONTENDERS)
+    names = split(default if args.contenders is None else args.contenders, list(CONTENDERS), "contenders")
     logging.basicConfig(level=logging.WARNING)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     work = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-run-"))
     keep = args.keep_work
+    results: list[Result] = []
+    settings: dict[str, object] = {}
+    done: list[scenarios.ScenarioResult] = []
     try:
-        results, settings = run(args, work)
-        keep = keep or any(r.verified == "no" for r in results)
+        if names:
+            results, settings = run(args, work, names)
+        done = run_scenarios(args, work, picked)
+        keep = keep or any(r.verified == "no" for r in results) or any(not s.ok for s in done)
     except BaseException:
         keep = True
         raise
@@ -156,10 +191,35 @@ def main() -> int:
             print(f"work dir kept: {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
-    markdown, data = report.render(results, settings, report.machine(), report.versions())
+    info, vers = report.machine(), report.versions()
+    markdown, data = report.render(results, settings, info, vers) if names else ("", {})
+    if done:
+        extra_md, extra = report.render_scenarios(done, info, vers, standalone=not names)
+        markdown = f"{markdown}\n{extra_md}" if markdown else extra_md
+        data = {**data, **extra} if data else extra
     md, js = report.write(args.out, stamp, markdown, data)
     print(f"\n{markdown}\nwritten: {md} and {js}")
-    return 0 if all(r.verified != "no" for r in results) else 1
+    return 0 if all(r.verified != "no" for r in results) and all(s.ok for s in done) else 1
+
+
+def run_scenarios(args: argparse.Namespace, work: Path, picked: list[str]) -> list[scenarios.ScenarioResult]:
+    out = []
+    for name in picked:
+        print(f"--- scenario {name}", flush=True)
+        opts = scenarios.Options(
+            work / f"scenario-{name}", args.heap_mb, args.timeout, args.records, args.scale_topics
+        )
+        opts.work.mkdir(parents=True, exist_ok=True)
+        try:
+            res = scenarios.SCENARIOS[name](opts)
+        except Exception as exc:
+            traceback.print_exc()
+            res = scenarios.ScenarioResult(name, detail=[f"failed: {type(exc).__name__}: {exc}"])
+            res.markdown = [f"## {name}", "", f"failed: {type(exc).__name__}: {exc}"]
+        for line in res.detail:
+            print(f"  {line}", flush=True)
+        out.append(res)
+    return out
 
 
 if __name__ == "__main__":
