@@ -141,11 +141,11 @@ def stop_process(proc: subprocess.Popen[bytes], group: bool, timeout: float = 30
         send(signal.SIGKILL)
 
 
-def run_logged(cmd: Sequence[str], log: Path, timeout: float, env: dict[str, str] | None = None) -> int:
-    """Run a command in its own session with output to ``log``; the whole group is stopped on timeout."""
+def start_logged(cmd: Sequence[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a command in its own session (so its whole group can be stopped) with output to ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             list(cmd),
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -154,6 +154,11 @@ def run_logged(cmd: Sequence[str], log: Path, timeout: float, env: dict[str, str
             cwd=log.parent,
             start_new_session=True,
         )
+
+
+def run_logged(cmd: Sequence[str], log: Path, timeout: float, env: dict[str, str] | None = None) -> int:
+    """Run a command with ``start_logged``; the whole group is stopped at the end or on timeout."""
+    proc = start_logged(cmd, log, env)
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -495,21 +500,28 @@ def mirror_maker(ctx: Context) -> Result:
 # ------------------------------------------------------------------------------------- ours
 
 
-def ours_properties(ctx: Context, state: Path) -> str:
-    per_partition = max(ctx.source_ends.values()) + 1
+def flow_properties(source: str, target: str, topics: str, state: Path, cap: int) -> str:
+    """mm2.properties for our flow source->target, with the benchmark's producer tuning."""
     lines = [
         "clusters = source, target",
-        f"source.bootstrap.servers = {ctx.source_bootstrap}",
-        f"target.bootstrap.servers = {ctx.target_bootstrap}",
+        f"source.bootstrap.servers = {source}",
+        f"target.bootstrap.servers = {target}",
         "source->target.enabled = true",
         "target->source.enabled = false",
-        f"source->target.topics = {', '.join(ctx.topics)}",
+        f"source->target.topics = {topics}",
         "replication.factor = 1",
         *(f"target.producer.{k} = {v}" for k, v in PRODUCER_TUNING.items()),
         f"mirrorflow.state.dir = {state}",
-        f"mirrorflow.max.records.per.partition = {per_partition}",
+        f"mirrorflow.max.records.per.partition = {cap}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def ours_properties(ctx: Context, state: Path) -> str:
+    per_partition = max(ctx.source_ends.values()) + 1
+    return flow_properties(
+        ctx.source_bootstrap, ctx.target_bootstrap, ", ".join(ctx.topics), state, per_partition
+    )
 
 
 def ours(ctx: Context) -> Result:

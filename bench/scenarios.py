@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 from confluent_kafka import Consumer, Producer, TopicPartition
-from contenders import AIRFLOW, stop_process, task_seconds
+from contenders import AIRFLOW, flow_properties, run_logged, start_logged, stop_process, task_seconds
 from workload import (
     BASE_TIMESTAMP_MS,
     KEY_SIZE,
@@ -154,18 +154,8 @@ class DagRun:
 
 def dags_test(env: dict[str, str], log: Path, timeout: float) -> DagRun:
     """One `airflow dags test` in its own session, timed, with its Spark processes' RSS sampled."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        start = time.monotonic()
-        proc = subprocess.Popen(
-            [AIRFLOW, "dags", "test", DAG_ID],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=log.parent,
-            start_new_session=True,
-        )
+    start = time.monotonic()
+    proc = start_logged([AIRFLOW, "dags", "test", DAG_ID], log, env)
     rss = SparkRss(proc.pid).start()
     try:
         try:
@@ -186,41 +176,11 @@ def _started(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if "[DAG TEST] starting" in line)
 
 
-def flow_properties(source: str, target: str, topics: str, state: Path, cap: int) -> str:
-    lines = [
-        "clusters = source, target",
-        f"source.bootstrap.servers = {source}",
-        f"target.bootstrap.servers = {target}",
-        "source->target.enabled = true",
-        "target->source.enabled = false",
-        f"source->target.topics = {topics}",
-        "replication.factor = 1",
-        *(f"target.producer.{k} = {v}" for k, v in PRODUCER_TUNING.items()),
-        f"mirrorflow.state.dir = {state}",
-        f"mirrorflow.max.records.per.partition = {cap}",
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def prepare_airflow(home: Path, config: Path, state: Path, logs: Path) -> dict[str, str]:
     env = airflow_env(home, config, state)
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     log = logs / "airflow-db-migrate.out"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [AIRFLOW, "db", "migrate"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=logs,
-            start_new_session=True,
-        )
-    try:
-        rc = proc.wait(600)
-    finally:
-        stop_process(proc, group=True)
+    rc = run_logged([AIRFLOW, "db", "migrate"], log, 600, env)
     if rc != 0:
         raise RuntimeError(f"airflow db migrate failed (rc {rc}); see {log}")
     return env

@@ -166,8 +166,9 @@ def run_dir(state_dir: Path, flow: str, run_id: str) -> Path:
 def _safe(name: str) -> str:
     """A folder name for ``name``; where characters had to be replaced, a digest of the original keeps
     distinct names apart (``x:y`` and ``x+y``), and a name of dots alone never means a parent folder."""
-    readable = re.sub(r"[^A-Za-z0-9._=-]", "_", name.replace("->", "_to_"))
-    if readable == name.replace("->", "_to_") and readable.strip("."):
+    arrows = name.replace("->", "_to_")
+    readable = re.sub(r"[^A-Za-z0-9._=-]", "_", arrows)
+    if readable == arrows and readable.strip("."):
         return readable
     return f"{readable.replace('.', '_')}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
 
