@@ -81,6 +81,19 @@ class Plan:
     def max_records(self) -> int:
         return sum(p.source_end - p.source_start for p in self.partitions)
 
+    def task_groups(self, tasks: int) -> list[tuple[PartitionPlan, ...]]:
+        """The planned partitions spread over at most ``tasks`` groups of about equal planned size
+        (largest first, each onto the least loaded group), each group in plan order. One Spark task
+        copies one group: per-task set-up is paid per group, not per partition."""
+        groups: list[list[PartitionPlan]] = [[] for _ in range(max(1, min(tasks, len(self.partitions))))]
+        loads = [0] * len(groups)
+        for p in sorted(self.partitions, key=lambda p: p.source_start - p.source_end):
+            least = loads.index(min(loads))
+            groups[least].append(p)
+            loads[least] += p.source_end - p.source_start
+        order = {(p.topic, p.partition): i for i, p in enumerate(self.partitions)}
+        return [tuple(sorted(g, key=lambda p: order[p.topic, p.partition])) for g in groups if g]
+
     def to_json(self) -> str:
         return json.dumps({"version": PLAN_VERSION, **asdict(self)}, indent=1)
 

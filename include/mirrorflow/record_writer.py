@@ -1,7 +1,7 @@
-"""Writes one planned partition's records to the target with librdkafka, from Arrow batches.
+"""Writes planned partitions' records to the target with librdkafka, from Arrow batches.
 
-Runs inside a Spark task (``mapInArrow``), once per planned source partition, and never imports
-pyspark. Invariants:
+Runs inside a Spark task (``mapInArrow``) over the planned source partitions that task reads, one
+after another, and never imports pyspark. Invariants:
 - Records reach the remote partition in source order, with key, value, headers and timestamp as read.
 - The producer is idempotent and gapless: what an attempt leaves on the target is always a prefix of
   the planned records. So before writing, ``target end - target_start`` records are known to be there
@@ -11,13 +11,15 @@ pyspark. Invariants:
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from mirrorflow.errors import TargetStateError, TransientError
 from mirrorflow.plan import PartitionPlan, PartitionResult
@@ -62,82 +64,140 @@ class _Progress:
     bytes: int = 0
     prev_offset: int = -1
     sync_points: list[tuple[int, int]] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
 
-    def on_delivery(self, err: object, _msg: object) -> None:
+    def result(self) -> dict[str, object]:
+        return {
+            "topic": self.plan.topic,
+            "partition": self.plan.partition,
+            "records": self.records,
+            "skipped": min(self.already_written, self.records),
+            "bytes": self.bytes,
+            "target_start": self.plan.target_start,
+            "sync_points": json.dumps(self.sync_points),
+        }
+
+
+class _Target:
+    """The target-side clients of one Spark task: one producer for all of its partitions, one
+    consumer that reads remote end offsets. Set-up is paid once per task, not per partition."""
+
+    def __init__(self, conf: Mapping[str, str], first_topic: str) -> None:
+        self.errors: list[str] = []
+        self.producer = Producer(
+            {
+                **_PRODUCER_DEFAULTS,
+                **conf,
+                **_PRODUCER_GUARANTEES,
+                # Only failures call back into Python: a callback per record costs the copy rate.
+                "delivery.report.only.error": True,
+                "on_delivery": self._on_delivery,
+            }
+        )
+        self._consumer = Consumer(
+            {**conf, "group.id": "mirrorflow-watermarks", "enable.auto.commit": "false"}
+        )
+        # Asking for a topic's metadata connects the producer and gets its producer id now; left
+        # alone, an idempotent producer's first send waits about 0.5 s.
+        try:
+            self.producer.list_topics(first_topic, timeout=_TIMEOUT_S)
+        except KafkaException as exc:
+            self.close()
+            raise TransientError(f"cannot read the metadata of {first_topic} on the target: {exc}") from exc
+
+    def _on_delivery(self, err: object, msg: Message) -> None:
         if err is not None:
-            self.errors.append(str(err))
+            self.errors.append(f"{msg.topic()}-{msg.partition()}: {err}")
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        try:
+            _low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=_TIMEOUT_S
+            )
+            return int(high)
+        except KafkaException as exc:
+            raise TransientError(
+                f"cannot read the end offset of {topic}-{partition} on the target: {exc}"
+            ) from exc
+
+    def start(self, plan: PartitionPlan) -> _Progress:
+        written = self.end_offset(plan.remote_topic, plan.partition) - plan.target_start
+        if written < 0:
+            raise TargetStateError(
+                f"remote partition {plan.remote_topic}-{plan.partition} ends before the planned start "
+                f"{plan.target_start}: it was truncated or recreated since the plan was made"
+            )
+        return _Progress(plan, written, prev_offset=plan.source_start - 1)
+
+    def finish(self, copied: list[_Progress]) -> None:
+        """Wait for every record to be acknowledged, then check each remote partition's end."""
+        remaining = self.producer.flush(_TIMEOUT_S * 4)
+        if remaining or self.errors:
+            raise TransientError(
+                f"{remaining} records to {len(copied)} remote partitions undelivered, errors: "
+                f"{self.errors[:3]}; the plan can be re-run safely"
+            )
+        for state in copied:
+            self._check_result(state)
+
+    def _check_result(self, state: _Progress) -> None:
+        plan = state.plan
+        if state.already_written > state.records:
+            raise TargetStateError(
+                f"remote partition {plan.remote_topic}-{plan.partition} holds {state.already_written} "
+                f"records past the planned start {plan.target_start}, more than the {state.records} planned: "
+                "something else writes to the remote topic. Nothing was committed; stop the other writer."
+            )
+        end = self.end_offset(plan.remote_topic, plan.partition)
+        if end != plan.target_start + state.records:
+            raise TargetStateError(
+                f"remote partition {plan.remote_topic}-{plan.partition} ends at {end}, expected "
+                f"{plan.target_start + state.records} after this copy: something else writes to the "
+                "remote topic. Nothing was committed; stop the other writer."
+            )
+
+    def close(self) -> None:
+        self._consumer.close()
 
 
-def target_end_offset(conf: Mapping[str, str], topic: str, partition: int) -> int:
-    consumer = Consumer({**conf, "group.id": "mirrorflow-watermarks", "enable.auto.commit": "false"})
-    try:
-        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=_TIMEOUT_S)
-        return int(high)
-    except KafkaException as exc:
-        raise TransientError(
-            f"cannot read the end offset of {topic}-{partition} on the target: {exc}"
-        ) from exc
-    finally:
-        consumer.close()
-
-
-def write_partition(
+def write_partitions(
     batches: Iterator[pa.RecordBatch],
     plans: Mapping[tuple[str, int], PartitionPlan],
     producer_conf: Mapping[str, str],
 ) -> Iterator[pa.RecordBatch]:
-    """Copy the records of one Spark partition (= one planned source partition); yield one result row."""
-    state: _Progress | None = None
-    producer: Producer | None = None
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        if state is None:
-            key = (batch.column("topic")[0].as_py(), batch.column("partition")[0].as_py())
-            plan = plans[key]
-            written = target_end_offset(producer_conf, plan.remote_topic, plan.partition) - plan.target_start
-            if written < 0:
-                raise TargetStateError(
-                    f"remote partition {plan.remote_topic}-{plan.partition} ends before the planned start "
-                    f"{plan.target_start}: it was truncated or recreated since the plan was made"
-                )
-            state = _Progress(plan, written, prev_offset=plan.source_start - 1)
-            producer = Producer(
-                {
-                    **_PRODUCER_DEFAULTS,
-                    **producer_conf,
-                    **_PRODUCER_GUARANTEES,
-                    # Only failures call back into Python: a callback per record costs the copy rate.
-                    "delivery.report.only.error": True,
-                    "on_delivery": state.on_delivery,
-                }
-            )
-        assert producer is not None
-        _write_batch(producer, state, batch)
-    if state is None or producer is None:
-        return
-    remaining = producer.flush(_TIMEOUT_S * 4)
-    if remaining or state.errors:
-        raise TransientError(
-            f"{state.plan.remote_topic}-{state.plan.partition}: {remaining} records undelivered, "
-            f"errors: {state.errors[:3]}; the plan can be re-run safely"
-        )
-    _check_result(state, producer_conf)
-    yield pa.RecordBatch.from_pylist(
-        [
-            {
-                "topic": state.plan.topic,
-                "partition": state.plan.partition,
-                "records": state.records,
-                "skipped": min(state.already_written, state.records),
-                "bytes": state.bytes,
-                "target_start": state.plan.target_start,
-                "sync_points": json.dumps(state.sync_points),
-            }
-        ],
-        schema=RESULT_SCHEMA,
+    """Copy the records of one Spark task, whose partitions arrive one after another (a batch may
+    hold the end of one and the start of the next); yield one result row per partition seen."""
+    target: _Target | None = None
+    copied: list[_Progress] = []
+    try:
+        for batch in batches:
+            for run in _partition_runs(batch):
+                key = (run.column("topic")[0].as_py(), run.column("partition")[0].as_py())
+                if not copied or (copied[-1].plan.topic, copied[-1].plan.partition) != key:
+                    if target is None:
+                        target = _Target(producer_conf, plans[key].remote_topic)
+                    copied.append(target.start(plans[key]))
+                assert target is not None
+                _write_batch(target.producer, copied[-1], run)
+        if target is None:
+            return
+        target.finish(copied)
+    finally:
+        if target is not None:
+            target.close()
+    yield pa.RecordBatch.from_pylist([p.result() for p in copied], schema=RESULT_SCHEMA)
+
+
+def _partition_runs(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+    """The batch cut where the source partition changes."""
+    n = batch.num_rows
+    if n == 0:
+        return []
+    changed = pc.or_(
+        pc.not_equal(batch.column("partition").slice(1), batch.column("partition").slice(0, n - 1)),
+        pc.not_equal(batch.column("topic").slice(1), batch.column("topic").slice(0, n - 1)),
     )
+    cuts = [0, *(int(i) + 1 for i in np.flatnonzero(changed.to_numpy(zero_copy_only=False))), n]
+    return [batch.slice(a, b - a) for a, b in itertools.pairwise(cuts) if b > a]
 
 
 def _write_batch(producer: Producer, state: _Progress, batch: pa.RecordBatch) -> None:
@@ -192,23 +252,6 @@ def _payload_bytes(batch: pa.RecordBatch) -> int:
         lengths = pc.binary_length(batch.column(name))
         total += int(pc.sum(lengths).as_py() or 0)
     return total
-
-
-def _check_result(state: _Progress, producer_conf: Mapping[str, str]) -> None:
-    plan = state.plan
-    if state.already_written > state.records:
-        raise TargetStateError(
-            f"remote partition {plan.remote_topic}-{plan.partition} holds {state.already_written} records "
-            f"past the planned start {plan.target_start}, more than the {state.records} planned: something "
-            "else writes to the remote topic. Nothing was committed; stop the other writer."
-        )
-    end = target_end_offset(producer_conf, plan.remote_topic, plan.partition)
-    if end != plan.target_start + state.records:
-        raise TargetStateError(
-            f"remote partition {plan.remote_topic}-{plan.partition} ends at {end}, expected "
-            f"{plan.target_start + state.records} after this copy: something else writes to the remote "
-            "topic. Nothing was committed; stop the other writer."
-        )
 
 
 def result_from_row(row: Mapping[str, object]) -> PartitionResult:

@@ -156,6 +156,43 @@ def test_executing_the_same_plan_twice_duplicates_nothing(
         assert _read(backup, remote, p) == _expected(topic, p, 0, count), f"{remote}-{p}"
 
 
+def _tasks_run(spark: SparkSession, job_group: str) -> int:
+    tracker = spark.sparkContext.statusTracker()
+    jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(job_group)]
+    stages = [tracker.getStageInfo(s) for j in jobs if j is not None for s in j.stageIds]
+    return sum(s.numTasks for s in stages if s is not None)
+
+
+def test_partitions_share_one_task_per_core_and_each_is_copied_exactly(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote, partitions, k = unique_name, f"primary.{unique_name}", 7, 5
+    counts = [3 + 4 * p for p in range(partitions)]  # uneven, so tasks get different partition mixes
+    create_topic(primary.bootstrap, topic, partitions)
+    for p, count in enumerate(counts):
+        sample_data.produce(sample_data.producer(primary.bootstrap), topic, p, _expected(topic, p, 0, count))
+    config = _config(write_config, topic)
+    try:
+        plan = runner.plan_run(config, FLOW, "run-1")
+        # An earlier attempt wrote the first k records of partition 4 before it crashed.
+        sample_data.produce(sample_data.producer(backup.bootstrap), remote, 4, _expected(topic, 4, 0, k))
+        spark.sparkContext.setJobGroup(unique_name, "copy")
+        result = _copy(config, plan, spark)
+        report = _commit(config, "run-1", result)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        runner.release_run(config, FLOW, "run-1")
+
+    assert _tasks_run(spark, unique_name) == spark.sparkContext.defaultParallelism == 2
+    assert [(r.partition, r.records, r.skipped) for r in result.partitions] == [
+        (p, count, k if p == 4 else 0) for p, count in enumerate(counts)
+    ]
+    for p, count in enumerate(counts):
+        assert _read(backup, remote, p) == _expected(topic, p, 0, count), f"{remote}-{p}"
+    assert report.records == sum(counts)
+
+
 def _wait_end(bootstrap: str, topic: str, partition: int, end: int) -> None:
     """Wait until the partition's high watermark (transaction markers included) reaches ``end``:
     the coordinator writes markers after commit/abort returns, so the layout below stays exact."""

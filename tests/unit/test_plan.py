@@ -82,6 +82,30 @@ def test_max_records_sums_the_planned_ranges() -> None:
     assert PLAN.max_records == 10 + 5
 
 
+def _sized(*sizes: int) -> Plan:
+    parts = tuple(PartitionPlan("t", i, 0, n, "primary.t", 0) for i, n in enumerate(sizes))
+    return Plan(FLOW, RUN, "2026-01-01T00:00:05+00:00", parts)
+
+
+def _shape(groups: list[tuple[PartitionPlan, ...]]) -> list[list[tuple[int, int]]]:
+    return [[(p.partition, p.source_end) for p in g] for g in groups]
+
+
+def test_task_groups_balance_planned_records_and_keep_plan_order() -> None:
+    # Largest first onto the least loaded (ties: the first): 9+3+2 | 8+4+1 | 7+5 = 14, 13, 12.
+    assert _shape(_sized(1, 9, 3, 8, 2, 7, 4, 5).task_groups(3)) == [
+        [(1, 9), (2, 3), (4, 2)],
+        [(0, 1), (3, 8), (6, 4)],
+        [(5, 7), (7, 5)],
+    ]
+
+
+def test_task_groups_never_exceed_the_partitions_and_drop_nothing() -> None:
+    assert _shape(_sized(5, 5).task_groups(8)) == [[(0, 5)], [(1, 5)]]
+    assert _shape(_sized(5, 5, 5).task_groups(1)) == [[(0, 5), (1, 5), (2, 5)]]
+    assert _sized().task_groups(4) == []
+
+
 # --- validation ----------------------------------------------------------------------------------
 
 
