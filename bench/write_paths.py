@@ -9,6 +9,10 @@ cluster to a target topic on another, with Spark's JVM Kafka reader in every pat
   (ii)  our mapInArrow librdkafka writer: ``spark_copy.copy_plan`` between ``runner.plan_run``/``commit``
   (iii) kafka-python as the writer inside mapInArrow
 
+and, for reference, one path that does not use Spark's reader:
+
+  (iv)  librdkafka consumer + producer in one Python task per partition (the JVM only schedules)
+
 Times the copy step only: the Spark session is started and warmed up (JVM reader, Python workers)
 before any clock runs. Clusters live in a temp dir on free loopback ports and are always stopped.
 """
@@ -141,6 +145,45 @@ def kafka_python_writer(
     return write
 
 
+def librdkafka_task_copy(spark: SparkSession, src: str, dst: str, target: str) -> None:
+    """(iv): each task consumes its source partition with librdkafka and produces every message
+    (key, value, headers, timestamp) to the same target partition."""
+
+    def copy(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # Imported here: cloudpickle ships this function by value and cannot carry the classes.
+        from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+        producer = Producer({"bootstrap.servers": dst, "linger.ms": "20", "batch.size": "1000000",
+                             "enable.idempotence": "true", "acks": "all"})  # fmt: skip
+        for batch in batches:
+            for partition in batch.column("id").to_pylist():
+                consumer = Consumer({"bootstrap.servers": src, "group.id": "bench-iv",
+                                     "enable.partition.eof": "true", "fetch.max.bytes": "52428800",
+                                     "max.partition.fetch.bytes": "10485760"})  # fmt: skip
+                consumer.assign([TopicPartition(SOURCE, partition, 0)])
+                done = False
+                while not done:
+                    for m in consumer.consume(10_000, 1.0):
+                        err = m.error()
+                        if err is not None:
+                            done = err.code() == KafkaError._PARTITION_EOF
+                            continue
+                        while True:
+                            try:
+                                producer.produce(target, m.value(), m.key(), partition, headers=m.headers(),
+                                                 timestamp=m.timestamp()[1])  # fmt: skip
+                                break
+                            except BufferError:
+                                producer.poll(0.05)
+                    producer.poll(0)
+                consumer.close()
+        if producer.flush(120):
+            raise RuntimeError("records undelivered")
+        yield pa.RecordBatch.from_pylist([{"id": 0}])
+
+    spark.range(0, PARTITIONS, numPartitions=PARTITIONS).mapInArrow(copy, "id bigint").collect()
+
+
 def bench(records: int, skip_kafka_python: bool, work: Path) -> list[tuple[str, float]]:
     ports = local_kafka.free_ports(4)
     clusters = local_kafka.start_clusters(
@@ -235,6 +278,15 @@ def measure(
         assert runner.commit_run(config, flow.name, "bench").records == records
     finally:
         runner.release_run(config, flow.name, "bench")
+
+    create_topic(dst, "bench-librdkafka-task")
+    results.append(
+        timed(
+            "(iv) librdkafka read + write per task (reference)",
+            lambda: librdkafka_task_copy(spark, src, dst, "bench-librdkafka-task"),
+            "bench-librdkafka-task",
+        )
+    )
 
     if not skip_kafka_python:
         create_topic(dst, "bench-kafka-python")
