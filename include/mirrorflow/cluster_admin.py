@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Any
 
 from kafka import KafkaAdminClient, TopicPartition
-from kafka.admin import ConfigResource, ConfigResourceType, OffsetSpec
+from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, OffsetSpec
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 from kafka.protocol.consumer import IsolationLevel
 
@@ -67,15 +67,49 @@ class ClusterAdmin:
         return {(tp.topic, tp.partition): int(o.offset) for tp, o in found.items()}
 
     def topic_configs(self, topics: Iterable[str]) -> dict[str, dict[str, str]]:
-        """Each topic's non-default configs (set on the topic itself)."""
+        """Each topic's configs set on the topic itself: not defaults, not inherited from the broker,
+        not sensitive (their values are never returned)."""
         resources = [ConfigResource(ConfigResourceType.TOPIC, t) for t in sorted(topics)]
         if not resources:
             return {}
         described: Mapping[str, Any] = self._admin.describe_configs(resources).get("topic", {})
         return {
-            topic: {k: str(v["value"]) for k, v in entries.items() if v.get("value") is not None}
+            topic: {
+                k: str(v["value"])
+                for k, v in entries.items()
+                if v.get("config_source") == "DYNAMIC_TOPIC_CONFIG"
+                and v.get("value") is not None
+                and not v.get("is_sensitive")
+            }
             for topic, entries in described.items()
         }
+
+    def alter_topic_configs(self, changes: Mapping[str, Mapping[str, str | None]]) -> None:
+        """Incrementally alter topic configs: a value SETs the key, ``None`` DELETEs it (back to the
+        default). Keys not named are left as they are."""
+        resources = [
+            ConfigResource(
+                ConfigResourceType.TOPIC,
+                topic,
+                configs={
+                    k: (AlterConfigOp.DELETE, None) if v is None else (AlterConfigOp.SET, v)
+                    for k, v in keys.items()
+                },
+            )
+            for topic, keys in sorted(changes.items())
+            if keys
+        ]
+        if not resources:
+            return
+        response = self._admin.alter_configs(resources, raise_on_unknown=False, incremental=True)
+        # kafka-python reports each resource as "OK" or "[Error <code>] <name>: <message>".
+        failed = {t: str(outcome) for t, outcome in response.get("topic", {}).items() if outcome != "OK"}
+        if failed:
+            raise TargetStateError(
+                f"cluster {self.alias} refused topic config changes: {failed}; fix the cause (e.g. an "
+                "invalid value on the source, or missing ALTER_CONFIGS permission) or exclude the key "
+                "with config.properties.exclude"
+            )
 
     def create_topics(self, topics: Mapping[str, NewTopic]) -> None:
         """Create topics in one request and wait until they are usable; a topic someone else created

@@ -226,6 +226,7 @@ class FlowConfig:
     replication_policy: ReplicationPolicy = field(default_factory=DefaultReplicationPolicy)
     replication_factor: int = REPLICATION_FACTOR_DEFAULT
     config_properties_exclude: tuple[str, ...] = CONFIG_PROPERTIES_EXCLUDE_DEFAULT
+    sync_topic_configs: bool = True
     settings: MirrorSettings = field(default_factory=MirrorSettings)
     properties: Mapping[str, str] = field(default_factory=PropertyView)
     topic_filter: TopicFilter = field(init=False, repr=False, compare=False)
@@ -492,6 +493,7 @@ def _flow_config(
         ),
         replication_factor=props.get_positive_int("replication.factor", REPLICATION_FACTOR_DEFAULT),
         config_properties_exclude=lists["config.properties.exclude"],
+        sync_topic_configs=props.get_bool("sync.topic.configs.enabled", True),
         settings=MirrorSettings(
             schedule=props.get(_SCHEDULE) or None,
             max_records_per_partition=props.get_positive_int(

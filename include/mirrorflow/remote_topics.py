@@ -2,7 +2,9 @@
 
 Invariants: a remote topic exists with at least the source's partition count before any record is
 planned for it; it is created with the source's non-default configs minus ``config.properties.exclude``;
-nothing on the target is ever deleted or shrunk.
+with ``sync.topic.configs.enabled`` (default true) each run brings existing remote topics' configs in
+line (MM2's incremental sync: SET what the source sets, revert what the source leaves at its default,
+never touch excluded keys); nothing on the target is ever deleted or shrunk.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class RemoteTopics:
     partitions: Mapping[str, int]
     remote_names: Mapping[str, str]
     created: tuple[str, ...]
+    reconfigured: Mapping[str, Mapping[str, str | None]]
 
 
 def select_topics(flow: FlowConfig, source: ClusterAdmin) -> dict[str, int]:
@@ -30,8 +33,23 @@ def select_topics(flow: FlowConfig, source: ClusterAdmin) -> dict[str, int]:
 
 
 def synced_configs(flow: FlowConfig, configs: Mapping[str, str]) -> dict[str, str]:
-    excluded = [re.compile(p) for p in flow.config_properties_exclude]
-    return {k: v for k, v in configs.items() if not any(p.fullmatch(k) for p in excluded)}
+    return {k: v for k, v in configs.items() if not _excluded(flow, k)}
+
+
+def _excluded(flow: FlowConfig, key: str) -> bool:
+    return any(re.fullmatch(p, key) for p in flow.config_properties_exclude)
+
+
+def config_changes(
+    flow: FlowConfig, source: Mapping[str, str], remote: Mapping[str, str]
+) -> dict[str, str | None]:
+    """What makes the remote topic's own configs match the source's: a value to SET, or ``None`` to
+    revert a key the remote sets but the source leaves at its default. Excluded keys never change."""
+    changes: dict[str, str | None] = {
+        k: v for k, v in synced_configs(flow, source).items() if remote.get(k) != v
+    }
+    changes.update({k: None for k in remote if k not in source and not _excluded(flow, k)})
+    return changes
 
 
 def ensure_remote_topics(flow: FlowConfig, source: ClusterAdmin, target: ClusterAdmin) -> RemoteTopics:
@@ -39,7 +57,8 @@ def ensure_remote_topics(flow: FlowConfig, source: ClusterAdmin, target: Cluster
     remote = {t: flow.replication_policy.format_remote_topic(flow.source.alias, t) for t in partitions}
     existing = target.partition_counts(set(remote.values()) & target.topics())
     missing = sorted(t for t in partitions if remote[t] not in existing)
-    configs = source.topic_configs(missing)
+    kept = sorted(t for t in partitions if remote[t] in existing) if flow.sync_topic_configs else []
+    configs = source.topic_configs([*missing, *kept])
     target.create_topics(
         {
             remote[t]: NewTopic(
@@ -51,4 +70,11 @@ def ensure_remote_topics(flow: FlowConfig, source: ClusterAdmin, target: Cluster
     for topic, count in partitions.items():
         if remote[topic] in existing and existing[remote[topic]] < count:
             target.add_partitions(remote[topic], count)
-    return RemoteTopics(partitions, remote, tuple(remote[t] for t in missing))
+    remote_configs = target.topic_configs(remote[t] for t in kept)
+    changes = {
+        remote[t]: c
+        for t in kept
+        if (c := config_changes(flow, configs.get(t, {}), remote_configs.get(remote[t], {})))
+    }
+    target.alter_topic_configs(changes)
+    return RemoteTopics(partitions, remote, tuple(remote[t] for t in missing), changes)

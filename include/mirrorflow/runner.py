@@ -76,13 +76,20 @@ def plan_run(config: MirrorConfig, flow_name: str, run_id: str) -> Plan:
         store.release_lock(flow.name, run_id)
         raise
     plan = planned.plan
+    for remote, changes in sorted(topics.reconfigured.items()):
+        log.info(
+            "remote topic %s: configs synced from the source: %s",
+            remote,
+            ", ".join(f"{k}={'(default)' if v is None else v}" for k, v in sorted(changes.items())),
+        )
     log.info(
-        "flow %s run %s: %d topics selected, %d remote topics created, %d partitions to copy, "
-        "up to %d records",
+        "flow %s run %s: %d topics selected, %d remote topics created, %d reconfigured, "
+        "%d partitions to copy, up to %d records",
         flow.name,
         run_id,
         len(topics.partitions),
         len(topics.created),
+        len(topics.reconfigured),
         len(plan.partitions),
         plan.max_records,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, KafkaAdminClient
 from mirror_helpers import assert_same_records, create_topic, run_flow, topics
 from pyspark.sql import SparkSession
 
@@ -145,6 +145,93 @@ def test_remote_topic_gets_partitions_and_synced_configs(
     set_on_remote = {k: v["value"] for k, v in remote["topic"][f"primary.{u}"].items()}
     # min.insync.replicas is on MM2's config.properties.exclude list: never synced.
     assert set_on_remote == {"retention.ms": "123456789", "cleanup.policy": "compact"}
+
+
+def _topic_configs(cluster: LocalCluster, topic: str) -> dict[str, str]:
+    """The configs set on the topic itself (what the broker reports as modified)."""
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    finally:
+        admin.close()
+    return {k: v["value"] for k, v in described["topic"][topic].items()}
+
+
+def _alter(cluster: LocalCluster, topic: str, configs: dict[str, tuple[AlterConfigOp, str | None]]) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        result = admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, configs=configs)], incremental=True
+        )
+        assert result == {"topic": {topic: "OK"}}
+    finally:
+        admin.close()
+
+
+def test_source_config_changes_and_new_partitions_reach_the_remote_topic_on_the_next_run(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    u, remote = unique_name, f"primary.{unique_name}"
+    # Sizes, not times: sample records carry 2001 timestamps, which any retention.ms would delete.
+    create_topic(primary.bootstrap, u, 2, {"retention.bytes": "1000000000", "cleanup.policy": "delete"})
+    sample_data.produce_samples(primary.bootstrap, u, 2, 0, 10)
+    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {u}\n")
+    run_flow(config, "primary->backup", "run-1", spark)
+    assert _topic_configs(backup, remote) == {"retention.bytes": "1000000000", "cleanup.policy": "delete"}
+
+    # On the source: one key changed, one added, one back to its default, one excluded key set.
+    set_, delete = AlterConfigOp.SET, AlterConfigOp.DELETE
+    _alter(
+        primary,
+        u,
+        {
+            "retention.bytes": (set_, "2000000000"),
+            "segment.ms": (set_, "3600000"),
+            "cleanup.policy": (delete, None),
+            "min.insync.replicas": (set_, "1"),
+        },
+    )
+    # On the target, by hand: a key the source does not set (reverted) and an excluded one (kept).
+    _alter(backup, remote, {"max.message.bytes": (set_, "2000000"), "min.insync.replicas": (set_, "1")})
+    admin = KafkaAdminClient(bootstrap_servers=primary.bootstrap)
+    try:
+        admin.create_partitions({u: 4})
+    finally:
+        admin.close()
+    sample_data.produce_samples(primary.bootstrap, u, 4, 10, 15)  # 15 more per partition, new ones too
+
+    report = run_flow(config, "primary->backup", "run-2", spark)
+
+    assert _topic_configs(backup, remote) == {
+        "retention.bytes": "2000000000",
+        "segment.ms": "3600000",
+        "min.insync.replicas": "1",  # excluded: the target's own value, never synced nor reverted
+    }
+    # Each record is unique to its partition: a record in the wrong partition would differ.
+    assert assert_same_records(primary.bootstrap, u, backup.bootstrap, remote, 4) == 2 * 25 + 2 * 15
+    assert report.records == 4 * 15
+
+
+def test_config_sync_can_be_turned_off(
+    kafka_clusters: Clusters, write_config: WriteConfig, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    u, remote = unique_name, f"primary.{unique_name}"
+    create_topic(primary.bootstrap, u, 1, {"retention.bytes": "1000000000"})
+    config = write_config(
+        f"primary->backup.enabled = true\nprimary->backup.topics = {u}\n"
+        "primary->backup.sync.topic.configs.enabled = false\n"
+    )
+    runner.plan_run(config, "primary->backup", "run-1")
+    runner.release_run(config, "primary->backup", "run-1")
+    _alter(primary, u, {"retention.bytes": (AlterConfigOp.SET, "2000000000")})
+
+    runner.plan_run(config, "primary->backup", "run-2")
+    runner.release_run(config, "primary->backup", "run-2")
+
+    # Created with the source's configs, then left alone.
+    assert _topic_configs(backup, remote) == {"retention.bytes": "1000000000"}
 
 
 def test_refused_remote_topic_creation_names_the_topic_and_plans_nothing(

@@ -1,9 +1,12 @@
-"""Which source topic configs a remote topic is created with: MM2's ``config.properties.exclude``."""
+"""Which source topic configs a remote topic gets, at creation and on each sync: MM2's rules."""
 
 from __future__ import annotations
 
+import pytest
+
 from mirrorflow.config import FlowConfig, parse_config
-from mirrorflow.remote_topics import synced_configs
+from mirrorflow.errors import ConfigError
+from mirrorflow.remote_topics import config_changes, synced_configs
 
 BASE = """\
 clusters = primary, backup
@@ -86,3 +89,39 @@ def test_an_empty_exclude_list_syncs_everything() -> None:
 
 def test_no_source_configs_give_no_synced_configs() -> None:
     assert synced_configs(flow(), {}) == {}
+
+
+# --- config sync of existing remote topics (MM2's incremental sync) ------------------------------
+
+
+def test_config_changes_set_what_differs_and_revert_what_the_source_leaves_default() -> None:
+    source = {"cleanup.policy": "compact", "retention.ms": "1000", "segment.ms": "60000"}
+    remote = {"cleanup.policy": "compact", "retention.ms": "999", "max.message.bytes": "2000000"}
+
+    assert config_changes(flow(), source, remote) == {
+        "retention.ms": "1000",
+        "segment.ms": "60000",
+        "max.message.bytes": None,
+    }
+
+
+def test_config_changes_never_touch_excluded_keys_on_either_side() -> None:
+    source = {"min.insync.replicas": "2", "message.timestamp.type": "LogAppendTime"}
+    remote = {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
+
+    assert config_changes(flow(), source, remote) == {}
+
+
+def test_config_changes_of_a_topic_in_sync_are_empty() -> None:
+    assert config_changes(flow(), SOURCE_CONFIGS, synced_configs(flow(), SOURCE_CONFIGS)) == {}
+
+
+@pytest.mark.parametrize(("written", "expected"), [("", True), ("false", False), ("TRUE", True)])
+def test_config_sync_follows_sync_topic_configs_enabled(written: str, expected: bool) -> None:
+    extra = f"sync.topic.configs.enabled = {written}\n" if written else ""
+    assert flow(extra).sync_topic_configs is expected
+
+
+def test_a_non_boolean_sync_switch_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"primary->backup\.sync\.topic\.configs\.enabled.*'yes'"):
+        flow("primary->backup.sync.topic.configs.enabled = yes\n")
