@@ -41,3 +41,7 @@ class CommitConflictError(MirrorError):
 
 class SourceDataLostError(MirrorError):
     """Source records were deleted (retention, delete-records) before they were mirrored."""
+
+
+class WireFormatError(MirrorError):
+    """Bytes in an MM2 internal topic that are not the record they should be."""

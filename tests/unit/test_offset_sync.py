@@ -1,0 +1,91 @@
+"""Exact offset translation from the batch log, and MM2's offset-sync record."""
+
+from __future__ import annotations
+
+import pytest
+
+from mirrorflow.errors import PlanError, WireFormatError
+from mirrorflow.offset_sync import OffsetSync, OffsetTranslator, offset_syncs
+from mirrorflow.offsets_store import Batch
+
+
+def batch(source: tuple[int, int], target: tuple[int, int], *sync_points: tuple[int, int]) -> Batch:
+    b = Batch("orders", 0, "primary.orders", *source, *target, target[1] - target[0], 0, sync_points)
+    b.validate()
+    return b
+
+
+def translate_all(translator: OffsetTranslator, upstream: range) -> list[int | None]:
+    return [translator.translate(u) for u in upstream]
+
+
+def test_a_gapless_log_maps_arithmetically_and_never_past_the_mirrored_end() -> None:
+    t = OffsetTranslator([batch((10, 20), (10, 20)), batch((0, 10), (0, 10))])  # any order
+
+    assert translate_all(t, range(0, 23)) == [*range(0, 20), 20, 20, 20]
+
+
+def test_offsets_before_the_first_mirrored_record_have_no_translation() -> None:
+    t = OffsetTranslator([batch((100, 110), (0, 10))])
+
+    assert [t.translate(u) for u in (0, 99, 100, 105, 110, 500)] == [None, None, 0, 5, 10, 10]
+
+
+def test_transaction_markers_translate_to_the_next_record() -> None:
+    # Source: records 0-4, commit marker 5, records 6-8, commit marker 9. Target: 8 records.
+    t = OffsetTranslator([batch((0, 10), (0, 8), (6, 5))])
+
+    assert translate_all(t, range(0, 11)) == [0, 1, 2, 3, 4, 5, 5, 6, 7, 8, 8]
+
+
+def test_a_leading_gap_and_aborted_records_skip_nothing() -> None:
+    # Records 3-5, aborted 6-8, abort marker 9, records 10-11.
+    t = OffsetTranslator([batch((0, 12), (40, 45), (3, 40), (10, 43))])
+
+    assert translate_all(t, range(0, 13)) == [40, 40, 40, 40, 41, 42, 43, 43, 43, 43, 43, 44, 45]
+
+
+def test_a_batch_of_markers_only_maps_to_where_the_next_record_lands() -> None:
+    t = OffsetTranslator([batch((0, 5), (0, 5)), batch((5, 7), (5, 5)), batch((7, 9), (5, 7))])
+
+    assert translate_all(t, range(0, 10)) == [0, 1, 2, 3, 4, 5, 5, 5, 6, 7]
+
+
+def test_mm2s_rule_on_our_offset_syncs_never_skips_but_re_reads() -> None:
+    batches = [batch((0, 12), (40, 45), (3, 40), (10, 43)), batch((12, 30), (45, 60), (15, 48))]
+    syncs = [s for b in batches for s in offset_syncs(b)]
+    assert [(s.upstream_offset, s.downstream_offset) for s in syncs] == [
+        (3, 40),
+        (10, 43),
+        (12, 45),
+        (15, 48),
+    ]
+    exact = OffsetTranslator(batches)
+
+    def mm2(upstream: int) -> int | None:
+        older = [s for s in syncs if s.upstream_offset <= upstream]
+        if not older:
+            return None
+        newest = older[-1]
+        return newest.downstream_offset + (0 if newest.upstream_offset == upstream else 1)
+
+    for u in range(3, 30):
+        ours, theirs = exact.translate(u), mm2(u)
+        assert ours is not None and theirs is not None
+        assert theirs <= ours, f"MM2's rule would skip records at {u}"
+    assert exact.translate(20) == 53 and mm2(20) == 49  # MM2 re-reads 4 records here
+
+
+def test_a_gap_in_the_batch_log_is_refused() -> None:
+    with pytest.raises(PlanError, match="not contiguous at source offset 10"):
+        OffsetTranslator([batch((0, 10), (0, 10)), batch((11, 20), (10, 19))])
+
+
+def test_offset_sync_wire_format() -> None:
+    sync = OffsetSync("orders", 3, 1000, 7)
+
+    assert sync.key() == b"\x00\x06orders" + b"\x00\x00\x00\x03"
+    assert sync.value() == (1000).to_bytes(8, "big") + (7).to_bytes(8, "big")
+    assert OffsetSync.decode(sync.key(), sync.value()) == sync
+    with pytest.raises(WireFormatError, match="unexpected bytes"):
+        OffsetSync.decode(sync.key(), sync.value() + b"\x00")
