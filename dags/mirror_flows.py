@@ -1,7 +1,8 @@
 """One DAG per enabled flow of the MirrorMaker 2 config named by MIRROR_CONFIG.
 
-plan (setup) -> copy (Spark) -> commit -> release (teardown). Reading the config is the only work done
-at parse time; an invalid config shows up as this file's import error, naming the bad key.
+plan (setup) -> copy (Spark) -> commit -> checkpoint -> release (teardown). Reading the config is the
+only work done at parse time; an invalid config shows up as this file's import error, naming the bad
+key.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ for _flow in CONFIG.flows:
             name=_spec.copy.name,
         )
         _commit = task(task_id="commit", trigger_rule="none_failed")(tasks.commit)(_flow.name)
+        _checkpoint = task(task_id="checkpoint")(tasks.checkpoint)(_flow.name)
         _release = task(task_id="release")(tasks.release)(_flow.name)
         # Airflow resolves a task output to its task here; its stubs only name operators.
-        _plan >> _copy >> _commit >> _release.as_teardown(setups=_plan)  # type: ignore[arg-type]
+        _plan >> _copy >> _commit >> _checkpoint >> _release.as_teardown(setups=_plan)  # type: ignore[arg-type]
     globals()[_spec.dag_id] = _dag

@@ -92,6 +92,7 @@ def write_config(tmp_path: Path, kafka_clusters: dict[str, LocalCluster]) -> Cal
             f"clusters = {', '.join(kafka_clusters)}",
             *(f"{a}.bootstrap.servers = {c.bootstrap}" for a, c in kafka_clusters.items()),
             "replication.factor = 1",
+            "checkpoints.topic.replication.factor = 1",
             f"mirrorflow.state.dir = {tmp_path / 'state'}",
             extra,
         ]

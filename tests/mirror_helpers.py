@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka.admin import KafkaAdminClient
 from pyspark.sql import SparkSession
 
@@ -53,3 +56,52 @@ def assert_same_records(src: str, topic: str, dst: str, remote: str, partitions:
         assert actual == expected, f"{remote}-{p} differs from {topic}-{p}"
         total += len(actual)
     return total
+
+
+def wait_end(bootstrap: str, topic: str, partition: int, end: int) -> None:
+    """Wait until the partition's high watermark (transaction markers included) reaches ``end``:
+    the coordinator writes markers after commit/abort returns, so the layout below stays exact."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "mirrorflow-test-watermarks",
+            "isolation.level": "read_uncommitted",  # the high watermark, not the last stable offset
+        }
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+            if high == end:
+                return
+            assert high < end, f"{topic}-{partition} ends at {high}, past the expected {end}"
+            assert time.monotonic() < deadline, f"{topic}-{partition} stuck at {high}, expected {end}"
+            time.sleep(0.05)
+    finally:
+        c.close()
+
+
+def transactional_producer(bootstrap: str, txn_id: str) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": "5"})
+    p.init_transactions(30)
+    return p
+
+
+def commit_group(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """Commit offsets for ``group`` as a consumer that read up to them would (retrying while the
+    group coordinator is still loading on a fresh cluster)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": "false"})
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                c.commit(
+                    offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False
+                )
+                return
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        c.close()

@@ -134,5 +134,24 @@ class ClusterAdmin:
             raise TargetStateError(f"cluster {self.alias} refused to create topics: {failed}")
         self._admin.wait_for_topics(sorted(topics), timeout_ms=30000)
 
+    def consumer_groups(self) -> list[str]:
+        """Every consumer group that keeps its offsets in Kafka."""
+        return sorted({str(g["group_id"]) for g in self._admin.list_groups()})
+
+    def group_offsets(self, groups: Iterable[str]) -> dict[str, dict[TP, tuple[int, str]]]:
+        """Each group's committed (offset, metadata) per partition; partitions without one are left out."""
+        names = sorted(groups)
+        if not names:
+            return {}
+        found = self._admin.list_group_offsets(dict.fromkeys(names))
+        return {
+            group: {
+                (tp.topic, tp.partition): (int(om.offset), om.metadata or "")
+                for tp, om in offsets.items()
+                if om.offset is not None and om.offset >= 0
+            }
+            for group, offsets in found.items()
+        }
+
     def add_partitions(self, topic: str, total: int) -> None:
         self._admin.create_partitions({topic: total})

@@ -45,6 +45,8 @@ ENV_STATE_DIR = "MIRROR_STATE_DIR"
 ENV_OFFSETS_DB_URL = "MIRROR_OFFSETS_DB_URL"
 
 REPLICATION_FACTOR_DEFAULT = 2
+# MM2: checkpoints.topic.replication.factor (and the heartbeats and offset-syncs ones).
+INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT = 3
 CONFIG_PROPERTIES_EXCLUDE_DEFAULT: tuple[str, ...] = (
     "follower.replication.throttled.replicas",
     "leader.replication.throttled.replicas",
@@ -227,6 +229,8 @@ class FlowConfig:
     replication_factor: int = REPLICATION_FACTOR_DEFAULT
     config_properties_exclude: tuple[str, ...] = CONFIG_PROPERTIES_EXCLUDE_DEFAULT
     sync_topic_configs: bool = True
+    emit_checkpoints: bool = True
+    checkpoints_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
     settings: MirrorSettings = field(default_factory=MirrorSettings)
     properties: Mapping[str, str] = field(default_factory=PropertyView)
     topic_filter: TopicFilter = field(init=False, repr=False, compare=False)
@@ -494,6 +498,10 @@ def _flow_config(
         replication_factor=props.get_positive_int("replication.factor", REPLICATION_FACTOR_DEFAULT),
         config_properties_exclude=lists["config.properties.exclude"],
         sync_topic_configs=props.get_bool("sync.topic.configs.enabled", True),
+        emit_checkpoints=props.get_bool("emit.checkpoints.enabled", True),
+        checkpoints_topic_replication_factor=props.get_positive_int(
+            "checkpoints.topic.replication.factor", INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
+        ),
         settings=MirrorSettings(
             schedule=props.get(_SCHEDULE) or None,
             max_records_per_partition=props.get_positive_int(

@@ -1,4 +1,5 @@
-"""The offsets table: committed progress, the batch log and the per-flow lock, in one SQL database.
+"""The offsets table: committed progress, the batch log, the per-flow lock and the last checkpoint
+emitted per consumer group and partition, in one SQL database.
 
 Works on any SQLAlchemy URL: a SQLite file by default (one machine), PostgreSQL in production.
 
@@ -142,6 +143,21 @@ batches_table = Table(
     UniqueConstraint("flow", "topic", "partition", "source_start"),
 )
 
+checkpoints_table = Table(
+    "mirror_checkpoints",
+    metadata,
+    Column("flow", _NAME, nullable=False),
+    Column("group_id", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("remote_topic", _NAME, nullable=False),
+    Column("upstream_offset", BigInteger, nullable=False),
+    Column("downstream_offset", BigInteger, nullable=False),
+    Column("metadata", Text, nullable=False),
+    Column("emitted_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("flow", "group_id", "topic", "partition"),
+)
+
 locks_table = Table(
     "mirror_locks",
     metadata,
@@ -249,6 +265,20 @@ class CommittedBatch(Batch):
             bytes=self.bytes,
             sync_points=self.sync_points,
         )
+
+
+@dataclass(frozen=True)
+class GroupPosition:
+    """The last checkpoint emitted for a consumer group on one source partition: its committed
+    ``upstream_offset`` on the source and where that resumes on ``remote_topic``."""
+
+    group_id: str
+    topic: str
+    partition: int
+    remote_topic: str
+    upstream_offset: int
+    downstream_offset: int
+    metadata: str = ""
 
 
 @dataclass(frozen=True)
@@ -576,6 +606,46 @@ class OffsetsStore:
         with self._transaction(write=False) as conn:
             rows = conn.execute(query).all()
         return [_committed_batch(row._mapping) for row in rows]
+
+    def checkpoints(self, flow: str) -> dict[tuple[str, str, int], GroupPosition]:
+        """The last emitted checkpoint per (group, source topic, partition) of ``flow``."""
+        c = checkpoints_table
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(select(c).where(c.c.flow == flow)).all()
+        return {
+            (r.group_id, r.topic, r.partition): GroupPosition(
+                r.group_id,
+                r.topic,
+                r.partition,
+                r.remote_topic,
+                r.upstream_offset,
+                r.downstream_offset,
+                r.metadata,
+            )
+            for r in rows
+        }
+
+    def record_checkpoints(self, flow: str, positions: Iterable[GroupPosition]) -> None:
+        """Replace the stored checkpoints of these (group, topic, partition)s, in one transaction."""
+        rows = [
+            {"flow": flow, **{f: getattr(p, f) for f in GroupPosition.__dataclass_fields__}}
+            for p in positions
+        ]
+        if not rows:
+            return
+        c = checkpoints_table
+        with self._transaction(write=True) as conn:
+            now = self._now()
+            for row in rows:
+                conn.execute(
+                    delete(c).where(
+                        c.c.flow == flow,
+                        c.c.group_id == row["group_id"],
+                        c.c.topic == row["topic"],
+                        c.c.partition == row["partition"],
+                    )
+                )
+            conn.execute(insert(c), [{**row, "emitted_at": now} for row in rows])
 
     # -------------------------------------------------------------------------------------- helpers
 

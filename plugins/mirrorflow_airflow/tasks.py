@@ -17,6 +17,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundExceptio
 from mirrorflow import runner
 from mirrorflow.config import load_config
 from mirrorflow.errors import MirrorError, TransientError
+from mirrorflow.mirror_checkpoint import emit_checkpoints
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,6 +63,12 @@ def plan(flow: str) -> bool:
 @classified
 def commit(flow: str) -> dict[str, Any]:
     return runner.commit_run(load_config(), flow, _run_id()).as_dict()
+
+
+@classified
+def checkpoint(flow: str) -> dict[str, int]:
+    report = emit_checkpoints(load_config(), flow)
+    return {"groups": report.groups, "emitted": len(report.emitted), "untranslated": report.untranslated}
 
 
 @classified

@@ -137,25 +137,31 @@ def test_dag_wiring(
     assert dag.schedule == schedule
     assert dag.max_active_runs == 1
     assert dag.catchup is False
-    assert sorted(dag.task_ids) == ["commit", "copy", "plan", "release"]
-    plan, copy, commit, release = (dag.get_task(t) for t in ("plan", "copy", "commit", "release"))
+    assert sorted(dag.task_ids) == ["checkpoint", "commit", "copy", "plan", "release"]
+    plan, copy, commit, checkpoint, release = (
+        dag.get_task(t) for t in ("plan", "copy", "commit", "checkpoint", "release")
+    )
 
-    # plan >> copy >> commit >> release, and release is plan's teardown (so also downstream of it).
+    # plan >> copy >> commit >> checkpoint >> release; release is plan's teardown (so also after it).
     assert plan.upstream_task_ids == set()
     assert plan.downstream_task_ids == {"copy", "release"}
     assert copy.upstream_task_ids == {"plan"}
     assert copy.downstream_task_ids == {"commit"}
     assert commit.upstream_task_ids == {"copy"}
-    assert commit.downstream_task_ids == {"release"}
-    assert release.upstream_task_ids == {"commit", "plan"}
+    assert commit.downstream_task_ids == {"checkpoint"}
+    assert checkpoint.upstream_task_ids == {"commit"}
+    assert checkpoint.downstream_task_ids == {"release"}
+    assert release.upstream_task_ids == {"checkpoint", "plan"}
     assert release.downstream_task_ids == set()
     assert plan.is_setup is True
     assert plan.is_teardown is False
     assert release.is_teardown is True
     assert release.trigger_rule == "all_done_setup_success"
-    # Nothing to copy skips copy only: commit still runs (none_failed), release always does.
+    # Nothing to copy skips copy only: commit still runs (none_failed), so do checkpoints (consumer
+    # groups move without new records), and release always does.
     assert plan.ignore_downstream_trigger_rules is False
     assert commit.trigger_rule == "none_failed"
+    assert checkpoint.trigger_rule == "all_success"
 
     assert isinstance(copy, SparkSubmitOperator)
     assert copy._conn_id == conn_id

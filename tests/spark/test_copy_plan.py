@@ -7,13 +7,12 @@ takes (plan -> copy -> commit -> release) and compares the target with the sourc
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from kafka.admin import KafkaAdminClient
-from mirror_helpers import create_topic, run_flow
+from mirror_helpers import create_topic, run_flow, transactional_producer, wait_end
 from pyspark.sql import SparkSession
 
 from mirrorflow import runner, sample_data
@@ -193,35 +192,6 @@ def test_partitions_share_one_task_per_core_and_each_is_copied_exactly(
     assert report.records == sum(counts)
 
 
-def _wait_end(bootstrap: str, topic: str, partition: int, end: int) -> None:
-    """Wait until the partition's high watermark (transaction markers included) reaches ``end``:
-    the coordinator writes markers after commit/abort returns, so the layout below stays exact."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "mirrorflow-test-watermarks",
-            "isolation.level": "read_uncommitted",  # the high watermark, not the last stable offset
-        }
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
-            if high == end:
-                return
-            assert high < end, f"{topic}-{partition} ends at {high}, past the expected {end}"
-            assert time.monotonic() < deadline, f"{topic}-{partition} stuck at {high}, expected {end}"
-            time.sleep(0.05)
-    finally:
-        c.close()
-
-
-def _transactional(bootstrap: str, txn_id: str) -> Producer:
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": "5"})
-    p.init_transactions(30)
-    return p
-
-
 def _send(p: Producer, topic: str, partition: int, records: Sequence[Record]) -> None:
     sample_data.produce(p, topic, partition, records)  # flushes: each record is in the log after this
 
@@ -237,7 +207,10 @@ def test_aborted_transactions_are_not_mirrored_and_gaps_become_sync_points(
     a = _expected(topic, 0, 100, 103)  # aborted records of partition 0
     only_aborted = _expected(topic, 1, 100, 103)
     plain = sample_data.producer(bs)
-    tx_a, tx_b = _transactional(bs, f"{unique_name}-a"), _transactional(bs, f"{unique_name}-b")
+    tx_a, tx_b = (
+        transactional_producer(bs, f"{unique_name}-a"),
+        transactional_producer(bs, f"{unique_name}-b"),
+    )
 
     # Partition 0, offset by offset (M = transaction marker):
     #   0 c0  1 c1  plain | 2 c2 (A)  3 a0 (B)  4 c3 (A)  5 a1 (B)  6 M commit A  7 M abort B
@@ -250,24 +223,24 @@ def test_aborted_transactions_are_not_mirrored_and_gaps_become_sync_points(
     _send(tx_a, topic, 0, c[3:4])
     _send(tx_b, topic, 0, a[1:2])
     tx_a.commit_transaction(30)
-    _wait_end(bs, topic, 0, 7)
+    wait_end(bs, topic, 0, 7)
     tx_b.abort_transaction(30)
-    _wait_end(bs, topic, 0, 8)
+    wait_end(bs, topic, 0, 8)
     tx_b.begin_transaction()
     _send(tx_b, topic, 0, a[2:3])
     tx_b.abort_transaction(30)
-    _wait_end(bs, topic, 0, 10)
+    wait_end(bs, topic, 0, 10)
     tx_a.begin_transaction()
     _send(tx_a, topic, 0, c[4:5])
     tx_a.commit_transaction(30)
-    _wait_end(bs, topic, 0, 12)
+    wait_end(bs, topic, 0, 12)
     _send(plain, topic, 0, c[5:7])
-    _wait_end(bs, topic, 0, 14)
+    wait_end(bs, topic, 0, 14)
     # Partition 1: one aborted transaction, nothing else: 0 1 2 aborted, 3 M abort.
     tx_b.begin_transaction()
     _send(tx_b, topic, 1, only_aborted)
     tx_b.abort_transaction(30)
-    _wait_end(bs, topic, 1, 4)
+    wait_end(bs, topic, 1, 4)
     for producer in (plain, tx_a, tx_b):
         producer.close()
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
-from mirrorflow.offsets_store import Batch, CommittedBatch, OffsetsStore, PartitionProgress
+from mirrorflow.offsets_store import Batch, CommittedBatch, GroupPosition, OffsetsStore, PartitionProgress
 
 FLOW = "primary->backup"
 T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -84,7 +84,7 @@ def test_schema_created_on_first_use_in_a_new_folder(db_url: str, tmp_path: Path
     path = tmp_path / "state" / "nested" / "offsets.db"
     with sqlite3.connect(path) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert tables == {"mirror_progress", "mirror_batches", "mirror_locks"}
+    assert tables == {"mirror_progress", "mirror_batches", "mirror_locks", "mirror_checkpoints"}
     # A second store on the same file finds the schema and does not fail.
     with OffsetsStore(db_url) as again:
         assert again.batches(FLOW) == []
@@ -488,3 +488,23 @@ def test_cli_unreachable_database_fails_with_redacted_url() -> None:
     assert result.stdout == ""
     assert result.stderr.startswith("error: offsets database postgresql+psycopg2://u:***@127.0.0.1:1/x")
     assert ":pw@" not in result.stderr
+
+
+def test_recorded_checkpoints_replace_the_previous_per_group_and_partition(
+    store: OffsetsStore, db_url: str
+) -> None:
+    first = GroupPosition("billing", "orders", 0, "primary.orders", 10, 8, "m")
+    other = GroupPosition("billing", "orders", 1, "primary.orders", 3, 3)
+    store.record_checkpoints(FLOW, [first, other])
+    moved = GroupPosition("billing", "orders", 0, "primary.orders", 15, 13, "m2")
+
+    store.record_checkpoints(FLOW, [moved])
+    store.record_checkpoints(FLOW, [])
+
+    assert store.checkpoints(FLOW) == {("billing", "orders", 0): moved, ("billing", "orders", 1): other}
+    assert store.checkpoints("backup->primary") == {}
+    # Replaced, not appended: one row per (flow, group, topic, partition).
+    assert [(r[1], r[3], r[5]) for r in _rows(db_url, "mirror_checkpoints")] == [
+        ("billing", 0, 15),
+        ("billing", 1, 3),
+    ]

@@ -1,0 +1,113 @@
+"""Checkpoints on real brokers: consumer-group positions translated exactly into MM2's format.
+
+A group commits on the source, the flow runs, the checkpoint task emits; the records in
+``primary.checkpoints.internal`` are decoded field by field, and a consumer that fails over to the
+target at the checkpoint's downstream offset reads exactly the record after the last one it
+consumed on the source: nothing re-read, nothing skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from mirror_helpers import commit_group, create_topic, run_flow, transactional_producer, wait_end
+from pyspark.sql import SparkSession
+
+from mirrorflow import sample_data
+from mirrorflow.checkpoint import Checkpoint
+from mirrorflow.config import MirrorConfig
+from mirrorflow.local_kafka import LocalCluster
+from mirrorflow.mirror_checkpoint import emit_checkpoints
+from mirrorflow.sample_data import Record, sample_record
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+FLOW = "primary->backup"
+Clusters = dict[str, LocalCluster]
+WriteConfig = Callable[[str], MirrorConfig]
+
+
+def _checkpoints(cluster: LocalCluster, group: str) -> list[Checkpoint]:
+    records = sample_data.read_partition(cluster.bootstrap, "primary.checkpoints.internal", 0)
+    decoded = [Checkpoint.decode(r.key or b"", r.value or b"") for r in records]
+    return [c for c in decoded if c.group == group]
+
+
+def _first_record_at(cluster: LocalCluster, topic: str, partition: int, offset: int) -> Record | None:
+    """What a consumer positioned at ``offset`` reads first (None: nothing there yet)."""
+    records = sample_data.read_partition(cluster.bootstrap, topic, partition)
+    return records[offset] if offset < len(records) else None
+
+
+def test_a_failed_over_consumer_resumes_exactly_at_the_next_record(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote, group = unique_name, f"primary.{unique_name}", f"{unique_name}-billing"
+    create_topic(primary.bootstrap, topic, 2)
+    sample_data.produce_samples(primary.bootstrap, topic, 2, 0, 30)
+    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n")
+    run_flow(config, FLOW, "run-1", spark)
+    # The group read 12 records of partition 0 and all of partition 1 on the source.
+    commit_group(primary.bootstrap, group, {(topic, 0): 12, (topic, 1): 30})
+
+    report = emit_checkpoints(config, FLOW)
+
+    assert sorted(
+        (c.partition, c.upstream_offset, c.downstream_offset) for c in _checkpoints(backup, group)
+    ) == [
+        (0, 12, 12),
+        (1, 30, 30),
+    ]
+    (cp0,) = [c for c in _checkpoints(backup, group) if c.partition == 0]
+    assert (cp0.group, cp0.topic, cp0.metadata) == (group, remote, "")
+    assert _first_record_at(backup, remote, 0, cp0.downstream_offset) == sample_record(topic, 0, 12)
+    assert len(report.emitted) == 2
+
+    # Nothing moved: nothing new is emitted. The group moves on: one new checkpoint.
+    assert emit_checkpoints(config, FLOW).emitted == ()
+    commit_group(primary.bootstrap, group, {(topic, 0): 20})
+    (moved,) = emit_checkpoints(config, FLOW).emitted
+    assert (moved.partition, moved.upstream_offset, moved.downstream_offset) == (0, 20, 20)
+    assert len(_checkpoints(backup, group)) == 3
+
+
+def test_transaction_markers_and_aborted_records_are_neither_re_read_nor_skipped(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote = unique_name, f"primary.{unique_name}"
+    bs = primary.bootstrap
+    create_topic(bs, topic, 1)
+    committed = [sample_record(topic, 0, i) for i in range(5)]
+    aborted = [sample_record(topic, 0, 100 + i) for i in range(2)]
+    tx = transactional_producer(bs, unique_name)
+    # Source offsets: 0 1 2 committed, 3 M commit, 4 5 aborted, 6 M abort, 7 8 committed, 9 M commit.
+    for records, commit, end in ((committed[:3], True, 4), (aborted, False, 7), (committed[3:], True, 10)):
+        tx.begin_transaction()
+        sample_data.produce(tx, topic, 0, records)
+        if commit:
+            tx.commit_transaction(30)
+        else:
+            tx.abort_transaction(30)
+        wait_end(bs, topic, 0, end)
+    tx.close()
+    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n")
+    run_flow(config, FLOW, "run-1", spark)
+    assert sample_data.read_partition(backup.bootstrap, remote, 0) == committed
+    # Groups that stopped at each interesting source position.
+    positions = {"after-first-txn": 3, "on-aborted": 5, "after-abort": 7, "mid-last": 8, "at-end": 10}
+    for name, offset in positions.items():
+        commit_group(bs, f"{unique_name}-{name}", {(topic, 0): offset})
+
+    emit_checkpoints(config, FLOW)
+
+    translated = {
+        name: _checkpoints(backup, f"{unique_name}-{name}")[-1].downstream_offset for name in positions
+    }
+    # The next committed record after source offset 3, 5 or 7 is source 7 = target 3; after 8 it
+    # is source 8 = target 4; at the end there is none yet (target end 5).
+    assert translated == {"after-first-txn": 3, "on-aborted": 3, "after-abort": 3, "mid-last": 4, "at-end": 5}
+    assert _first_record_at(backup, remote, 0, 3) == committed[3]
+    assert _first_record_at(backup, remote, 0, 5) is None

@@ -1,0 +1,47 @@
+"""Which checkpoints a run emits: only mirrored partitions, only forward, or when the group rewound."""
+
+from __future__ import annotations
+
+from mirrorflow.mirror_checkpoint import next_positions
+from mirrorflow.offset_sync import OffsetTranslator
+from mirrorflow.offsets_store import Batch, GroupPosition
+
+# orders-0: source [100, 120) -> target [0, 20), gapless; orders-1: nothing mirrored.
+TRANSLATORS = {
+    ("orders", 0): OffsetTranslator([Batch("orders", 0, "primary.orders", 100, 120, 0, 20, 20, 0)])
+}
+REMOTE = {"orders": "primary.orders"}
+
+
+def position(group: str, upstream: int, downstream: int) -> GroupPosition:
+    return GroupPosition(group, "orders", 0, "primary.orders", upstream, downstream, "meta")
+
+
+def test_committed_offsets_of_mirrored_partitions_are_translated() -> None:
+    committed = {
+        "billing": {("orders", 0): (105, "meta"), ("orders", 1): (7, "")},
+        "audit": {("orders", 0): (50, "")},  # before the first mirrored record: no translation
+        "late": {("orders", 0): (130, "meta")},  # ahead of the mirror: capped at the mirrored end
+    }
+
+    emit, untranslated = next_positions(committed, TRANSLATORS, REMOTE, {})
+
+    assert emit == [position("billing", 105, 5), position("late", 130, 20)]
+    assert untranslated == 1
+
+
+def test_only_forward_moves_or_a_rewound_group_are_emitted_again() -> None:
+    previous = {
+        ("same", "orders", 0): position("same", 105, 5),
+        ("ahead", "orders", 0): position("ahead", 130, 20),  # still not mirrored further
+        ("moved", "orders", 0): position("moved", 105, 5),
+        ("rewound", "orders", 0): position("rewound", 110, 10),
+    }
+    committed = {
+        g: {("orders", 0): (u, "meta")}
+        for g, u in [("same", 105), ("ahead", 140), ("moved", 107), ("rewound", 102)]
+    }
+
+    emit, _ = next_positions(committed, TRANSLATORS, REMOTE, previous)
+
+    assert emit == [position("moved", 107, 7), position("rewound", 102, 2)]
