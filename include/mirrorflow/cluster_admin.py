@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from kafka import KafkaAdminClient, TopicPartition
+from kafka import KafkaAdminClient, OffsetAndMetadata, TopicPartition
 from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, OffsetSpec
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import KafkaError, NoError, TopicAlreadyExistsError
 from kafka.protocol.consumer import IsolationLevel
 
 from mirrorflow.clients import kafka_python_config
@@ -152,6 +152,29 @@ class ClusterAdmin:
             }
             for group, offsets in found.items()
         }
+
+    def group_states(self, groups: Iterable[str]) -> dict[str, str]:
+        """Each group's state as the broker names it (``Empty``, ``Stable``, ``Dead`` when unknown...)."""
+        names = sorted(groups)
+        if not names:
+            return {}
+        return {g: str(d.get("group_state", "")) for g, d in self._admin.describe_groups(names).items()}
+
+    def commit_group_offsets(self, group: str, offsets: Mapping[TP, int]) -> None:
+        """Commit offsets for a group without members (empty or not yet existing)."""
+        if not offsets:
+            return
+        result = self._admin.alter_group_offsets(
+            group, {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
+        )
+        failed = {
+            f"{tp.topic}-{tp.partition}": err.__name__ for tp, err in result.items() if err is not NoError
+        }
+        if failed:
+            raise TransientError(
+                f"cluster {self.alias} refused offsets for group {group}: {failed}; the group may have "
+                "become active meanwhile (then it is left alone next time) or the broker is unavailable"
+            )
 
     def add_partitions(self, topic: str, total: int) -> None:
         self._admin.create_partitions({topic: total})

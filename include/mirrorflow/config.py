@@ -230,6 +230,7 @@ class FlowConfig:
     config_properties_exclude: tuple[str, ...] = CONFIG_PROPERTIES_EXCLUDE_DEFAULT
     sync_topic_configs: bool = True
     emit_checkpoints: bool = True
+    sync_group_offsets: bool = False
     checkpoints_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
     settings: MirrorSettings = field(default_factory=MirrorSettings)
     properties: Mapping[str, str] = field(default_factory=PropertyView)
@@ -499,6 +500,7 @@ def _flow_config(
         config_properties_exclude=lists["config.properties.exclude"],
         sync_topic_configs=props.get_bool("sync.topic.configs.enabled", True),
         emit_checkpoints=props.get_bool("emit.checkpoints.enabled", True),
+        sync_group_offsets=props.get_bool("sync.group.offsets.enabled", False),
         checkpoints_topic_replication_factor=props.get_positive_int(
             "checkpoints.topic.replication.factor", INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
         ),

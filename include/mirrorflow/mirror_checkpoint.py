@@ -8,13 +8,18 @@ Invariants: a checkpoint never points past a record that is not yet mirrored; fo
 log is exact, a consumer resuming at it re-reads nothing and skips nothing; a checkpoint is emitted
 only when it moves forward or the source group rewound (its committed offset went back). What was
 emitted is kept in the offsets table, which is how "forward" is judged.
+
+With ``sync.group.offsets.enabled`` (MM2's default: false) the translated positions are also
+committed to the same groups on the target, on the remote topic names, with MM2's safety rules: only
+groups that are absent or EMPTY on the target, only where the target has no offset or a smaller one
+(offsets only move forward); active groups are left alone and reported.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from mirrorflow.checkpoint import Checkpoint
 from mirrorflow.cluster_admin import TP, ClusterAdmin
@@ -26,11 +31,17 @@ from mirrorflow.offsets_store import Batch, GroupPosition, OffsetsStore
 log = logging.getLogger(__name__)
 
 
+# Target group states in which nobody consumes: offsets may be committed for them.
+_IDLE_STATES = frozenset({"Empty", "Dead"})
+
+
 @dataclass(frozen=True)
 class CheckpointReport:
     groups: int
     emitted: tuple[GroupPosition, ...]
     untranslated: int
+    synced: Mapping[str, Mapping[TP, int]] = field(default_factory=dict)
+    active: tuple[str, ...] = ()
 
 
 def next_positions(
@@ -62,6 +73,26 @@ def next_positions(
     return emit, untranslated
 
 
+def offsets_to_sync(
+    positions: Iterable[GroupPosition],
+    states: Mapping[str, str],
+    target_committed: Mapping[str, Mapping[TP, tuple[int, str]]],
+) -> tuple[dict[str, dict[TP, int]], list[str]]:
+    """Per idle target group, the remote partitions whose committed offset moves forward; and the
+    groups left alone because they are active on the target."""
+    sync: dict[str, dict[TP, int]] = {}
+    active: set[str] = set()
+    for p in positions:
+        if states.get(p.group_id, "Dead") not in _IDLE_STATES:
+            active.add(p.group_id)
+            continue
+        tp = (p.remote_topic, p.partition)
+        current = target_committed.get(p.group_id, {}).get(tp)
+        if current is None or current[0] < p.downstream_offset:
+            sync.setdefault(p.group_id, {})[tp] = p.downstream_offset
+    return sync, sorted(active)
+
+
 def emit_checkpoints(config: MirrorConfig, flow_name: str) -> CheckpointReport:
     """Translate and emit what moved since the last call (nothing when emit.checkpoints.enabled is
     false)."""
@@ -82,6 +113,10 @@ def emit_checkpoints(config: MirrorConfig, flow_name: str) -> CheckpointReport:
     if emit:
         _write(flow, emit)
         store.record_checkpoints(flow.name, emit)
+    synced: dict[str, dict[TP, int]] = {}
+    active: list[str] = []
+    if flow.sync_group_offsets:
+        synced, active = _sync_group_offsets(flow, store.checkpoints(flow.name).values())
     for p in emit:
         log.info(
             "checkpoint %s %s-%d: source offset %d -> %s offset %d",
@@ -91,7 +126,27 @@ def emit_checkpoints(config: MirrorConfig, flow_name: str) -> CheckpointReport:
         "flow %s: %d groups, %d checkpoints emitted, %d committed offsets not mirrored yet",
         flow.name, len(committed), len(emit), untranslated,
     )  # fmt: skip
-    return CheckpointReport(len(committed), tuple(emit), untranslated)
+    return CheckpointReport(len(committed), tuple(emit), untranslated, synced, tuple(active))
+
+
+def _sync_group_offsets(
+    flow: FlowConfig, positions: Iterable[GroupPosition]
+) -> tuple[dict[str, dict[TP, int]], list[str]]:
+    positions = list(positions)
+    groups = sorted({p.group_id for p in positions})
+    with ClusterAdmin(flow.target) as target:
+        sync, active = offsets_to_sync(positions, target.group_states(groups), target.group_offsets(groups))
+        for group, offsets in sorted(sync.items()):
+            target.commit_group_offsets(group, offsets)
+            log.info(
+                "group %s on %s: offsets synced %s", group, flow.target.alias, dict(sorted(offsets.items()))
+            )
+    for group in active:
+        log.warning(
+            "group %s is active on %s: its offsets were not synced (MM2 leaves active groups alone too)",
+            group, flow.target.alias,
+        )  # fmt: skip
+    return sync, active
 
 
 def _write(flow: FlowConfig, positions: list[GroupPosition]) -> None:

@@ -68,7 +68,13 @@ def commit(flow: str) -> dict[str, Any]:
 @classified
 def checkpoint(flow: str) -> dict[str, int]:
     report = emit_checkpoints(load_config(), flow)
-    return {"groups": report.groups, "emitted": len(report.emitted), "untranslated": report.untranslated}
+    return {
+        "groups": report.groups,
+        "emitted": len(report.emitted),
+        "untranslated": report.untranslated,
+        "groups_synced": len(report.synced),
+        "groups_active": len(report.active),
+    }
 
 
 @classified

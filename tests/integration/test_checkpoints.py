@@ -8,9 +8,11 @@ consumed on the source: nothing re-read, nothing skipped.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
+from confluent_kafka import Consumer, Message
 from mirror_helpers import commit_group, create_topic, run_flow, transactional_producer, wait_end
 from pyspark.sql import SparkSession
 
@@ -111,3 +113,67 @@ def test_transaction_markers_and_aborted_records_are_neither_re_read_nor_skipped
     assert translated == {"after-first-txn": 3, "on-aborted": 3, "after-abort": 3, "mid-last": 4, "at-end": 5}
     assert _first_record_at(backup, remote, 0, 3) == committed[3]
     assert _first_record_at(backup, remote, 0, 5) is None
+
+
+def _consumer(cluster: LocalCluster, group: str) -> Consumer:
+    # auto.offset.reset=latest: without a committed offset the consumer would read nothing old.
+    return Consumer(
+        {"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "latest",
+         "enable.auto.commit": "false", "session.timeout.ms": "6000"}
+    )  # fmt: skip
+
+
+def _poll_one(consumer: Consumer, timeout: float = 30.0) -> Message:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            return msg
+    raise AssertionError("no record within the timeout")
+
+
+def test_group_offset_sync_lets_the_same_group_resume_on_the_target_and_spares_active_groups(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote = unique_name, f"primary.{unique_name}"
+    idle, busy = f"{unique_name}-idle", f"{unique_name}-busy"
+    create_topic(primary.bootstrap, topic, 1)
+    sample_data.produce_samples(primary.bootstrap, topic, 1, 0, 20)
+    config = write_config(
+        f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n"
+        "primary->backup.sync.group.offsets.enabled = true\n"
+    )
+    run_flow(config, FLOW, "run-1", spark)
+    commit_group(primary.bootstrap, idle, {(topic, 0): 7})
+    commit_group(primary.bootstrap, busy, {(topic, 0): 9})
+    # The busy group is already consuming on the target.
+    active = _consumer(backup, busy)
+    active.subscribe([remote])
+    deadline = time.monotonic() + 30
+    while not active.assignment():
+        active.poll(0.2)
+        assert time.monotonic() < deadline, "the busy group never got its assignment"
+
+    report = emit_checkpoints(config, FLOW)
+
+    assert report.synced == {idle: {(remote, 0): 7}}
+    assert report.active == (busy,)
+    failed_over = _consumer(backup, idle)
+    failed_over.subscribe([remote])
+    try:
+        msg = _poll_one(failed_over)
+        assert (msg.offset(), msg.key(), msg.value()) == (
+            7,
+            sample_record(topic, 0, 7).key,
+            sample_record(topic, 0, 7).value,
+        )
+    finally:
+        failed_over.close()
+    # Once the busy group stops, the next run syncs it too.
+    active.close()
+    deadline = time.monotonic() + 30
+    while (report := emit_checkpoints(config, FLOW)).active:
+        assert time.monotonic() < deadline, "the busy group never became empty"
+        time.sleep(0.5)
+    assert report.synced == {busy: {(remote, 0): 9}}

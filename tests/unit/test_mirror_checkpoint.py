@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mirrorflow.mirror_checkpoint import next_positions
+from mirrorflow.mirror_checkpoint import next_positions, offsets_to_sync
 from mirrorflow.offset_sync import OffsetTranslator
 from mirrorflow.offsets_store import Batch, GroupPosition
 
@@ -45,3 +45,19 @@ def test_only_forward_moves_or_a_rewound_group_are_emitted_again() -> None:
     emit, _ = next_positions(committed, TRANSLATORS, REMOTE, previous)
 
     assert emit == [position("moved", 107, 7), position("rewound", 102, 2)]
+
+
+def test_group_offsets_sync_only_idle_groups_and_only_forward() -> None:
+    positions = [
+        position("new", 105, 5),  # absent on the target
+        position("empty", 110, 10),  # EMPTY, behind on the target
+        position("ahead", 110, 10),  # EMPTY, already further on the target
+        position("busy", 110, 10),  # consuming on the target
+    ]
+    states = {"empty": "Empty", "ahead": "Empty", "busy": "Stable", "new": "Dead"}
+    committed = {"empty": {("primary.orders", 0): (4, "")}, "ahead": {("primary.orders", 0): (12, "")}}
+
+    sync, active = offsets_to_sync(positions, states, committed)
+
+    assert sync == {"new": {("primary.orders", 0): 5}, "empty": {("primary.orders", 0): 10}}
+    assert active == ["busy"]
