@@ -511,6 +511,7 @@ def flow_properties(source: str, target: str, topics: str, state: Path, cap: int
         f"source->target.topics = {topics}",
         "replication.factor = 1",
         "checkpoints.topic.replication.factor = 1",
+        "heartbeats.topic.replication.factor = 1",
         *(f"target.producer.{k} = {v}" for k, v in PRODUCER_TUNING.items()),
         f"mirrorflow.state.dir = {state}",
         f"mirrorflow.max.records.per.partition = {cap}",

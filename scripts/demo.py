@@ -16,6 +16,7 @@ from mirrorflow import local_kafka, sample_data
 from mirrorflow.cluster_admin import ClusterAdmin, NewTopic
 from mirrorflow.config import FlowConfig, MirrorConfig, load_config
 from mirrorflow.devenv import airflow_env
+from mirrorflow.mirror_heartbeat import freshness_seconds
 from mirrorflow.offsets_store import OffsetsStore
 
 FLOW = "primary->backup"
@@ -99,6 +100,8 @@ def show_last_run(config: MirrorConfig, flow: FlowConfig) -> None:
         last = max(batches, key=lambda b: b.committed_at)
         copied = sum(b.records for b in batches if b.run_id == last.run_id)
         print(f"\nrun {last.run_id} copied {copied} records (offsets table: {config.offsets_db_url})")
+    age = freshness_seconds(flow)
+    print(f"freshness: newest mirrored heartbeat {'none yet' if age is None else f'{age:.1f} s old'}")
 
 
 if __name__ == "__main__":

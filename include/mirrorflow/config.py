@@ -231,6 +231,8 @@ class FlowConfig:
     sync_topic_configs: bool = True
     emit_checkpoints: bool = True
     sync_group_offsets: bool = False
+    emit_heartbeats: bool = True
+    heartbeats_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
     checkpoints_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
     settings: MirrorSettings = field(default_factory=MirrorSettings)
     properties: Mapping[str, str] = field(default_factory=PropertyView)
@@ -501,6 +503,10 @@ def _flow_config(
         sync_topic_configs=props.get_bool("sync.topic.configs.enabled", True),
         emit_checkpoints=props.get_bool("emit.checkpoints.enabled", True),
         sync_group_offsets=props.get_bool("sync.group.offsets.enabled", False),
+        emit_heartbeats=props.get_bool("emit.heartbeats.enabled", True),
+        heartbeats_topic_replication_factor=props.get_positive_int(
+            "heartbeats.topic.replication.factor", INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
+        ),
         checkpoints_topic_replication_factor=props.get_positive_int(
             "checkpoints.topic.replication.factor", INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
         ),

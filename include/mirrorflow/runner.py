@@ -21,6 +21,7 @@ from kafka.admin import OffsetSpec
 from mirrorflow.cluster_admin import ClusterAdmin
 from mirrorflow.config import FlowConfig, MirrorConfig
 from mirrorflow.errors import PlanError
+from mirrorflow.mirror_heartbeat import emit_heartbeats
 from mirrorflow.offsets_store import Batch, OffsetsStore
 from mirrorflow.plan import CopyResult, Plan, read_file, run_dir, write_atomically
 from mirrorflow.planner import PlannerInput, SourceOffsets, make_plan
@@ -51,6 +52,8 @@ def plan_run(config: MirrorConfig, flow_name: str, run_id: str) -> Plan:
     store = OffsetsStore(config.offsets_db_url)
     store.acquire_lock(flow.name, run_id, LOCK_TTL_SECONDS)
     try:
+        # Before planning, so that this run mirrors the source's new heartbeat too.
+        emit_heartbeats(flow)
         with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
             topics = ensure_remote_topics(flow, source, target)
             tps = [(t, p) for t, n in topics.partitions.items() for p in range(n)]
