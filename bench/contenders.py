@@ -512,6 +512,7 @@ def flow_properties(source: str, target: str, topics: str, state: Path, cap: int
         "replication.factor = 1",
         "checkpoints.topic.replication.factor = 1",
         "heartbeats.topic.replication.factor = 1",
+        "offset-syncs.topic.replication.factor = 1",
         *(f"target.producer.{k} = {v}" for k, v in PRODUCER_TUNING.items()),
         f"mirrorflow.state.dir = {state}",
         f"mirrorflow.max.records.per.partition = {cap}",

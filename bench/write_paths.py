@@ -258,6 +258,8 @@ def measure(
                 f"primary.bootstrap.servers = {src}",
                 f"backup.bootstrap.servers = {dst}",
                 "replication.factor = 1",
+                "offset-syncs.topic.replication.factor = 1",
+                "heartbeats.topic.replication.factor = 1",
                 f"mirrorflow.state.dir = {work / 'state'}",
                 f"mirrorflow.max.records.per.partition = {records}",
                 "primary->backup.enabled = true",

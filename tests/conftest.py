@@ -93,6 +93,7 @@ def write_config(tmp_path: Path, kafka_clusters: dict[str, LocalCluster]) -> Cal
             *(f"{a}.bootstrap.servers = {c.bootstrap}" for a, c in kafka_clusters.items()),
             "replication.factor = 1",
             "checkpoints.topic.replication.factor = 1",
+            "offset-syncs.topic.replication.factor = 1",
             # Heartbeats would add a mirrored topic to every flow on the shared clusters; the
             # heartbeat tests start clusters of their own.
             "emit.heartbeats.enabled = false",

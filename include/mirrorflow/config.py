@@ -232,6 +232,9 @@ class FlowConfig:
     emit_checkpoints: bool = True
     sync_group_offsets: bool = False
     emit_heartbeats: bool = True
+    emit_offset_syncs: bool = True
+    offset_syncs_topic_location: str = "source"
+    offset_syncs_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
     heartbeats_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
     checkpoints_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
     settings: MirrorSettings = field(default_factory=MirrorSettings)
@@ -504,6 +507,11 @@ def _flow_config(
         emit_checkpoints=props.get_bool("emit.checkpoints.enabled", True),
         sync_group_offsets=props.get_bool("sync.group.offsets.enabled", False),
         emit_heartbeats=props.get_bool("emit.heartbeats.enabled", True),
+        emit_offset_syncs=props.get_bool("emit.offset-syncs.enabled", True),
+        offset_syncs_topic_location=_offset_syncs_location(props),
+        offset_syncs_topic_replication_factor=props.get_positive_int(
+            "offset-syncs.topic.replication.factor", INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
+        ),
         heartbeats_topic_replication_factor=props.get_positive_int(
             "heartbeats.topic.replication.factor", INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
         ),
@@ -520,6 +528,16 @@ def _flow_config(
         ),
         properties=props,
     )
+
+
+def _offset_syncs_location(props: PropertyView) -> str:
+    location = props.get("offset-syncs.topic.location", "source").strip().lower()
+    if location not in ("source", "target"):
+        raise ConfigError(
+            f"expected source or target, got {location!r}",
+            key=props.written_as("offset-syncs.topic.location"),
+        )
+    return location
 
 
 def _check_dag_ids(flows: Sequence[FlowConfig]) -> None:

@@ -39,7 +39,8 @@ class ReplicationPolicy(ABC):
 
     @abstractmethod
     def offset_syncs_topic(self, cluster_alias: str) -> str:
-        """Internal topic holding offset syncs of flows whose source is ``cluster_alias``."""
+        """MM2's offset-syncs topic named after ``cluster_alias``, the cluster it is not on (the
+        target by default: ``mm2-offset-syncs.B.internal`` lives on A for the flow A->B)."""
 
     @abstractmethod
     def checkpoints_topic(self, cluster_alias: str) -> str:

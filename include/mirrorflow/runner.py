@@ -22,6 +22,7 @@ from mirrorflow.cluster_admin import ClusterAdmin
 from mirrorflow.config import FlowConfig, MirrorConfig
 from mirrorflow.errors import PlanError
 from mirrorflow.mirror_heartbeat import emit_heartbeats
+from mirrorflow.mirror_offset_sync import emit_offset_syncs
 from mirrorflow.offsets_store import Batch, OffsetsStore
 from mirrorflow.plan import CopyResult, Plan, read_file, run_dir, write_atomically
 from mirrorflow.planner import PlannerInput, SourceOffsets, make_plan
@@ -118,8 +119,12 @@ def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> RunReport:
     )
     batches = batches_for(plan, result)
     OffsetsStore(config.offsets_db_url).commit(flow.name, run_id, batches)
+    # After the commit: a retried commit task commits nothing twice and rewrites the same syncs.
+    syncs = emit_offset_syncs(flow, batches)
     report = build_report(plan, result)
-    log.info("flow %s run %s committed\n%s", flow.name, run_id, report.table())
+    log.info(
+        "flow %s run %s committed, %d offset syncs written\n%s", flow.name, run_id, syncs, report.table()
+    )
     return report
 
 

@@ -21,6 +21,7 @@ from mirrorflow.checkpoint import Checkpoint
 from mirrorflow.config import MirrorConfig
 from mirrorflow.local_kafka import LocalCluster
 from mirrorflow.mirror_checkpoint import emit_checkpoints
+from mirrorflow.offset_sync import OffsetSync
 from mirrorflow.sample_data import Record, sample_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -177,3 +178,41 @@ def test_group_offset_sync_lets_the_same_group_resume_on_the_target_and_spares_a
         assert time.monotonic() < deadline, "the busy group never became empty"
         time.sleep(0.5)
     assert report.synced == {busy: {(remote, 0): 9}}
+
+
+@pytest.mark.parametrize(
+    ("location", "cluster", "topic_name"),
+    [
+        ("source", "primary", "mm2-offset-syncs.backup.internal"),
+        ("target", "backup", "mm2-offset-syncs.primary.internal"),
+    ],
+)
+def test_offset_syncs_are_written_in_mm2s_format_where_configured(
+    kafka_clusters: Clusters,
+    write_config: WriteConfig,
+    spark: SparkSession,
+    unique_name: str,
+    location: str,
+    cluster: str,
+    topic_name: str,
+) -> None:
+    primary = kafka_clusters["primary"]
+    topic = unique_name
+    create_topic(primary.bootstrap, topic, 2)
+    sample_data.produce_samples(primary.bootstrap, topic, 2, 0, 5)
+    config = write_config(
+        f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n"
+        f"primary->backup.offset-syncs.topic.location = {location}\n"
+    )
+    run_flow(config, FLOW, "run-1", spark)
+    sample_data.produce_samples(primary.bootstrap, topic, 1, 5, 3)
+    run_flow(config, FLOW, "run-2", spark)
+
+    records = sample_data.read_partition(kafka_clusters[cluster].bootstrap, topic_name, 0)
+    syncs = [OffsetSync.decode(r.key or b"", r.value or b"") for r in records]
+    # One sync per committed batch here (no gaps): its first source offset and where it landed.
+    assert [s for s in syncs if s.topic == topic] == [
+        OffsetSync(topic, 0, 0, 0),
+        OffsetSync(topic, 1, 0, 0),
+        OffsetSync(topic, 0, 5, 5),
+    ]

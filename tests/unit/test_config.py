@@ -507,3 +507,16 @@ def test_shipped_config_has_exactly_primary_to_backup() -> None:
     assert flow.topics == (".*",)
     assert flow.replication_factor == 1
     assert flow.settings == MirrorSettings(None, 1_000_000, "spark_default", MappingProxyType({}))
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"), [("", "source"), ("target", "target"), (" Source ", "source")]
+)
+def test_offset_syncs_topic_location(written: str, expected: str) -> None:
+    extra = f"offset-syncs.topic.location = {written}\n" if written else ""
+    assert parse(extra).offset_syncs_topic_location == expected
+
+
+def test_an_unknown_offset_syncs_location_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"primary->backup\.offset-syncs\.topic\.location.*'middle'"):
+        parse("primary->backup.offset-syncs.topic.location = middle\n")
