@@ -1,4 +1,5 @@
-"""Heartbeats on real brokers: MM2's arrangement across a chain of three clusters, and freshness.
+"""Heartbeats on real brokers: MM2's arrangement across a chain of three clusters, freshness, and
+what MM2's own client library (connect-mirror-client, run with the JDK) reads from our clusters.
 
 These tests start clusters of their own ("west", "east", "north"): heartbeat topics on the shared
 session clusters would be mirrored by every other test's flow.
@@ -6,18 +7,21 @@ session clusters would be mirrored by every other test's flow.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mirror_helpers import run_flow, topics
+from mirror_helpers import commit_group, create_topic, run_flow, topics
 from pyspark.sql import SparkSession
 
-from mirrorflow import local_kafka, sample_data
+from mirrorflow import local_kafka, paths, sample_data
 from mirrorflow.config import MirrorConfig, load_config
 from mirrorflow.heartbeat import Heartbeat
 from mirrorflow.local_kafka import LocalCluster
+from mirrorflow.mirror_checkpoint import emit_checkpoints
 from mirrorflow.mirror_heartbeat import freshness_seconds
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -36,16 +40,17 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LocalC
         local_kafka.stop_clusters(clusters)
 
 
-def _config(clusters: dict[str, LocalCluster], folder: Path) -> MirrorConfig:
+def _config(clusters: dict[str, LocalCluster], folder: Path, topics: str = "none-of-these") -> MirrorConfig:
     lines = [
         f"clusters = {', '.join(ALIASES)}",
         *(f"{a}.bootstrap.servers = {c.bootstrap}" for a, c in clusters.items()),
         "replication.factor = 1",
         "heartbeats.topic.replication.factor = 1",
         "checkpoints.topic.replication.factor = 1",
+        "offset-syncs.topic.replication.factor = 1",
         f"mirrorflow.state.dir = {folder / 'state'}",
-        # Only heartbeats are mirrored: they bypass the topic filter.
-        "topics = none-of-these",
+        # Heartbeats are mirrored whatever this says: they bypass the topic filter.
+        f"topics = {topics}",
         "west->east.enabled = true",
         "east->north.enabled = true",
         "north->west.enabled = true",  # never run here
@@ -109,3 +114,44 @@ def test_freshness_is_the_age_of_the_newest_mirrored_heartbeat(
     assert freshness_seconds(flow, now_ms=newest.timestamp + 2500) == 2.5
     # A flow that never ran has no mirrored heartbeat yet.
     assert freshness_seconds(config.flow("north->west")) is None
+
+
+JAVA_CHECK = Path(__file__).resolve().parents[1] / "java" / "MirrorClientCheck.java"
+
+
+def _mirror_client(cluster: LocalCluster, source: str, group: str, *hops: str) -> list[str]:
+    """MM2's MirrorClient and RemoteClusterUtils, run as a single-file Java program."""
+    classpath = os.pathsep.join(str(j) for j in sorted(paths.kafka_libs().glob("*.jar")))
+    done = subprocess.run(
+        ["java", "-cp", classpath, str(JAVA_CHECK), cluster.bootstrap, source, group, *hops],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [line for line in done.stdout.splitlines() if line.split(" ")[0] in ("upstream", "hops", "offset")]
+
+
+def test_mm2s_own_client_reads_our_topology_and_translates_our_checkpoints(
+    chain: dict[str, LocalCluster], tmp_path: Path, spark: SparkSession
+) -> None:
+    west, east, north = chain["west"], chain["east"], chain["north"]
+    topic, group = "client-check", "client-check-group"
+    create_topic(west.bootstrap, topic, 2)
+    sample_data.produce_samples(west.bootstrap, topic, 2, 0, 10)
+    config = _config(chain, tmp_path, topics=topic)
+    run_flow(config, "west->east", "client-1", spark)
+    commit_group(west.bootstrap, group, {(topic, 0): 4, (topic, 1): 10})
+    emit_checkpoints(config, "west->east")
+    run_flow(config, "east->north", "client-1", spark)
+
+    assert _mirror_client(east, "west", group, "west", "north") == [
+        "upstream west",
+        "hops west 1",
+        "hops north -1",
+        f"offset west.{topic}-0 4",
+        f"offset west.{topic}-1 10",
+    ]
+    assert _mirror_client(north, "-", "-", "west", "east") == [
+        "upstream east,west",
+        "hops west 2",
+        "hops east 1",
+    ]
