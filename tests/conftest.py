@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from mirror_helpers import local_clusters
 
 from mirrorflow import local_kafka, paths
 from mirrorflow.config import MirrorConfig, load_config
@@ -34,14 +35,8 @@ def kafka_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
     """
     if not local_kafka.libs_present():
         pytest.fail(f"Kafka jars missing in {paths.kafka_libs()}: run `make setup`", pytrace=False)
-    ports = local_kafka.free_ports(2 * len(SESSION_ALIASES))
-    specs = [(alias, ports[2 * i], ports[2 * i + 1]) for i, alias in enumerate(SESSION_ALIASES)]
-    # start_clusters is all-or-nothing: on failure it has already stopped the ones that started.
-    clusters = local_kafka.start_clusters(specs, tmp_path_factory.mktemp("kafka"))
-    try:
+    with local_clusters(SESSION_ALIASES, tmp_path_factory.mktemp("kafka")) as clusters:
         yield clusters
-    finally:
-        local_kafka.stop_clusters(clusters)
 
 
 @pytest.fixture

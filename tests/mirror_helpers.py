@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka.admin import KafkaAdminClient
 from pyspark.sql import SparkSession
 
-from mirrorflow import runner, sample_data
+from mirrorflow import local_kafka, runner, sample_data
 from mirrorflow.config import MirrorConfig
+from mirrorflow.local_kafka import LocalCluster
 from mirrorflow.plan import write_atomically
 from mirrorflow.report import RunReport
 from mirrorflow.spark_copy import copy_plan
@@ -105,3 +109,18 @@ def commit_group(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]
                 time.sleep(0.2)
     finally:
         c.close()
+
+
+@contextmanager
+def local_clusters(
+    aliases: Sequence[str], root: Path, extra_properties: Mapping[str, str] | None = None
+) -> Iterator[dict[str, LocalCluster]]:
+    """Single-node clusters on free loopback ports, stopped by PID however the block ends."""
+    ports = local_kafka.free_ports(2 * len(aliases))
+    specs = [(alias, ports[2 * i], ports[2 * i + 1]) for i, alias in enumerate(aliases)]
+    # start_clusters is all-or-nothing: on failure it has already stopped the ones that started.
+    clusters = local_kafka.start_clusters(specs, root, extra_properties=extra_properties)
+    try:
+        yield clusters
+    finally:
+        local_kafka.stop_clusters(clusters)

@@ -11,10 +11,24 @@ from types import TracebackType
 from typing import Any
 
 from kafka import KafkaAdminClient, OffsetAndMetadata, TopicPartition
-from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, OffsetSpec
-from kafka.errors import KafkaError, NoError, TopicAlreadyExistsError
+from kafka.admin import (
+    ACL,
+    ACLFilter,
+    ACLOperation,
+    ACLPermissionType,
+    ACLResourcePatternType,
+    AlterConfigOp,
+    ConfigResource,
+    ConfigResourceType,
+    OffsetSpec,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
+)
+from kafka.errors import KafkaError, NoError, SecurityDisabledError, TopicAlreadyExistsError
 from kafka.protocol.consumer import IsolationLevel
 
+from mirrorflow.acl_sync import TopicAcl
 from mirrorflow.clients import kafka_python_config
 from mirrorflow.config import ClusterConfig
 from mirrorflow.errors import TargetStateError, TransientError
@@ -174,6 +188,58 @@ class ClusterAdmin:
             raise TransientError(
                 f"cluster {self.alias} refused offsets for group {group}: {failed}; the group may have "
                 "become active meanwhile (then it is left alone next time) or the broker is unavailable"
+            )
+
+    def topic_acls(self) -> list[TopicAcl] | None:
+        """Every LITERAL topic ACL; None when the cluster has no authorizer."""
+        any_literal_topic = ACLFilter(
+            None, None, ACLOperation.ANY, ACLPermissionType.ANY,
+            ResourcePatternFilter(ResourceType.TOPIC, None, ACLResourcePatternType.LITERAL),
+        )  # fmt: skip
+        try:
+            acls, error = self._admin.describe_acls(any_literal_topic)
+        except SecurityDisabledError:
+            return None
+        # kafka-python reports the outcome as an error class or instance.
+        kind = error if isinstance(error, type) else type(error)
+        if issubclass(kind, SecurityDisabledError):
+            return None
+        if not issubclass(kind, NoError):
+            raise TransientError(f"cluster {self.alias} could not list topic ACLs: {error}")
+        return [
+            TopicAcl(
+                a.resource_pattern.resource_name,
+                a.principal,
+                a.host,
+                a.operation.name,
+                a.permission_type.name,
+            )
+            for a in acls
+        ]
+
+    def create_topic_acls(self, acls: Iterable[TopicAcl]) -> None:
+        """Create the ACLs (existing identical ones are fine); a refusal names the bindings."""
+        bindings = [
+            ACL(
+                a.principal,
+                a.host,
+                ACLOperation[a.operation],
+                ACLPermissionType[a.permission],
+                ResourcePattern(ResourceType.TOPIC, a.topic, ACLResourcePatternType.LITERAL),
+            )
+            for a in acls
+        ]
+        if not bindings:
+            return
+        result = self._admin.create_acls(bindings)
+        failed = [
+            f"{acl.resource_pattern.resource_name} {acl.principal}: {err}"
+            for acl, err in result.get("failed", [])
+        ]
+        if failed:
+            raise TargetStateError(
+                f"cluster {self.alias} refused ACLs: {failed[:5]}; the mirror's principal needs ALTER on "
+                "the target cluster for sync.topic.acls.enabled (or turn it off)"
             )
 
     def add_partitions(self, topic: str, total: int) -> None:

@@ -229,6 +229,7 @@ class FlowConfig:
     replication_factor: int = REPLICATION_FACTOR_DEFAULT
     config_properties_exclude: tuple[str, ...] = CONFIG_PROPERTIES_EXCLUDE_DEFAULT
     sync_topic_configs: bool = True
+    sync_topic_acls: bool = True
     emit_checkpoints: bool = True
     sync_group_offsets: bool = False
     emit_heartbeats: bool = True
@@ -504,6 +505,7 @@ def _flow_config(
         replication_factor=props.get_positive_int("replication.factor", REPLICATION_FACTOR_DEFAULT),
         config_properties_exclude=lists["config.properties.exclude"],
         sync_topic_configs=props.get_bool("sync.topic.configs.enabled", True),
+        sync_topic_acls=props.get_bool("sync.topic.acls.enabled", True),
         emit_checkpoints=props.get_bool("emit.checkpoints.enabled", True),
         sync_group_offsets=props.get_bool("sync.group.offsets.enabled", False),
         emit_heartbeats=props.get_bool("emit.heartbeats.enabled", True),

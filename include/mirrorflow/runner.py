@@ -12,12 +12,14 @@ without duplicating, commit is idempotent, release only releases this run's lock
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from kafka.admin import OffsetSpec
 
+from mirrorflow.acl_sync import missing_acls, target_acls
 from mirrorflow.cluster_admin import ClusterAdmin
 from mirrorflow.config import FlowConfig, MirrorConfig
 from mirrorflow.errors import PlanError
@@ -57,6 +59,8 @@ def plan_run(config: MirrorConfig, flow_name: str, run_id: str) -> Plan:
         emit_heartbeats(flow)
         with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
             topics = ensure_remote_topics(flow, source, target)
+            if flow.sync_topic_acls:
+                _sync_acls(flow, source, target, topics.remote_names)
             tps = [(t, p) for t, n in topics.partitions.items() for p in range(n)]
             starts = source.offsets(tps, OffsetSpec.EARLIEST)
             ends = source.offsets(tps, OffsetSpec.LATEST)
@@ -98,6 +102,28 @@ def plan_run(config: MirrorConfig, flow_name: str, run_id: str) -> Plan:
         plan.max_records,
     )
     return plan
+
+
+def _sync_acls(
+    flow: FlowConfig, source: ClusterAdmin, target: ClusterAdmin, remote_names: Mapping[str, str]
+) -> None:
+    acls = source.topic_acls()
+    if acls is None:
+        return  # no authorizer on the source: nothing to sync (as MM2)
+    wanted = target_acls(acls, remote_names)
+    existing = target.topic_acls() if wanted else []
+    if existing is None:
+        log.warning(
+            "flow %s: %d topic ACLs not synced: cluster %s has no authorizer",
+            flow.name,
+            len(wanted),
+            flow.target.alias,
+        )
+        return
+    created = missing_acls(wanted, existing)
+    target.create_topic_acls(created)
+    for acl in created:
+        log.info("ACL synced to %s: %s", flow.target.alias, acl)
 
 
 def load_plan(config: MirrorConfig, flow: FlowConfig, run_id: str) -> Plan:

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mirror_helpers import commit_group, create_topic, run_flow, topics
+from mirror_helpers import commit_group, create_topic, local_clusters, run_flow, topics
 from pyspark.sql import SparkSession
 
-from mirrorflow import local_kafka, paths, sample_data
+from mirrorflow import paths, sample_data
 from mirrorflow.config import MirrorConfig, load_config
 from mirrorflow.heartbeat import Heartbeat
 from mirrorflow.local_kafka import LocalCluster
@@ -31,13 +31,8 @@ ALIASES = ("west", "east", "north")
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LocalCluster]]:
-    ports = local_kafka.free_ports(2 * len(ALIASES))
-    specs = [(alias, ports[2 * i], ports[2 * i + 1]) for i, alias in enumerate(ALIASES)]
-    clusters = local_kafka.start_clusters(specs, tmp_path_factory.mktemp("chain"))
-    try:
+    with local_clusters(ALIASES, tmp_path_factory.mktemp("chain")) as clusters:
         yield clusters
-    finally:
-        local_kafka.stop_clusters(clusters)
 
 
 def _config(clusters: dict[str, LocalCluster], folder: Path, topics: str = "none-of-these") -> MirrorConfig:
