@@ -109,14 +109,18 @@ def emit_checkpoints(config: MirrorConfig, flow_name: str) -> CheckpointReport:
     with ClusterAdmin(flow.source) as source:
         groups = [g for g in source.consumer_groups() if flow.group_filter.should_replicate_group(g)]
         committed = source.group_offsets(groups)
-    emit, untranslated = next_positions(committed, translators, remote_names, store.checkpoints(flow.name))
+    previous = store.checkpoints(flow.name)
+    emit, untranslated = next_positions(committed, translators, remote_names, previous)
     if emit:
         _write(flow, emit)
         store.record_checkpoints(flow.name, emit)
     synced: dict[str, dict[TP, int]] = {}
     active: list[str] = []
     if flow.sync_group_offsets:
-        synced, active = _sync_group_offsets(flow, store.checkpoints(flow.name).values())
+        # Every group's newest position, not only what moved now: a target group may have become
+        # idle since its checkpoint was emitted.
+        newest = {**previous, **{(p.group_id, p.topic, p.partition): p for p in emit}}
+        synced, active = _sync_group_offsets(flow, newest.values())
     for p in emit:
         log.info(
             "checkpoint %s %s-%d: source offset %d -> %s offset %d",
