@@ -41,6 +41,9 @@ class PlannerInput:
     target_ends: Mapping[TopicPartition, int]
     progress: Mapping[TopicPartition, PartitionProgress]
     max_records_per_partition: int
+    # Topics copied only by a run that copies something else: a new heartbeat alone must not
+    # start Spark, so runs with nothing new stay cheap; heartbeats ride along with the next data.
+    ride_along: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ def make_plan(inp: PlannerInput) -> PlannerOutput:
                     target_start=position.next_target_offset,
                 )
             )
+    if all(p.topic in inp.ride_along for p in parts):
+        parts = []
     plan = Plan(inp.flow, inp.run_id, inp.created_at, tuple(parts), tuple(states))
     return PlannerOutput(plan, tuple(anchors))
 

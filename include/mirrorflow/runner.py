@@ -76,6 +76,9 @@ def plan_run(config: MirrorConfig, flow_name: str, run_id: str) -> Plan:
                 target_ends=target_ends,
                 progress=store.progress(flow.name),
                 max_records_per_partition=flow.settings.max_records_per_partition,
+                ride_along=frozenset(
+                    t for t in topics.partitions if flow.replication_policy.is_heartbeats_topic(t)
+                ),
             )
         )
         store.anchor(flow.name, run_id, planned.anchors)

@@ -35,7 +35,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LocalC
         yield clusters
 
 
-def _config(clusters: dict[str, LocalCluster], folder: Path, topics: str = "none-of-these") -> MirrorConfig:
+def _config(clusters: dict[str, LocalCluster], folder: Path, topics: str = ".*chain-data") -> MirrorConfig:
     lines = [
         f"clusters = {', '.join(ALIASES)}",
         *(f"{a}.bootstrap.servers = {c.bootstrap}" for a, c in clusters.items()),
@@ -44,7 +44,8 @@ def _config(clusters: dict[str, LocalCluster], folder: Path, topics: str = "none
         "checkpoints.topic.replication.factor = 1",
         "offset-syncs.topic.replication.factor = 1",
         f"mirrorflow.state.dir = {folder / 'state'}",
-        # Heartbeats are mirrored whatever this says: they bypass the topic filter.
+        # Heartbeats are mirrored whatever this says (they bypass the topic filter), but only by a
+        # run that copies data too: a heartbeat alone does not start Spark.
         f"topics = {topics}",
         "west->east.enabled = true",
         "east->north.enabled = true",
@@ -67,6 +68,8 @@ def test_a_chain_of_three_clusters_is_traceable_through_mirrored_heartbeats(
 ) -> None:
     west, east, north = chain["west"], chain["east"], chain["north"]
     config = _config(chain, tmp_path)
+    create_topic(west.bootstrap, "chain-data", 1)
+    sample_data.produce_samples(west.bootstrap, "chain-data", 1, 0, 3)  # data for both hops
     before = int(time.time() * 1000)
 
     run_flow(config, "west->east", "run-1", spark)
@@ -103,6 +106,7 @@ def test_freshness_is_the_age_of_the_newest_mirrored_heartbeat(
 ) -> None:
     config = _config(chain, tmp_path)
     flow = config.flow("west->east")
+    sample_data.produce_samples(chain["west"].bootstrap, "chain-data", 1, 3, 1)
     run_flow(config, "west->east", "fresh-1", spark)
     (*_, newest) = _heartbeats(chain["east"], "west.heartbeats")
 

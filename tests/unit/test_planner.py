@@ -24,6 +24,7 @@ def plan(
     target_ends: Mapping[TP, int],
     progress: Mapping[TP, tuple[int, int]] | None = None,
     cap: int = 1000,
+    ride_along: frozenset[str] = frozenset(),
 ) -> PlannerOutput:
     """``source``: (topic, partition) -> (log start, end); ``progress``: -> (next source, next target)."""
     return make_plan(
@@ -36,6 +37,7 @@ def plan(
             target_ends=target_ends,
             progress={tp: PartitionProgress(tp[0], tp[1], *pos) for tp, pos in (progress or {}).items()},
             max_records_per_partition=cap,
+            ride_along=ride_along,
         )
     )
 
@@ -100,6 +102,23 @@ def test_partitions_with_nothing_new_get_a_state_but_no_range() -> None:
     assert [s.lag for s in out.plan.states] == [0, 0]
     # A new, empty partition is still anchored: its first record will land at the target's end.
     assert out.anchors == (PartitionProgress("orders", 1, 20, 3),)
+
+
+def test_ride_along_topics_are_copied_only_with_something_else() -> None:
+    source = {("orders", 0): (0, 10), ("payments", 0): (0, 5)}
+    target_ends = {("primary.orders", 0): 10, ("primary.payments", 0): 0}
+    progress = {("orders", 0): (10, 10), ("payments", 0): (0, 0)}
+
+    alone = plan(source, target_ends, progress, ride_along=frozenset({"payments"}))
+    assert alone.plan.partitions == ()
+    assert [s.lag for s in alone.plan.states] == [0, 5]  # still reported as lag
+
+    source[("orders", 0)] = (0, 12)
+    along = plan(source, target_ends, progress, ride_along=frozenset({"payments"}))
+    assert [(p.topic, p.source_start, p.source_end) for p in along.plan.partitions] == [
+        ("orders", 10, 12),
+        ("payments", 0, 5),
+    ]
 
 
 def test_progress_below_source_log_start_is_data_loss_naming_the_exact_range() -> None:
