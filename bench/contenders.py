@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -85,22 +84,12 @@ class Context:
     poll_interval: float
 
 
-def java() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").is_file():
-        return str(Path(java_home) / "bin" / "java")
-    found = shutil.which("java")
-    if not found:
-        raise RuntimeError("java not found on PATH")
-    return found
-
-
 def java_cmd(ctx: Context, log_name: str, main: str, *args: str) -> list[str]:
     config = ctx.work / "log4j2-bench.properties"
     if not config.exists():
         config.write_text(LOG4J2)
     return [
-        java(),
+        local_kafka.java_executable(),
         f"-Xmx{ctx.heap_mb}m",
         f"-Dlog4j2.configurationFile={config}",
         f"-Dkafka.logs.dir={ctx.work / 'logs'}",

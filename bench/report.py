@@ -11,11 +11,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from contenders import OURS, OURS_STANDALONE, Result, java
+from contenders import OURS, OURS_STANDALONE, Result
 from scenarios import ScenarioResult
 from workload import HEADERS, KEY_SIZE, VALUE_SIZE
 
-from mirrorflow import paths
+from mirrorflow import local_kafka, paths
 
 PACKAGES = [
     "apache-airflow",
@@ -66,7 +66,13 @@ def versions() -> dict[str, str]:
     except ImportError:
         pass
     try:
-        res = subprocess.run([java(), "-version"], capture_output=True, text=True, timeout=30, check=False)
+        res = subprocess.run(
+            [local_kafka.java_executable(), "-version"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         out["java"] = (res.stderr or res.stdout).splitlines()[0]
     except (OSError, RuntimeError, subprocess.SubprocessError, IndexError):
         out["java"] = "unknown"

@@ -255,7 +255,8 @@ def _require_libs() -> Path:
     return libs
 
 
-def _java() -> str:
+def java_executable() -> str:
+    """``$JAVA_HOME/bin/java`` when set, else ``java`` on PATH."""
     java_home = os.environ.get("JAVA_HOME")
     if java_home and (Path(java_home) / "bin" / "java").is_file():
         return str(Path(java_home) / "bin" / "java")
@@ -344,7 +345,7 @@ def _format_storage(home: Path, libs: Path, timeout: float) -> None:
     if (home / "data" / "meta.properties").exists():
         return
     cmd = [
-        _java(),
+        java_executable(),
         "-Xmx256m",
         *_jvm_logging(home),
         "-cp",
@@ -460,7 +461,7 @@ def start_cluster(
     # Only log lines written after this launch count: a restart appends to the same file.
     offset = log_file.stat().st_size if log_file.exists() else 0
     cmd = [
-        _java(),
+        java_executable(),
         f"-Xms{heap_mb}m",
         f"-Xmx{heap_mb}m",
         "-XX:+UseG1GC",
