@@ -277,7 +277,7 @@ def measure(
             write_atomically(runner.run_files(config, flow, "bench").result, result.to_json())
 
         results.append(timed("(ii) mapInArrow + librdkafka (ours)", ours, f"primary.{SOURCE}"))
-        assert runner.commit_run(config, flow.name, "bench").records == records
+        assert runner.commit_run(config, flow.name, "bench").report.records == records
     finally:
         runner.release_run(config, flow.name, "bench")
 

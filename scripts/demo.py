@@ -18,6 +18,7 @@ from mirrorflow.config import FlowConfig, MirrorConfig, load_config
 from mirrorflow.devenv import airflow_env
 from mirrorflow.mirror_heartbeat import freshness_seconds
 from mirrorflow.offsets_store import OffsetsStore
+from mirrorflow.plan import metrics_file
 
 FLOW = "primary->backup"
 # topic -> (partitions, configs). Names ending in -internal are never mirrored (MM2's rule).
@@ -102,6 +103,7 @@ def show_last_run(config: MirrorConfig, flow: FlowConfig) -> None:
         print(f"\nrun {last.run_id} copied {copied} records (offsets table: {config.offsets_db_url})")
     age = freshness_seconds(flow)
     print(f"freshness: newest mirrored heartbeat {'none yet' if age is None else f'{age:.1f} s old'}")
+    print(f"metrics for Prometheus: {metrics_file(config.state_dir, flow.name, 'source')}")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def run_flow(config: MirrorConfig, flow_name: str, run_id: str, spark: SparkSess
         if plan.partitions:
             result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
             write_atomically(runner.run_files(config, flow, run_id).result, result.to_json())
-        return runner.commit_run(config, flow.name, run_id)
+        return runner.commit_run(config, flow.name, run_id).report
     finally:
         runner.release_run(config, flow.name, run_id)
 

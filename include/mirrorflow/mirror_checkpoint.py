@@ -18,6 +18,7 @@ groups that are absent or EMPTY on the target, only where the target has no offs
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -25,8 +26,10 @@ from mirrorflow.checkpoint import Checkpoint
 from mirrorflow.cluster_admin import TP, ClusterAdmin
 from mirrorflow.config import FlowConfig, MirrorConfig
 from mirrorflow.internal_topics import write_records
+from mirrorflow.metrics import checkpoint_metrics_text
 from mirrorflow.offset_sync import OffsetTranslator
 from mirrorflow.offsets_store import Batch, GroupPosition, OffsetsStore
+from mirrorflow.plan import metrics_file, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +111,20 @@ def emit_checkpoints(config: MirrorConfig, flow_name: str) -> CheckpointReport:
     remote_names = {b.topic: b.remote_topic for b in batches}
     with ClusterAdmin(flow.source) as source:
         groups = [g for g in source.consumer_groups() if flow.group_filter.should_replicate_group(g)]
+        read_at = time.monotonic()
         committed = source.group_offsets(groups)
     previous = store.checkpoints(flow.name)
     emit, untranslated = next_positions(committed, translators, remote_names, previous)
     if emit:
         _write(flow, emit)
-        store.record_checkpoints(flow.name, emit)
+        # MM2's checkpoint latency: from reading the group's offsets to the checkpoint's ack.
+        store.record_checkpoints(flow.name, emit, round((time.monotonic() - read_at) * 1000))
+        write_atomically(
+            metrics_file(config.state_dir, flow.name, "checkpoint"),
+            checkpoint_metrics_text(
+                flow.source.alias, flow.target.alias, store.latest_checkpoint_metrics(flow.name)
+            ),
+        )
     synced: dict[str, dict[TP, int]] = {}
     active: list[str] = []
     if flow.sync_group_offsets:

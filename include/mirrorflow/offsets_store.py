@@ -1,5 +1,5 @@
-"""The offsets table: committed progress, the batch log, the per-flow lock and the last checkpoint
-emitted per consumer group and partition, in one SQL database.
+"""The offsets table: committed progress, the batch log, the per-flow lock, the last checkpoint
+emitted per consumer group and partition, and the metrics history, in one SQL database.
 
 Works on any SQLAlchemy URL: a SQLite file by default (one machine), PostgreSQL in production.
 
@@ -16,6 +16,8 @@ Invariants:
 - A commit is one transaction: every batch of it is committed, or none is.
 - Every committed batch is in ``mirror_batches``, at most once per (flow, topic, partition,
   source_start); together they tile the mirrored source ranges without overlap.
+- A run's partition metrics (``mirror_partition_metrics``) are committed in the same transaction as
+  its batches; every emitted checkpoint is logged with its latency (``mirror_checkpoint_metrics``).
 
 Concurrency: on PostgreSQL (READ COMMITTED) every write transaction first locks the flow's lock row
 with ``SELECT ... FOR UPDATE`` and moves progress with ``UPDATE ... WHERE <expected position>``
@@ -63,6 +65,7 @@ from sqlalchemy import (
     delete,
     event,
     exc,
+    func,
     insert,
     or_,
     select,
@@ -81,6 +84,8 @@ from mirrorflow.errors import (
     PlanError,
     TransientError,
 )
+from mirrorflow.metrics import CheckpointMetrics, Stats
+from mirrorflow.report import PartitionReport
 
 __all__ = [
     "Batch",
@@ -156,6 +161,48 @@ checkpoints_table = Table(
     Column("metadata", Text, nullable=False),
     Column("emitted_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("flow", "group_id", "topic", "partition"),
+)
+
+_STATS_FIELDS = ("count", "min", "max", "total", "last")
+
+
+def _stats_columns(name: str) -> list[Column[Any]]:
+    return [Column(f"{name}_{f}", BigInteger, nullable=False) for f in _STATS_FIELDS]
+
+
+partition_metrics_table = Table(
+    "mirror_partition_metrics",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("flow", _NAME, nullable=False),
+    Column("run_id", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("remote_topic", _NAME, nullable=False),
+    Column("records", BigInteger, nullable=False),
+    Column("skipped", BigInteger, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("lag", BigInteger, nullable=False),
+    Column("write_ms", BigInteger, nullable=False),
+    *_stats_columns("record_age"),
+    *_stats_columns("replication_latency"),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("flow", "run_id", "topic", "partition"),
+)
+
+checkpoint_metrics_table = Table(
+    "mirror_checkpoint_metrics",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("flow", _NAME, nullable=False),
+    Column("group_id", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("remote_topic", _NAME, nullable=False),
+    Column("upstream_offset", BigInteger, nullable=False),
+    Column("downstream_offset", BigInteger, nullable=False),
+    Column("latency_ms", BigInteger, nullable=False),
+    Column("emitted_at", DateTime(timezone=True), nullable=False),
 )
 
 locks_table = Table(
@@ -502,8 +549,15 @@ class OffsetsStore:
             ]
             self._insert_missing(conn, rows)
 
-    def commit(self, flow: str, run_id: str, batches: Sequence[Batch]) -> int:
-        """Commit ``batches`` in one transaction; return how many were newly committed.
+    def commit(
+        self,
+        flow: str,
+        run_id: str,
+        batches: Sequence[Batch],
+        metrics: Sequence[PartitionReport] = (),
+    ) -> int:
+        """Commit ``batches`` and the run's partition ``metrics`` in one transaction; return how many
+        batches were newly committed.
 
         Requires ``flow``'s lock held by ``run_id``. Each batch moves its partition's progress from
         exactly (``source_start``, ``target_start``) to (``source_end``, ``target_end``) and is added to
@@ -590,7 +644,69 @@ class OffsetsStore:
                         f"concurrently. Nothing was committed; re-run the flow. ({error.orig})"
                     ) from error
                 committed += 1
+            self._record_partition_metrics(conn, flow, run_id, metrics, now)
             return committed
+
+    def _record_partition_metrics(
+        self, conn: Connection, flow: str, run_id: str, metrics: Sequence[PartitionReport], now: datetime
+    ) -> None:
+        m = partition_metrics_table
+        if not metrics or conn.execute(select(m.c.id).where(m.c.flow == flow, m.c.run_id == run_id)).first():
+            return  # none, or written by an earlier attempt of this commit
+        rows = [
+            {
+                "flow": flow,
+                "run_id": run_id,
+                "topic": p.topic,
+                "partition": p.partition,
+                "remote_topic": p.remote_topic,
+                "records": p.records,
+                "skipped": p.skipped,
+                "bytes": p.bytes,
+                "lag": p.lag,
+                "write_ms": p.write_ms,
+                **_stats_row("record_age", p.record_age),
+                **_stats_row("replication_latency", p.replication_latency),
+                "recorded_at": now,
+            }
+            for p in metrics
+        ]
+        for start in range(0, len(rows), _INSERT_CHUNK):
+            conn.execute(insert(m), rows[start : start + _INSERT_CHUNK])
+
+    def partition_metrics(self, flow: str, *, run_id: str | None = None) -> list[PartitionReport]:
+        """The metrics history of ``flow`` (optionally one run), oldest first."""
+        m = partition_metrics_table
+        query = select(m).where(m.c.flow == flow)
+        if run_id is not None:
+            query = query.where(m.c.run_id == run_id)
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(query.order_by(m.c.id)).all()
+        return [_partition_report(r._mapping) for r in rows]
+
+    def latest_writes(self, flow: str) -> dict[tuple[str, int], PartitionReport]:
+        """Per partition, the metrics of the last run that wrote records to it."""
+        m = partition_metrics_table
+        newest = (
+            select(func.max(m.c.id))
+            .where(m.c.flow == flow, m.c.replication_latency_count > 0)
+            .group_by(m.c.topic, m.c.partition)
+        )
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(select(m).where(m.c.id.in_(newest))).all()
+        return {(r.topic, r.partition): _partition_report(r._mapping) for r in rows}
+
+    def totals(self, flow: str) -> dict[tuple[str, int], tuple[int, int]]:
+        """Records and bytes committed so far per source partition, from the batch log."""
+        b = batches_table
+        query = (
+            select(b.c.topic, b.c.partition, func.sum(b.c.records), func.sum(b.c.bytes))
+            .where(b.c.flow == flow)
+            .group_by(b.c.topic, b.c.partition)
+        )
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(query).all()
+        return {(t, p): (int(r), int(n)) for t, p, r, n in rows}
 
     def batches(
         self, flow: str, topic: str | None = None, partition: int | None = None
@@ -625,8 +741,9 @@ class OffsetsStore:
             for r in rows
         }
 
-    def record_checkpoints(self, flow: str, positions: Iterable[GroupPosition]) -> None:
-        """Replace the stored checkpoints of these (group, topic, partition)s, in one transaction."""
+    def record_checkpoints(self, flow: str, positions: Iterable[GroupPosition], latency_ms: int) -> None:
+        """Replace the stored checkpoints of these (group, topic, partition)s and log them with the
+        latency they were emitted with, in one transaction."""
         rows = [
             {"flow": flow, **{f: getattr(p, f) for f in GroupPosition.__dataclass_fields__}}
             for p in positions
@@ -646,6 +763,29 @@ class OffsetsStore:
                     )
                 )
             conn.execute(insert(c), [{**row, "emitted_at": now} for row in rows])
+            conn.execute(
+                insert(checkpoint_metrics_table),
+                [
+                    {
+                        **{k: v for k, v in row.items() if k != "metadata"},
+                        "latency_ms": latency_ms,
+                        "emitted_at": now,
+                    }
+                    for row in rows
+                ],
+            )
+
+    def latest_checkpoint_metrics(self, flow: str) -> list[CheckpointMetrics]:
+        """Per group and partition (in that order), the latency of its newest checkpoint."""
+        m = checkpoint_metrics_table
+        newest = (
+            select(func.max(m.c.id)).where(m.c.flow == flow).group_by(m.c.group_id, m.c.topic, m.c.partition)
+        )
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(
+                select(m).where(m.c.id.in_(newest)).order_by(m.c.group_id, m.c.topic, m.c.partition)
+            ).all()
+        return [CheckpointMetrics(r.group_id, r.remote_topic, r.partition, r.latency_ms) for r in rows]
 
     # -------------------------------------------------------------------------------------- helpers
 
@@ -840,6 +980,25 @@ def _describe(batch: Batch) -> str:
         f"source [{batch.source_start}, {batch.source_end}) -> {batch.remote_topic} target "
         f"[{batch.target_start}, {batch.target_end}), {batch.records} records, {batch.bytes} bytes, "
         f"{len(batch.sync_points)} sync points"
+    )
+
+
+def _stats_row(name: str, stats: Stats) -> dict[str, int]:
+    return {f"{name}_{f}": v for f, v in zip(_STATS_FIELDS, stats.as_list(), strict=True)}
+
+
+def _partition_report(row: RowMapping) -> PartitionReport:
+    return PartitionReport(
+        topic=row["topic"],
+        partition=row["partition"],
+        remote_topic=row["remote_topic"],
+        records=row["records"],
+        skipped=row["skipped"],
+        bytes=row["bytes"],
+        lag=row["lag"],
+        record_age=Stats.from_list([row[f"record_age_{f}"] for f in _STATS_FIELDS]),
+        replication_latency=Stats.from_list([row[f"replication_latency_{f}"] for f in _STATS_FIELDS]),
+        write_ms=row["write_ms"],
     )
 
 

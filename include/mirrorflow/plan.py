@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mirrorflow.errors import PlanError
+from mirrorflow.metrics import Stats
 
 PLAN_VERSION = 1
 
@@ -130,7 +131,9 @@ class PartitionResult:
     the target from an earlier attempt of the same plan. The records occupy target offsets
     ``[target_start, target_start + records)``. ``sync_points`` lists (source offset, target offset)
     for each record whose source offset is not the previous one plus one (the first record counts
-    against ``source_start``): between sync points the mapping is arithmetic.
+    against ``source_start``): between sync points the mapping is arithmetic. ``record_age`` and
+    ``replication_latency`` cover the records this attempt wrote (see ``mirrorflow.metrics``), over
+    ``write_ms`` from the first one received to the last one acknowledged.
     """
 
     topic: str
@@ -140,6 +143,9 @@ class PartitionResult:
     bytes: int
     target_start: int
     sync_points: tuple[tuple[int, int], ...] = ()
+    record_age: Stats = field(default_factory=Stats)
+    replication_latency: Stats = field(default_factory=Stats)
+    write_ms: int = 0
 
     @property
     def target_end(self) -> int:
@@ -163,7 +169,14 @@ class CopyResult:
                 flow=raw["flow"],
                 run_id=raw["run_id"],
                 partitions=tuple(
-                    PartitionResult(**{**p, "sync_points": tuple(tuple(s) for s in p["sync_points"])})
+                    PartitionResult(
+                        **{
+                            **p,
+                            "sync_points": tuple(tuple(s) for s in p["sync_points"]),
+                            "record_age": Stats(**p["record_age"]),
+                            "replication_latency": Stats(**p["replication_latency"]),
+                        }
+                    )
                     for p in raw["partitions"]
                 ),
             )
@@ -174,6 +187,12 @@ class CopyResult:
 def run_dir(state_dir: Path, flow: str, run_id: str) -> Path:
     """The folder holding one run's plan and result; names made safe for any file system."""
     return state_dir / "runs" / _safe(flow) / _safe(run_id)
+
+
+def metrics_file(state_dir: Path, flow: str, kind: str) -> Path:
+    """A flow's Prometheus text file of one ``kind`` (``source`` or ``checkpoint``): one folder for
+    every flow, as node_exporter's textfile collector reads it."""
+    return state_dir / "metrics" / f"{_safe(flow)}.{kind}.prom"
 
 
 def _safe(name: str) -> str:

@@ -7,12 +7,20 @@ after another, and never imports pyspark. Invariants:
   the planned records. So before writing, ``target end - target_start`` records are known to be there
   already, and exactly that many are skipped: re-running a plan never duplicates a record.
 - Any delivery failure fails the task; the caller commits nothing for it.
+
+It also measures MM2's record age (received - record timestamp) and replication latency
+(acknowledged - record timestamp) of the records it writes. Records are acknowledged without a
+callback each (one per record costs the copy rate): a run of records counts as acknowledged at the
+first poll after which the producer holds fewer records than were produced since it, which is exact
+to within one Arrow batch because a task writes its partitions one after another.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -22,6 +30,7 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from mirrorflow.errors import TargetStateError, TransientError
+from mirrorflow.metrics import Stats, Timestamps
 from mirrorflow.plan import PartitionPlan, PartitionResult
 
 # Columns the writer reads, as produced by Spark's Kafka source.
@@ -36,6 +45,7 @@ RESULT_SCHEMA = pa.schema(
         ("bytes", pa.int64()),
         ("target_start", pa.int64()),
         ("sync_points", pa.string()),
+        ("metrics", pa.string()),
     ]
 )
 
@@ -64,6 +74,10 @@ class _Progress:
     bytes: int = 0
     prev_offset: int = -1
     sync_points: list[tuple[int, int]] = field(default_factory=list)
+    record_age: Stats = field(default_factory=Stats)
+    replication_latency: Stats = field(default_factory=Stats)
+    first_received_ms: int = 0
+    last_acked_ms: int = 0
 
     def result(self) -> dict[str, object]:
         return {
@@ -74,6 +88,13 @@ class _Progress:
             "bytes": self.bytes,
             "target_start": self.plan.target_start,
             "sync_points": json.dumps(self.sync_points),
+            "metrics": json.dumps(
+                {
+                    "record_age": self.record_age.as_list(),
+                    "replication_latency": self.replication_latency.as_list(),
+                    "write_ms": max(self.last_acked_ms - self.first_received_ms, 0),
+                }
+            ),
         }
 
 
@@ -83,6 +104,9 @@ class _Target:
 
     def __init__(self, conf: Mapping[str, str], first_topic: str) -> None:
         self.errors: list[str] = []
+        self.produced = 0
+        # Runs of records awaiting acknowledgement: (records produced up to their end, whose, when made).
+        self._unacked: deque[tuple[int, _Progress, Timestamps]] = deque()
         self.producer = Producer(
             {
                 **_PRODUCER_DEFAULTS,
@@ -128,9 +152,28 @@ class _Target:
             )
         return _Progress(plan, written, prev_offset=plan.source_start - 1)
 
+    def sent(self, state: _Progress, timestamps: Timestamps) -> None:
+        """``timestamps``' records were just produced for ``state``'s partition."""
+        self.produced += timestamps.count
+        self._unacked.append((self.produced, state, timestamps))
+        self.producer.poll(0)
+        self._settle()
+
+    def _settle(self) -> None:
+        acked = self.produced - len(self.producer)
+        now = _now_ms()
+        while self._unacked and self._unacked[0][0] <= acked:
+            _, state, timestamps = self._unacked.popleft()
+            state.replication_latency = state.replication_latency.merge(timestamps.elapsed(now))
+            state.last_acked_ms = now
+
     def finish(self, copied: list[_Progress]) -> None:
         """Wait for every record to be acknowledged, then check each remote partition's end."""
-        remaining = self.producer.flush(_TIMEOUT_S * 4)
+        deadline = time.monotonic() + _TIMEOUT_S * 4
+        remaining = len(self.producer)
+        while remaining and time.monotonic() < deadline:
+            remaining = self.producer.flush(0.05)
+            self._settle()
         if remaining or self.errors:
             raise TransientError(
                 f"{remaining} records to {len(copied)} remote partitions undelivered, errors: "
@@ -177,7 +220,7 @@ def write_partitions(
                         target = _Target(producer_conf, plans[key].remote_topic)
                     copied.append(target.start(plans[key]))
                 assert target is not None
-                _write_batch(target.producer, copied[-1], run)
+                _write_batch(target, copied[-1], run)
         if target is None:
             return
         target.finish(copied)
@@ -200,7 +243,14 @@ def _partition_runs(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
     return [batch.slice(a, b - a) for a, b in itertools.pairwise(cuts) if b > a]
 
 
-def _write_batch(producer: Producer, state: _Progress, batch: pa.RecordBatch) -> None:
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _write_batch(target: _Target, state: _Progress, batch: pa.RecordBatch) -> None:
+    received = _now_ms()
+    if not state.first_received_ms:
+        state.first_received_ms = received
     n = batch.num_rows
     offsets = batch.column("offset").to_numpy()
     first_index = state.records
@@ -221,7 +271,10 @@ def _write_batch(producer: Producer, state: _Progress, batch: pa.RecordBatch) ->
     keys = batch.column("key").to_pylist()
     values = batch.column("value").to_pylist()
     # Spark hands timestamps as microseconds; Kafka wants milliseconds.
-    millis = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+    millis_array = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_numpy()
+    millis = millis_array.tolist()
+    timestamps = Timestamps.of(millis_array[skip:])
+    state.record_age = state.record_age.merge(timestamps.elapsed(received))
     # Headers of the whole batch as one flat list of (key, value) pairs, sliced per record: far
     # cheaper than converting each record's list of structs.
     header_col = batch.column("headers")
@@ -229,6 +282,7 @@ def _write_batch(producer: Producer, state: _Progress, batch: pa.RecordBatch) ->
     pairs = list(zip(flat.field("key").to_pylist(), flat.field("value").to_pylist(), strict=True))
     counts = header_col.value_lengths().fill_null(0).to_pylist()
     start = sum(counts[:skip])
+    producer = target.producer
     produce = producer.produce
     for i in range(skip, n):
         end = start + counts[i]
@@ -243,7 +297,7 @@ def _write_batch(producer: Producer, state: _Progress, batch: pa.RecordBatch) ->
                 break
             except BufferError:
                 producer.poll(0.05)
-    producer.poll(0)
+    target.sent(state, timestamps)
 
 
 def _payload_bytes(batch: pa.RecordBatch) -> int:
@@ -255,6 +309,7 @@ def _payload_bytes(batch: pa.RecordBatch) -> int:
 
 
 def result_from_row(row: Mapping[str, object]) -> PartitionResult:
+    metrics = json.loads(str(row["metrics"]))
     return PartitionResult(
         topic=str(row["topic"]),
         partition=int(str(row["partition"])),
@@ -263,4 +318,7 @@ def result_from_row(row: Mapping[str, object]) -> PartitionResult:
         bytes=int(str(row["bytes"])),
         target_start=int(str(row["target_start"])),
         sync_points=tuple((int(a), int(b)) for a, b in json.loads(str(row["sync_points"]))),
+        record_age=Stats.from_list(metrics["record_age"]),
+        replication_latency=Stats.from_list(metrics["replication_latency"]),
+        write_ms=int(metrics["write_ms"]),
     )

@@ -1,18 +1,51 @@
-"""The report of one committed run: records, bytes and lag left, per topic."""
+"""The report of one committed run: per partition and per topic, records, bytes, rates, MM2's record
+age and replication latency, and the lag left."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from functools import reduce
 from typing import Any
 
+from mirrorflow.metrics import Stats, rate
 from mirrorflow.plan import CopyResult, Plan
 
 
 @dataclass(frozen=True)
-class TopicReport:
-    """``records`` were committed by the run (they match the batch log); ``skipped`` of them were found
-    already on the target, written by an earlier attempt of the same plan."""
+class PartitionReport:
+    """One source partition in a run. ``records`` were committed by the run (they match the batch
+    log); ``skipped`` of them were found already on the target, written by an earlier attempt of the
+    same plan, so only the others were measured. ``lag`` is what is left to copy: the source's last
+    stable offset at plan time minus what is now committed."""
 
+    topic: str
+    partition: int
+    remote_topic: str
+    records: int = 0
+    skipped: int = 0
+    bytes: int = 0
+    lag: int = 0
+    record_age: Stats = field(default_factory=Stats)
+    replication_latency: Stats = field(default_factory=Stats)
+    write_ms: int = 0
+
+    @property
+    def written(self) -> int:
+        return self.records - self.skipped
+
+    @property
+    def record_rate(self) -> float:
+        return rate(self.written, self.write_ms)
+
+    @property
+    def byte_rate(self) -> float:
+        # Bytes of skipped records cannot be told apart: the rate spreads all bytes over the records.
+        return rate(self.bytes * self.written // self.records if self.records else 0, self.write_ms)
+
+
+@dataclass(frozen=True)
+class TopicReport:
     topic: str
     remote_topic: str
     partitions: int
@@ -26,59 +59,112 @@ class TopicReport:
 class RunReport:
     flow: str
     run_id: str
-    topics: tuple[TopicReport, ...]
+    partitions: tuple[PartitionReport, ...]
 
     @property
     def records(self) -> int:
-        return sum(t.records for t in self.topics)
+        return sum(p.records for p in self.partitions)
+
+    @property
+    def topics(self) -> tuple[TopicReport, ...]:
+        by_topic: dict[str, list[PartitionReport]] = {}
+        for p in self.partitions:
+            by_topic.setdefault(p.topic, []).append(p)
+        return tuple(
+            TopicReport(
+                topic,
+                ps[0].remote_topic,
+                len(ps),
+                sum(p.records for p in ps),
+                sum(p.skipped for p in ps),
+                sum(p.bytes for p in ps),
+                sum(p.lag for p in ps),
+            )
+            for topic, ps in sorted(by_topic.items())
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "records": self.records}
+        """The run in brief (per topic): small enough for an XCom whatever the partition count."""
+        latency = _merged(p.replication_latency for p in self.partitions)
+        age = _merged(p.record_age for p in self.partitions)
+        return {
+            "flow": self.flow,
+            "run_id": self.run_id,
+            "records": self.records,
+            "bytes": sum(p.bytes for p in self.partitions),
+            "lag": sum(p.lag for p in self.partitions),
+            "replication_latency_ms_max": latency.max if latency.count else None,
+            "record_age_ms_max": age.max if age.count else None,
+            "topics": [asdict(t) for t in self.topics],
+        }
 
     def table(self) -> str:
-        head = ("topic", "remote topic", "partitions", "records", "skipped", "bytes", "lag left")
-        rows = [
-            (
-                t.topic,
-                t.remote_topic,
-                str(t.partitions),
-                str(t.records),
-                str(t.skipped),
-                str(t.bytes),
-                str(t.lag),
-            )
-            for t in self.topics
-        ]
+        """One row per partition that copied records or still lags (idle ones are left out), then
+        the flow's total: records per second written, replication latency and record age in ms."""
+        head = (
+            "topic", "partition", "records", "skipped", "bytes", "rec/s", "lat avg ms", "lat max ms",
+            "age max ms", "lag left",
+        )  # fmt: skip
+        rows = [(p.topic, str(p.partition), *_figures(p)) for p in self.partitions if p.records or p.lag]
+        total = PartitionReport(
+            "",
+            -1,
+            "",
+            self.records,
+            sum(p.skipped for p in self.partitions),
+            sum(p.bytes for p in self.partitions),
+            sum(p.lag for p in self.partitions),
+            _merged(p.record_age for p in self.partitions),
+            _merged(p.replication_latency for p in self.partitions),
+        )
+        rows.append(("total", "", *_figures(total)))
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
         return "\n".join(
             "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows]
         )
 
 
+def _figures(p: PartitionReport) -> tuple[str, ...]:
+    lat = p.replication_latency
+    return (
+        str(p.records),
+        str(p.skipped),
+        str(p.bytes),
+        f"{p.record_rate:.0f}" if p.write_ms else "",
+        f"{lat.avg:.0f}" if lat.avg is not None else "",
+        str(lat.max) if lat.count else "",
+        str(p.record_age.max) if p.record_age.count else "",
+        str(p.lag),
+    )
+
+
+def _merged(stats: Iterable[Stats]) -> Stats:
+    return reduce(Stats.merge, stats, Stats())
+
+
 def build_report(plan: Plan, result: CopyResult) -> RunReport:
-    """Lag left is measured against the source's last stable offset at plan time."""
+    """Every partition the planner saw, in topic and partition order."""
     planned = {(p.topic, p.partition): p for p in plan.partitions}
     copied = {(r.topic, r.partition): r for r in result.partitions}
-    topics: dict[str, dict[str, Any]] = {}
-    for s in plan.states:
-        entry = topics.setdefault(
-            s.topic,
-            {
-                "remote_topic": s.remote_topic,
-                "partitions": 0,
-                "records": 0,
-                "skipped": 0,
-                "bytes": 0,
-                "lag": 0,
-            },
-        )
-        entry["partitions"] += 1
+    partitions = []
+    for s in sorted(plan.states, key=lambda s: (s.topic, s.partition)):
         p = planned.get((s.topic, s.partition))
-        committed = p.source_end if p else s.committed
-        entry["lag"] += s.end - committed
-        if p:
-            r = copied[(s.topic, s.partition)]
-            entry["records"] += r.records
-            entry["skipped"] += r.skipped
-            entry["bytes"] += r.bytes
-    return RunReport(plan.flow, plan.run_id, tuple(TopicReport(t, **v) for t, v in sorted(topics.items())))
+        if p is None:
+            partitions.append(PartitionReport(s.topic, s.partition, s.remote_topic, lag=s.lag))
+            continue
+        r = copied[(s.topic, s.partition)]
+        partitions.append(
+            PartitionReport(
+                s.topic,
+                s.partition,
+                s.remote_topic,
+                r.records,
+                r.skipped,
+                r.bytes,
+                s.end - p.source_end,
+                r.record_age,
+                r.replication_latency,
+                r.write_ms,
+            )
+        )
+    return RunReport(plan.flow, plan.run_id, tuple(partitions))

@@ -12,6 +12,7 @@ without duplicating, commit is idempotent, release only releases this run's lock
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,13 +24,14 @@ from mirrorflow.acl_sync import missing_acls, target_acls
 from mirrorflow.cluster_admin import ClusterAdmin
 from mirrorflow.config import FlowConfig, MirrorConfig
 from mirrorflow.errors import PlanError
-from mirrorflow.mirror_heartbeat import emit_heartbeats
+from mirrorflow.metrics import PartitionMetrics, source_metrics_text
+from mirrorflow.mirror_heartbeat import emit_heartbeats, freshness_seconds
 from mirrorflow.mirror_offset_sync import emit_offset_syncs
 from mirrorflow.offsets_store import Batch, OffsetsStore
-from mirrorflow.plan import CopyResult, Plan, read_file, run_dir, write_atomically
+from mirrorflow.plan import CopyResult, Plan, metrics_file, read_file, run_dir, write_atomically
 from mirrorflow.planner import PlannerInput, SourceOffsets, make_plan
 from mirrorflow.remote_topics import ensure_remote_topics
-from mirrorflow.report import RunReport, build_report
+from mirrorflow.report import PartitionReport, RunReport, build_report
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +138,15 @@ def load_plan(config: MirrorConfig, flow: FlowConfig, run_id: str) -> Plan:
     return plan
 
 
-def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> RunReport:
-    """Commit what the copy acknowledged, in one transaction; report records, bytes and lag left."""
+@dataclass(frozen=True)
+class Committed:
+    report: RunReport
+    heartbeat_age_s: float | None
+
+
+def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> Committed:
+    """Commit what the copy acknowledged and the run's metrics, in one transaction; export the flow's
+    metrics; report records, bytes, latency and lag left, and the mirrored heartbeat's age."""
     flow = config.flow(flow_name)
     plan = load_plan(config, flow, run_id)
     files = run_files(config, flow, run_id)
@@ -147,14 +156,58 @@ def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> RunReport:
         else CopyResult(flow.name, run_id, ())
     )
     batches = batches_for(plan, result)
-    OffsetsStore(config.offsets_db_url).commit(flow.name, run_id, batches)
+    report = build_report(plan, result)
+    store = OffsetsStore(config.offsets_db_url)
+    store.commit(flow.name, run_id, batches, [p for p in report.partitions if p.records or p.lag])
     # After the commit: a retried commit task commits nothing twice and rewrites the same syncs.
     syncs = emit_offset_syncs(flow, batches)
-    report = build_report(plan, result)
     log.info(
         "flow %s run %s committed, %d offset syncs written\n%s", flow.name, run_id, syncs, report.table()
     )
-    return report
+    age = freshness_seconds(flow)
+    log.info(
+        "flow %s: newest mirrored heartbeat is %s old",
+        flow.name,
+        "none yet" if age is None else f"{age:.1f} s",
+    )
+    path = metrics_file(config.state_dir, flow.name, "source")
+    write_atomically(path, _source_metrics(flow, store, report, age))
+    log.info("metrics of flow %s in %s", flow.name, path)
+    return Committed(report, age)
+
+
+def _source_metrics(
+    flow: FlowConfig, store: OffsetsStore, report: RunReport, heartbeat_age: float | None
+) -> str:
+    """Every partition of the flow: counts from the batch log, lag from this run, rates and times
+    from the last run that wrote to the partition."""
+    totals = store.totals(flow.name)
+    writes = store.latest_writes(flow.name)
+    partitions = []
+    for p in report.partitions:
+        key = (p.topic, p.partition)
+        last: PartitionReport = writes.get(key, p)
+        records, size = totals.get(key, (0, 0))
+        partitions.append(
+            PartitionMetrics(
+                p.topic,
+                p.partition,
+                p.remote_topic,
+                records,
+                size,
+                p.lag,
+                last.replication_latency,
+                last.record_age,
+                last.record_rate,
+                last.byte_rate,
+            )
+        )
+    return source_metrics_text(
+        flow.source.alias,
+        flow.target.alias,
+        partitions,
+        {"heartbeat_age_seconds": heartbeat_age, "last_commit_timestamp_seconds": round(time.time())},
+    )
 
 
 def batches_for(plan: Plan, result: CopyResult) -> list[Batch]:

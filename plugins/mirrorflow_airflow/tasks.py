@@ -8,7 +8,6 @@ retrying cannot fix it, so the task fails at once with the actionable message.
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
@@ -19,9 +18,7 @@ from mirrorflow import runner
 from mirrorflow.config import load_config
 from mirrorflow.errors import MirrorError, TransientError
 from mirrorflow.mirror_checkpoint import emit_checkpoints
-from mirrorflow.mirror_heartbeat import freshness_seconds
 
-log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -65,13 +62,8 @@ def plan(flow: str) -> bool:
 
 @classified
 def commit(flow: str) -> dict[str, Any]:
-    config = load_config()
-    report = runner.commit_run(config, flow, _run_id()).as_dict()
-    age = freshness_seconds(config.flow(flow))
-    log.info(
-        "flow %s: newest mirrored heartbeat is %s old", flow, "none yet" if age is None else f"{age:.1f} s"
-    )
-    return {**report, "heartbeat_age_s": age}
+    committed = runner.commit_run(load_config(), flow, _run_id())
+    return {**committed.report.as_dict(), "heartbeat_age_s": committed.heartbeat_age_s}
 
 
 @classified

@@ -15,6 +15,7 @@ from mirrorflow.config import MirrorConfig
 from mirrorflow.devenv import airflow_env
 from mirrorflow.local_kafka import LocalCluster
 from mirrorflow.offsets_store import OffsetsStore
+from mirrorflow.plan import metrics_file
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -71,6 +72,12 @@ def test_dag_runs_copy_exactly_and_only_what_is_new(
         (1, 0, 500, 500), (1, 500, 540, 40),
         (2, 0, 500, 500), (2, 500, 540, 40),
     ]  # fmt: skip
+    # The commit task exports the flow's metrics for Prometheus: everything committed so far.
+    exported = metrics_file(config.state_dir, "primary->backup", "source").read_text()
+    for p in range(3):
+        labels = f'source="primary",destination="backup",topic="primary.{topic}",partition="{p}"'
+        assert f"kafka_connect_mirror_source_connector_record_count{{{labels}}} 540\n" in exported
+        assert f"mirrorflow_lag_records{{{labels}}} 0\n" in exported
 
     idle = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
     assert idle.returncode == 0, idle.stdout[-5000:] + idle.stderr[-5000:]

@@ -22,6 +22,8 @@ from mirrorflow.config import MirrorConfig
 from mirrorflow.local_kafka import LocalCluster
 from mirrorflow.mirror_checkpoint import emit_checkpoints
 from mirrorflow.offset_sync import OffsetSync
+from mirrorflow.offsets_store import OffsetsStore
+from mirrorflow.plan import metrics_file
 from mirrorflow.sample_data import Record, sample_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -74,6 +76,23 @@ def test_a_failed_over_consumer_resumes_exactly_at_the_next_record(
     (moved,) = emit_checkpoints(config, FLOW).emitted
     assert (moved.partition, moved.upstream_offset, moved.downstream_offset) == (0, 20, 20)
     assert len(_checkpoints(backup, group)) == 3
+    # MM2's checkpoint latency per group and partition, for the newest checkpoint of each.
+    with OffsetsStore(config.offsets_db_url) as store:
+        latest = store.latest_checkpoint_metrics(FLOW)
+    assert [(m.group, m.remote_topic, m.partition) for m in latest] == [
+        (group, remote, 0),
+        (group, remote, 1),
+    ]
+    assert all(0 <= m.latency_ms < 30_000 for m in latest)
+    exported = metrics_file(config.state_dir, FLOW, "checkpoint").read_text().splitlines()
+    assert exported == [
+        "# TYPE kafka_connect_mirror_checkpoint_connector_checkpoint_latency_ms gauge",
+        *(
+            'kafka_connect_mirror_checkpoint_connector_checkpoint_latency_ms{source="primary",target="backup",'
+            f'group="{group}",topic="{remote}",partition="{m.partition}"}} {m.latency_ms}'
+            for m in latest
+        ),
+    ]
 
 
 def test_transaction_markers_and_aborted_records_are_neither_re_read_nor_skipped(

@@ -7,7 +7,9 @@ takes (plan -> copy -> commit -> release) and compares the target with the sourc
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -19,7 +21,7 @@ from mirrorflow import runner, sample_data
 from mirrorflow.config import MirrorConfig
 from mirrorflow.local_kafka import LocalCluster
 from mirrorflow.offsets_store import OffsetsStore, PartitionProgress
-from mirrorflow.plan import CopyResult, Plan, write_atomically
+from mirrorflow.plan import CopyResult, Plan, metrics_file, write_atomically
 from mirrorflow.report import RunReport
 from mirrorflow.sample_data import BASE_TIMESTAMP_MS, Record, sample_record
 from mirrorflow.spark_copy import copy_plan
@@ -59,7 +61,7 @@ def _copy(config: MirrorConfig, plan: Plan, spark: SparkSession) -> CopyResult:
 
 def _commit(config: MirrorConfig, run_id: str, result: CopyResult) -> RunReport:
     write_atomically(runner.run_files(config, config.flow(FLOW), run_id).result, result.to_json())
-    return runner.commit_run(config, FLOW, run_id)
+    return runner.commit_run(config, FLOW, run_id).report
 
 
 def test_copies_a_multi_partition_topic_exactly(
@@ -322,3 +324,54 @@ def test_per_run_cap_copies_n_per_partition_and_the_next_run_continues(
         assert (report.records, report.topics[0].lag) == (records, lag), f"run {run}"
         for p in range(partitions):
             assert _read(backup, remote, p) == _expected(topic, p, 0, copied_to), f"run {run}: {remote}-{p}"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _prometheus(path: Path) -> dict[str, float]:
+    """``name{labels}`` -> value of a Prometheus text file."""
+    samples = (line.rsplit(" ", 1) for line in path.read_text().splitlines() if not line.startswith("#"))
+    return {series: float(value) for series, value in samples}
+
+
+def test_runs_measure_mm2_latency_and_age_keep_history_and_export_prometheus_text(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary = kafka_clusters["primary"]
+    topic, remote, partitions, count = unique_name, f"primary.{unique_name}", 2, 30
+    create_topic(primary.bootstrap, topic, partitions)
+    sample_data.produce_samples(primary.bootstrap, topic, partitions, 0, count)
+    config = _config(write_config, topic)
+
+    before = _now_ms()
+    report = run_flow(config, FLOW, "run-1", spark)
+    after = _now_ms()
+    idle = run_flow(config, FLOW, "run-2", spark)  # nothing new: the export keeps run-1's times
+
+    assert idle.records == 0
+    for p in range(partitions):
+        m = report.partitions[p]
+        age, latency = m.record_age, m.replication_latency
+        # Sample timestamps: BASE + i * 1000 + p; the last record is the newest.
+        oldest, newest = BASE_TIMESTAMP_MS + p, BASE_TIMESTAMP_MS + (count - 1) * 1000 + p
+        assert (m.partition, m.records, age.count, latency.count) == (p, count, count, count)
+        assert before - newest <= age.min <= age.last <= age.max <= after - oldest
+        assert age.last == age.min
+        # A record is acknowledged after it was received.
+        assert latency.min >= age.min and latency.max >= age.max and latency.total >= age.total
+        assert latency.max <= after - oldest
+        assert 0 < m.write_ms <= after - before
+    with OffsetsStore(config.offsets_db_url) as store:
+        assert store.partition_metrics(FLOW) == list(report.partitions)
+    metrics = _prometheus(metrics_file(config.state_dir, FLOW, "source"))
+    for m in report.partitions:
+        labels = f'source="primary",destination="backup",topic="{remote}",partition="{m.partition}"'
+        prefix = "kafka_connect_mirror_source_connector_"
+        assert metrics[f"{prefix}record_count{{{labels}}}"] == count
+        assert metrics[f"{prefix}byte_count{{{labels}}}"] == m.bytes
+        assert metrics[f"{prefix}replication_latency_ms_max{{{labels}}}"] == m.replication_latency.max
+        assert metrics[f"{prefix}record_age_ms_min{{{labels}}}"] == m.record_age.min
+        assert metrics[f"{prefix}record_rate{{{labels}}}"] == pytest.approx(m.record_rate)
+        assert metrics[f"mirrorflow_lag_records{{{labels}}}"] == 0

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
+from mirrorflow.metrics import CheckpointMetrics, Stats
 from mirrorflow.offsets_store import Batch, CommittedBatch, GroupPosition, OffsetsStore, PartitionProgress
+from mirrorflow.report import PartitionReport
 
 FLOW = "primary->backup"
 T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -84,7 +86,14 @@ def test_schema_created_on_first_use_in_a_new_folder(db_url: str, tmp_path: Path
     path = tmp_path / "state" / "nested" / "offsets.db"
     with sqlite3.connect(path) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert tables == {"mirror_progress", "mirror_batches", "mirror_locks", "mirror_checkpoints"}
+    assert tables == {
+        "mirror_progress",
+        "mirror_batches",
+        "mirror_locks",
+        "mirror_checkpoints",
+        "mirror_partition_metrics",
+        "mirror_checkpoint_metrics",
+    }
     # A second store on the same file finds the schema and does not fail.
     with OffsetsStore(db_url) as again:
         assert again.batches(FLOW) == []
@@ -329,6 +338,38 @@ def test_commit_is_idempotent_on_retry(store: OffsetsStore, clock: FakeClock, db
     assert len(store.batches(FLOW)) == 2
 
 
+def test_run_metrics_are_committed_with_the_batches_once(store: OffsetsStore, db_url: str) -> None:
+    _anchored(store)
+    wrote = PartitionReport(
+        "orders", 0, "primary.orders", records=8, skipped=2, bytes=1000, lag=4,
+        record_age=Stats(6, 100, 900, 2400, 100), replication_latency=Stats(6, 150, 990, 3000, 150),
+        write_ms=40,
+    )  # fmt: skip
+    resumed = PartitionReport("orders", 1, "primary.orders", records=5, skipped=5, bytes=1000, lag=0)
+    b1 = _batch(partition=1, source=(0, 5), target=(50, 55), sync_points=())
+
+    store.commit(FLOW, "run-1", [_batch(), b1], [wrote, resumed])
+    store.commit(FLOW, "run-1", [_batch(), b1], [wrote, resumed])  # a retried commit adds nothing
+
+    assert store.partition_metrics(FLOW) == [wrote, resumed]
+    # Only partition 0 had records written (and so measured) by this run.
+    assert store.latest_writes(FLOW) == {("orders", 0): wrote}
+    assert store.totals(FLOW) == {("orders", 0): (8, 1000), ("orders", 1): (5, 1000)}
+
+    store.release_lock(FLOW, "run-1")
+    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    later = PartitionReport(
+        "orders", 0, "primary.orders", records=10, bytes=500, lag=0,
+        record_age=Stats(10, 5, 50, 250, 5), replication_latency=Stats(10, 9, 60, 300, 9), write_ms=20,
+    )  # fmt: skip
+    store.commit(FLOW, "run-2", [_batch(source=(20, 30), target=(108, 118), sync_points=())], [later])
+
+    assert store.partition_metrics(FLOW, run_id="run-2") == [later]
+    assert store.latest_writes(FLOW) == {("orders", 0): later}
+    assert store.totals(FLOW) == {("orders", 0): (18, 2000), ("orders", 1): (5, 1000)}
+    assert store.totals("backup->primary") == {}
+
+
 def test_same_start_with_other_values_or_run_conflicts(store: OffsetsStore, db_url: str) -> None:
     _anchored(store)
     store.commit(FLOW, "run-1", [_batch()])
@@ -495,11 +536,11 @@ def test_recorded_checkpoints_replace_the_previous_per_group_and_partition(
 ) -> None:
     first = GroupPosition("billing", "orders", 0, "primary.orders", 10, 8, "m")
     other = GroupPosition("billing", "orders", 1, "primary.orders", 3, 3)
-    store.record_checkpoints(FLOW, [first, other])
+    store.record_checkpoints(FLOW, [first, other], 40)
     moved = GroupPosition("billing", "orders", 0, "primary.orders", 15, 13, "m2")
 
-    store.record_checkpoints(FLOW, [moved])
-    store.record_checkpoints(FLOW, [])
+    store.record_checkpoints(FLOW, [moved], 25)
+    store.record_checkpoints(FLOW, [], 0)
 
     assert store.checkpoints(FLOW) == {("billing", "orders", 0): moved, ("billing", "orders", 1): other}
     assert store.checkpoints("backup->primary") == {}
@@ -507,4 +548,14 @@ def test_recorded_checkpoints_replace_the_previous_per_group_and_partition(
     assert [(r[1], r[3], r[5]) for r in _rows(db_url, "mirror_checkpoints")] == [
         ("billing", 0, 15),
         ("billing", 1, 3),
+    ]
+    # Every emission is logged with its latency; the metrics show each partition's newest.
+    assert [(r[2], r[4], r[6], r[7], r[8]) for r in _rows(db_url, "mirror_checkpoint_metrics")] == [
+        ("billing", 0, 10, 8, 40),
+        ("billing", 1, 3, 3, 40),
+        ("billing", 0, 15, 13, 25),
+    ]
+    assert store.latest_checkpoint_metrics(FLOW) == [
+        CheckpointMetrics("billing", "primary.orders", 0, 25),
+        CheckpointMetrics("billing", "primary.orders", 1, 40),
     ]
