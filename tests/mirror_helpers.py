@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from mirrorflow import local_kafka, runner, sample_data
 from mirrorflow.config import MirrorConfig
-from mirrorflow.local_kafka import LocalCluster
+from mirrorflow.local_kafka import LocalCluster, ScramSecurity
 from mirrorflow.plan import write_atomically
 from mirrorflow.report import RunReport
 from mirrorflow.spark_copy import copy_plan
@@ -51,12 +51,20 @@ def topics(bootstrap: str) -> set[str]:
         admin.close()
 
 
-def assert_same_records(src: str, topic: str, dst: str, remote: str, partitions: int) -> int:
-    """Every partition of the remote topic equals the source's, record by record; returns the count."""
+def assert_same_records(
+    src: str,
+    topic: str,
+    dst: str,
+    remote: str,
+    partitions: int,
+    client_config: Mapping[str, str] | None = None,
+) -> int:
+    """Every partition of the remote topic equals the source's, record by record; returns the count.
+    ``client_config``: librdkafka settings for reading both clusters (e.g. a SASL login)."""
     total = 0
     for p in range(partitions):
-        expected = sample_data.read_partition(src, topic, p)
-        actual = sample_data.read_partition(dst, remote, p)
+        expected = sample_data.read_partition(src, topic, p, extra=client_config)
+        actual = sample_data.read_partition(dst, remote, p, extra=client_config)
         assert actual == expected, f"{remote}-{p} differs from {topic}-{p}"
         total += len(actual)
     return total
@@ -113,13 +121,17 @@ def commit_group(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]
 
 @contextmanager
 def local_clusters(
-    aliases: Sequence[str], root: Path, extra_properties: Mapping[str, str] | None = None
+    aliases: Sequence[str],
+    root: Path,
+    extra_properties: Mapping[str, str] | None = None,
+    security: ScramSecurity | None = None,
 ) -> Iterator[dict[str, LocalCluster]]:
-    """Single-node clusters on free loopback ports, stopped by PID however the block ends."""
+    """Single-node clusters on free loopback ports, stopped by PID however the block ends.
+    With ``security``, every cluster has its SASL users and authorizer (see ``ScramSecurity``)."""
     ports = local_kafka.free_ports(2 * len(aliases))
     specs = [(alias, ports[2 * i], ports[2 * i + 1]) for i, alias in enumerate(aliases)]
     # start_clusters is all-or-nothing: on failure it has already stopped the ones that started.
-    clusters = local_kafka.start_clusters(specs, root, extra_properties=extra_properties)
+    clusters = local_kafka.start_clusters(specs, root, extra_properties=extra_properties, security=security)
     try:
         yield clusters
     finally:

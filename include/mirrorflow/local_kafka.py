@@ -9,6 +9,10 @@ Each cluster lives in its own *home* folder::
     home/logs/kafka.out      the JVM's stdout/stderr (errors from before log4j2 is configured)
     home/kafka.pid           present while the cluster is believed to run
 
+Clients connect over PLAINTEXT, unless the cluster is started with a ``ScramSecurity``: then they
+log in with SASL/SCRAM-SHA-512 as users created at format time, and Kafka's StandardAuthorizer
+allows ``admin`` everything and any other user only what ACLs grant.
+
 Invariants: brokers bind 127.0.0.1 only; every JVM gets -Xmx; a process is stopped by its PID only,
 and only after /proc/<pid>/cmdline proves it is the ``kafka.Kafka`` of that home (a reused PID
 belonging to something else is never signalled).
@@ -22,6 +26,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -32,7 +37,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +50,15 @@ STARTED_MARKER = "Kafka Server started"  # logged by KafkaRaftServer once the br
 MAIN_CLASS = "kafka.Kafka"
 DEFAULT_CLUSTERS = "primary:19092,backup:29092"
 _ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+SUPER_USER = "admin"
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+_SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
+_PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+# Names and passwords go unquoted into the storage tool's --add-scram argument and quoted into JAAS
+# strings: characters outside this set would need escaping in one or the other.
+_CREDENTIAL_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 # Processes started by this Python process: we must wait() on them ourselves, or they linger as
 # zombies that still look alive to kill(pid, 0).
@@ -77,6 +91,86 @@ class LocalCluster:
     @property
     def log_file(self) -> Path:
         return self.home / "logs" / "server.log"
+
+
+@dataclass(frozen=True)
+class ScramSecurity:
+    """SASL users, an authorizer and a super user for a local cluster.
+
+    The client and inter-broker listener is SASL_PLAINTEXT with SCRAM-SHA-512; ``passwords`` (user ->
+    password, ``admin`` included) are written to the metadata log when the storage is formatted.
+    The controller listener is SASL_PLAINTEXT with PLAIN and the single static user ``admin``: KRaft
+    supports SCRAM on broker listeners only (KIP-900).
+    ``admin`` is the only super user, and the broker itself logs in as ``admin``; no one can connect
+    without a password and, as ``allow.everyone.if.no.acl.found`` stays false, other users may only
+    do what ACLs grant them.
+    """
+
+    passwords: Mapping[str, str] = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if SUPER_USER not in self.passwords:
+            raise ValueError(f"the super user {SUPER_USER!r} needs a password")
+        for user, password in self.passwords.items():
+            if not (_CREDENTIAL_RE.match(user) and _CREDENTIAL_RE.match(password)):
+                raise ValueError(f"user {user!r}: names and passwords must match {_CREDENTIAL_RE.pattern}")
+
+    @classmethod
+    def generate(cls, *users: str) -> ScramSecurity:
+        """``admin`` and ``users``, each with a random password (never the same twice)."""
+        return cls({user: secrets.token_urlsafe(18) for user in (SUPER_USER, *users)})
+
+    def server_properties(self, port: int, controller_port: int) -> dict[str, str]:
+        """Listener, SASL and authorizer settings; they replace the PLAINTEXT ones."""
+        client = f"SASL_PLAINTEXT://127.0.0.1:{port}"
+        controller = f"CONTROLLER://127.0.0.1:{controller_port}"
+        password = self.passwords[SUPER_USER]
+        return {
+            "listeners": f"{client},{controller}",
+            "advertised.listeners": f"{client},{controller}",
+            "listener.security.protocol.map": "CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": self.jaas_config(SUPER_USER),
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            # username/password: the broker's login to the controller; user_admin: the accepted one.
+            "listener.name.controller.plain.sasl.jaas.config": (
+                f'{_PLAIN_LOGIN} required username="{SUPER_USER}" password="{password}" '
+                f'user_{SUPER_USER}="{password}";'
+            ),
+            "authorizer.class.name": STANDARD_AUTHORIZER,
+            "super.users": f"User:{SUPER_USER}",
+        }
+
+    def format_args(self) -> list[str]:
+        """StorageTool format arguments that create the SCRAM users."""
+        return [
+            arg
+            for user, password in sorted(self.passwords.items())
+            for arg in ("--add-scram", f"{SCRAM_MECHANISM}=[name={user},password={password}]")
+        ]
+
+    def jaas_config(self, user: str) -> str:
+        return f'{_SCRAM_LOGIN} required username="{user}" password="{self.passwords[user]}";'
+
+    def client_properties(self, user: str) -> dict[str, str]:
+        """Java client properties (MM2's keys, without a cluster alias) that log in as ``user``."""
+        return {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": SCRAM_MECHANISM,
+            "sasl.jaas.config": self.jaas_config(user),
+        }
+
+    def kafka_python(self, user: str) -> dict[str, Any]:
+        """kafka-python settings that log in as ``user`` (bootstrap servers not included)."""
+        return {
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": SCRAM_MECHANISM,
+            "sasl_plain_username": user,
+            "sasl_plain_password": self.passwords[user],
+        }
 
 
 # --------------------------------------------------------------------------------------- ports
@@ -267,9 +361,14 @@ def java_executable() -> str:
 
 
 def server_properties(
-    port: int, controller_port: int, data_dir: Path, extra: Mapping[str, str] | None = None
+    port: int,
+    controller_port: int,
+    data_dir: Path,
+    extra: Mapping[str, str] | None = None,
+    security: ScramSecurity | None = None,
 ) -> dict[str, str]:
-    """Combined KRaft single-node settings; ``extra`` overrides or adds keys (SASL, authorizers)."""
+    """Combined KRaft single-node settings, secured by ``security`` if given; ``extra`` overrides or
+    adds keys last."""
     plain = f"PLAINTEXT://127.0.0.1:{port}"
     controller = f"CONTROLLER://127.0.0.1:{controller_port}"
     props = {
@@ -293,6 +392,8 @@ def server_properties(
         # while a test or the demo is still using them. Tests of expiry set retention per topic.
         "log.retention.ms": "-1",
     }
+    if security is not None:
+        props.update(security.server_properties(port, controller_port))
     props.update(extra or {})
     return props
 
@@ -340,7 +441,7 @@ def _jvm_logging(home: Path) -> list[str]:
     return [f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}", f"-Dkafka.logs.dir={home / 'logs'}"]
 
 
-def _format_storage(home: Path, libs: Path, timeout: float) -> None:
+def _format_storage(home: Path, libs: Path, timeout: float, extra_args: Sequence[str] = ()) -> None:
     """Format data/ once: meta.properties marks a formatted dir, and reformatting would lose data."""
     if (home / "data" / "meta.properties").exists():
         return
@@ -357,6 +458,7 @@ def _format_storage(home: Path, libs: Path, timeout: float) -> None:
         _random_cluster_id(),
         "-c",
         str(home / "server.properties"),
+        *extra_args,
     ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=home, check=False)
     if res.returncode != 0:
@@ -423,17 +525,19 @@ def start_cluster(
     *,
     heap_mb: int = 512,
     extra_properties: Mapping[str, str] | None = None,
+    security: ScramSecurity | None = None,
     client_config: Mapping[str, Any] | None = None,
     timeout: float = 60.0,
 ) -> LocalCluster:
     """Start one cluster in ``home`` and return once clients can use it.
 
     Ready means: the log written since this launch says "Kafka Server started" AND an admin
-    metadata request (kafka-python, with ``client_config``, e.g. SASL settings when
-    ``extra_properties`` secure the listener) lists the broker unfenced. If the JVM exits first,
-    LocalKafkaError carries the log tail; on timeout the JVM is stopped and ClusterStartTimeout
-    carries the tail. Storage is formatted only once, so restarting on the same home keeps data
-    (restart with the same controller port: the voter set recorded at format time names it).
+    metadata request (kafka-python, with ``client_config``; by default the super user's login when
+    ``security`` is given) lists the broker unfenced. If the JVM exits first, LocalKafkaError
+    carries the log tail; on timeout the JVM is stopped and ClusterStartTimeout carries the tail.
+    Storage is formatted only once, so restarting on the same home keeps data (restart with the same
+    controller port: the voter set recorded at format time names it) and the SCRAM users created
+    then (restart with the same ``security``).
     """
     libs = _require_libs()
     if not _ALIAS_RE.match(alias):
@@ -449,13 +553,21 @@ def start_cluster(
             raise LocalKafkaError(f"{alias}: port 127.0.0.1:{p} is already in use")
 
     _write_properties(
-        home / "server.properties", server_properties(port, controller_port, home / "data", extra_properties)
+        home / "server.properties",
+        server_properties(port, controller_port, home / "data", extra_properties, security),
     )
     (home / "log4j2.properties").write_text(_LOG4J2)
     (home / "cluster.json").write_text(
         json.dumps({"alias": alias, "port": port, "controller_port": controller_port}) + "\n"
     )
-    _format_storage(home, libs, timeout=max(deadline - time.monotonic(), 1.0))
+    _format_storage(
+        home,
+        libs,
+        timeout=max(deadline - time.monotonic(), 1.0),
+        extra_args=security.format_args() if security is not None else (),
+    )
+    if client_config is None and security is not None:
+        client_config = security.kafka_python(SUPER_USER)
 
     log_file = home / "logs" / "server.log"
     # Only log lines written after this launch count: a restart appends to the same file.

@@ -70,15 +70,22 @@ def produce_samples(bootstrap: str, topic: str, partitions: int, start: int, cou
 
 
 def read_partition(
-    bootstrap: str, topic: str, partition: int, read_committed: bool = True, timeout: float = 60.0
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    read_committed: bool = True,
+    timeout: float = 60.0,
+    extra: Mapping[str, str] | None = None,
 ) -> list[Record]:
-    """Every record of a partition, from the beginning to its current end, in offset order."""
+    """Every record of a partition, from the beginning to its current end, in offset order.
+    ``extra``: more librdkafka settings, e.g. a SASL login."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "mirrorflow-reader",
             "enable.auto.commit": "false",
             "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+            **(extra or {}),
         }
     )
     try:

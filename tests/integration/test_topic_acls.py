@@ -1,57 +1,176 @@
-"""Topic ACL sync on real brokers started with Kafka's StandardAuthorizer.
+"""Topic ACL sync, and a whole run, on brokers with SASL/SCRAM-SHA-512 users and StandardAuthorizer.
 
 Clusters of this module's own: an authorizer on the shared session clusters would change what every
-other test may do. The PLAINTEXT principal (User:ANONYMOUS) is a super user, so the test and the
-mirror can manage ACLs; SASL users come with the security work.
+other test may do. Both clusters know the same users, each with a password generated per test run:
+``admin`` (the only super user: the test sets up topics and ACLs with it), ``mirror`` (the mirror's
+login), and ``alice``, ``bob``, ``mallory``, ``carol`` (consumers whose source ACLs the flow syncs).
+``allow.everyone.if.no.acl.found`` is false: a user may do only what an ACL grants.
+
+The mirror runs as ``mirror`` with these grants, all needed (and nothing more) for plan, copy and
+commit of a flow ``primary->backup`` with heartbeats off:
+
+source (primary)
+- each mirrored topic (literal): READ, which implies DESCRIBE (plan: list and describe the topic,
+  list its offsets; copy: Spark's reader fetches records), and DESCRIBE_CONFIGS (plan: the configs
+  a remote topic is created or synced with);
+- cluster: DESCRIBE (plan: list the ACLs to sync);
+- topic ``mm2-offset-syncs.backup.internal`` (literal): CREATE and WRITE (commit: the offset syncs).
+
+target (backup)
+- topics prefixed ``primary.`` (the remote topics): CREATE (plan: create them), ALTER (plan: add
+  partitions when the source topic grows), ALTER_CONFIGS, which implies DESCRIBE_CONFIGS (plan: sync
+  their configs), WRITE, which implies DESCRIBE (plan: end offsets; copy: the records, and the end
+  offsets the writer checks);
+- cluster: DESCRIBE and ALTER (plan: list the target's ACLs and create the synced ones).
+
+The cluster grants serve sync.topic.acls.enabled only; ALTER on the target cluster lets its holder
+grant itself anything, so a flow without ACL sync should not have it. The idempotent producers need
+no IDEMPOTENT_WRITE: WRITE on a topic also authorizes getting a producer id. No consumer group ACL is
+needed: Spark's reader assigns partitions and seeks to planned offsets, and the librdkafka consumers
+that read end offsets never join or commit their group (they look up its coordinator, which the
+broker denies and logs, harmlessly).
+
+The mirror's own literal grants on a mirrored topic are topic ACLs like any other: they are synced
+to the remote topic too (READ and DESCRIBE_CONFIGS for User:mirror), as MM2 does.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import (
     ACL,
     ACLFilter,
     ACLOperation,
     ACLPermissionType,
     ACLResourcePatternType,
+    AlterConfigOp,
+    ConfigResource,
+    ConfigResourceType,
     KafkaAdminClient,
+    NewPartitions,
     ResourcePattern,
     ResourcePatternFilter,
     ResourceType,
 )
-from mirror_helpers import create_topic, local_clusters
+from kafka.errors import TopicAuthorizationFailedError
+from mirror_helpers import assert_same_records, local_clusters, run_flow
+from pyspark.sql import SparkSession
 
-from mirrorflow import runner
-from mirrorflow.config import load_config
-from mirrorflow.local_kafka import LocalCluster
+from mirrorflow import sample_data
+from mirrorflow.clients import librdkafka_config
+from mirrorflow.config import MirrorConfig, load_config
+from mirrorflow.local_kafka import SUPER_USER, LocalCluster, ScramSecurity
+from mirrorflow.runner import plan_run, release_run
 
 pytestmark = [pytest.mark.integration]
 
-AUTHORIZER = {
-    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-    "super.users": "User:ANONYMOUS",
-    "allow.everyone.if.no.acl.found": "true",
-}
+FLOW = "primary->backup"
+OFFSET_SYNCS = "mm2-offset-syncs.backup.internal"
+ALLOW, DENY = ACLPermissionType.ALLOW, ACLPermissionType.DENY
+
+
+class Secured(NamedTuple):
+    primary: LocalCluster
+    backup: LocalCluster
+    security: ScramSecurity
+
+
+def _topic(name: str, pattern: ACLResourcePatternType = ACLResourcePatternType.LITERAL) -> ResourcePattern:
+    return ResourcePattern(ResourceType.TOPIC, name, pattern)
+
+
+CLUSTER = ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", ACLResourcePatternType.LITERAL)
+
+
+def _grants(principal: str, resource: ResourcePattern, *ops: ACLOperation) -> list[ACL]:
+    return [ACL(principal, "*", op, ALLOW, resource) for op in ops]
+
+
+def _mirror_source_topic_acls(topic: str) -> list[ACL]:
+    return _grants("User:mirror", _topic(topic), ACLOperation.READ, ACLOperation.DESCRIBE_CONFIGS)
+
+
+MIRROR_SOURCE_ACLS = [
+    *_grants("User:mirror", CLUSTER, ACLOperation.DESCRIBE),
+    *_grants("User:mirror", _topic(OFFSET_SYNCS), ACLOperation.CREATE, ACLOperation.WRITE),
+]
+MIRROR_TARGET_ACLS = [
+    *_grants("User:mirror", CLUSTER, ACLOperation.DESCRIBE, ACLOperation.ALTER),
+    *_grants(
+        "User:mirror",
+        _topic("primary.", ACLResourcePatternType.PREFIXED),
+        ACLOperation.CREATE,
+        ACLOperation.ALTER,
+        ACLOperation.ALTER_CONFIGS,
+        ACLOperation.WRITE,
+    ),
+]
+
+
+def _admin(cluster: LocalCluster, security: ScramSecurity) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=cluster.bootstrap, **security.kafka_python(SUPER_USER))
+
+
+def _create_acls(cluster: LocalCluster, security: ScramSecurity, acls: list[ACL]) -> None:
+    admin = _admin(cluster, security)
+    try:
+        result = admin.create_acls(acls)
+        assert not result["failed"]
+    finally:
+        admin.close()
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LocalCluster]]:
-    with local_clusters(("primary", "backup"), tmp_path_factory.mktemp("acl"), AUTHORIZER) as clusters:
-        yield clusters
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    security = ScramSecurity.generate("mirror", "alice", "bob", "mallory", "carol")
+    root = tmp_path_factory.mktemp("acl")
+    with local_clusters(("primary", "backup"), root, security=security) as clusters:
+        primary, backup = clusters["primary"], clusters["backup"]
+        _create_acls(primary, security, MIRROR_SOURCE_ACLS)
+        _create_acls(backup, security, MIRROR_TARGET_ACLS)
+        yield Secured(primary, backup, security)
 
 
-def _acl(
-    topic: str, principal: str, op: ACLOperation, perm: ACLPermissionType, prefixed: bool = False
-) -> ACL:
-    pattern = ACLResourcePatternType.PREFIXED if prefixed else ACLResourcePatternType.LITERAL
-    return ACL(principal, "*", op, perm, ResourcePattern(ResourceType.TOPIC, topic, pattern))
+def _source_topic(secured: Secured, name: str, partitions: int, configs: dict[str, str]) -> None:
+    """Create a topic on the source as admin, and grant the mirror what it needs on it."""
+    admin = _admin(secured.primary, secured.security)
+    try:
+        admin.create_topics(
+            {name: {"num_partitions": partitions, "replication_factor": 1, "configs": configs}},
+            wait_for_metadata=True,
+        )
+    finally:
+        admin.close()
+    _create_acls(secured.primary, secured.security, _mirror_source_topic_acls(name))
 
 
-def _topic_acls(cluster: LocalCluster, topic: str) -> set[tuple[str, str, str, str]]:
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+def _config(secured: Secured, folder: Path, topic: str) -> MirrorConfig:
+    """An mm2.properties for the flow, with MM2's keys for the mirror's SASL login to each cluster."""
+    lines = [
+        "clusters = primary, backup",
+        "replication.factor = 1",
+        "offset-syncs.topic.replication.factor = 1",
+        "emit.heartbeats.enabled = false",
+        f"mirrorflow.state.dir = {folder / 'state'}",
+        f"{FLOW}.enabled = true",
+        f"{FLOW}.topics = {topic}",
+    ]
+    for alias, cluster in (("primary", secured.primary), ("backup", secured.backup)):
+        lines.append(f"{alias}.bootstrap.servers = {cluster.bootstrap}")
+        lines += [f"{alias}.{k} = {v}" for k, v in secured.security.client_properties("mirror").items()]
+    path = folder / "mm2.properties"
+    path.write_text("\n".join(lines) + "\n")
+    return load_config(path, env={})
+
+
+def _topic_acls(secured: Secured, topic: str) -> set[tuple[str, str, str, str]]:
+    admin = _admin(secured.backup, secured.security)
     try:
         everything = ACLFilter(
             None, None, ACLOperation.ANY, ACLPermissionType.ANY,
@@ -66,40 +185,119 @@ def _topic_acls(cluster: LocalCluster, topic: str) -> set[tuple[str, str, str, s
     }
 
 
-def test_literal_topic_acls_reach_the_remote_topic_with_mm2s_rules(
-    secured: dict[str, LocalCluster], tmp_path: Path
-) -> None:
-    primary, backup = secured["primary"], secured["backup"]
-    create_topic(primary.bootstrap, "orders", 1)
-    admin = KafkaAdminClient(bootstrap_servers=primary.bootstrap)
+def _remote_topic_state(secured: Secured, topic: str) -> tuple[int, str]:
+    """Partition count and retention.ms of a topic on the target."""
+    admin = _admin(secured.backup, secured.security)
     try:
-        result = admin.create_acls(
-            [
-                _acl("orders", "User:alice", ACLOperation.READ, ACLPermissionType.ALLOW),
-                _acl("orders", "User:alice", ACLOperation.WRITE, ACLPermissionType.ALLOW),
-                _acl("orders", "User:bob", ACLOperation.ALL, ACLPermissionType.ALLOW),
-                _acl("orders", "User:mallory", ACLOperation.WRITE, ACLPermissionType.DENY),
-                _acl("ord", "User:carol", ACLOperation.READ, ACLPermissionType.ALLOW, prefixed=True),
-            ]
-        )
-        assert not result["failed"]
+        partitions = len(admin.describe_topics([topic])[0]["partitions"])
+        configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])["topic"][topic]
     finally:
         admin.close()
-    path = tmp_path / "mm2.properties"
-    path.write_text(
-        f"clusters = primary, backup\nprimary.bootstrap.servers = {primary.bootstrap}\n"
-        f"backup.bootstrap.servers = {backup.bootstrap}\nreplication.factor = 1\n"
-        f"emit.heartbeats.enabled = false\nmirrorflow.state.dir = {tmp_path / 'state'}\n"
-        "primary->backup.enabled = true\nprimary->backup.topics = orders\n"
+    return partitions, str(configs["retention.ms"]["value"])
+
+
+def _read(cluster: LocalCluster, security: ScramSecurity, user: str, topic: str) -> list[tuple[bytes, bytes]]:
+    """Partition 0 of ``topic``, every record, read as ``user`` (no consumer group)."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        **security.kafka_python(user),
     )
-    config = load_config(path, env={})
+    try:
+        tp = TopicPartition(topic, 0)
+        # Raises for a user the topic is hidden from; poll() would only log it and return nothing.
+        end = consumer.end_offsets([tp])[tp]
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        got: list[tuple[bytes, bytes]] = []
+        deadline = time.monotonic() + 30
+        while consumer.position(tp) < end:
+            assert time.monotonic() < deadline, f"{user} read {len(got)} records of {topic}-0, not {end}"
+            got += [(r.key, r.value) for batch in consumer.poll(timeout_ms=500).values() for r in batch]
+        return got
+    finally:
+        consumer.close()
 
-    for run in ("run-1", "run-2"):  # the second run finds them there and adds nothing
-        runner.plan_run(config, "primary->backup", run)
-        runner.release_run(config, "primary->backup", run)
 
-    assert _topic_acls(backup, "primary.orders") == {
+def test_literal_topic_acls_reach_the_remote_topic_with_mm2s_rules_and_work(
+    secured: Secured, tmp_path: Path
+) -> None:
+    security = secured.security
+    _source_topic(secured, "orders", 1, {"retention.ms": "604800000"})
+    _create_acls(
+        secured.primary,
+        security,
+        [
+            *_grants("User:alice", _topic("orders"), ACLOperation.READ, ACLOperation.WRITE),
+            *_grants("User:bob", _topic("orders"), ACLOperation.ALL),
+            ACL("User:mallory", "*", ACLOperation.WRITE, DENY, _topic("orders")),
+            *_grants("User:carol", _topic("ord", ACLResourcePatternType.PREFIXED), ACLOperation.READ),
+        ],
+    )
+    config = _config(secured, tmp_path, "orders")
+
+    plan_run(config, FLOW, "run-1")
+    release_run(config, FLOW, "run-1")
+    assert _remote_topic_state(secured, "primary.orders") == (1, "604800000")
+    # The source topic grows and changes: the next run needs ALTER and ALTER_CONFIGS on the target.
+    admin = _admin(secured.primary, security)
+    try:
+        admin.create_partitions({"orders": NewPartitions(2)})
+        admin.alter_configs(
+            [
+                ConfigResource(
+                    ConfigResourceType.TOPIC,
+                    "orders",
+                    configs={"retention.ms": (AlterConfigOp.SET, "86400000")},
+                )
+            ],
+            incremental=True,
+        )
+    finally:
+        admin.close()
+    plan_run(config, FLOW, "run-2")  # finds the ACLs there and adds none
+    release_run(config, FLOW, "run-2")
+
+    assert _remote_topic_state(secured, "primary.orders") == (2, "86400000")
+    assert _topic_acls(secured, "primary.orders") == {
         ("User:alice", "READ", "ALLOW", "LITERAL"),
         ("User:bob", "READ", "ALLOW", "LITERAL"),  # ALLOW ALL became READ
         ("User:mallory", "WRITE", "DENY", "LITERAL"),
+        ("User:mirror", "READ", "ALLOW", "LITERAL"),
+        ("User:mirror", "DESCRIBE_CONFIGS", "ALLOW", "LITERAL"),
     }
+
+    producer = KafkaProducer(bootstrap_servers=secured.backup.bootstrap, **security.kafka_python(SUPER_USER))
+    try:
+        producer.send("primary.orders", key=b"k", value=b"v", partition=0).get(timeout=30)
+    finally:
+        producer.close()
+    assert _read(secured.backup, security, "alice", "primary.orders") == [(b"k", b"v")]
+    # carol's PREFIXED ACL on the source is not synced: no ACL lets her even see the remote topic.
+    with pytest.raises(TopicAuthorizationFailedError):
+        _read(secured.backup, security, "carol", "primary.orders")
+
+
+@pytest.mark.spark
+def test_a_run_as_the_mirror_user_copies_records_exactly(
+    secured: Secured, tmp_path: Path, spark: SparkSession
+) -> None:
+    admin_conf = librdkafka_config(secured.security.client_properties(SUPER_USER))
+    _source_topic(secured, "payments", 2, {})
+    producer = sample_data.producer(secured.primary.bootstrap, admin_conf)
+    for partition in range(2):
+        sample_data.produce(
+            producer,
+            "payments",
+            partition,
+            (sample_data.sample_record("payments", partition, i) for i in range(25)),
+        )
+    config = _config(secured, tmp_path, "payments")
+
+    run_flow(config, FLOW, "run-1", spark)
+
+    copied = assert_same_records(
+        secured.primary.bootstrap, "payments", secured.backup.bootstrap, "primary.payments", 2, admin_conf
+    )
+    assert copied == 50
