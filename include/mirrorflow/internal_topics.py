@@ -25,9 +25,6 @@ def write_records(
     cluster: ClusterConfig, topic: str, replication_factor: int, records: Sequence[tuple[bytes, bytes]]
 ) -> None:
     """Append (key, value) records to partition 0 of ``topic`` on ``cluster``."""
-    with ClusterAdmin(cluster) as admin:
-        if topic not in admin.topics():
-            admin.create_topics({topic: NewTopic(1, replication_factor, _CONFIGS)})
     errors: list[str] = []
 
     def on_delivery(err: object, _msg: Message) -> None:
@@ -43,6 +40,11 @@ def write_records(
         }
     )
     try:
+        # Listing the cluster's topics also gets the idempotent producer its id now: left alone,
+        # its first send waits about 0.5 s for it. Listing all topics never auto-creates one.
+        if topic not in producer.list_topics(timeout=_TIMEOUT_S).topics:
+            with ClusterAdmin(cluster) as admin:
+                admin.create_topics({topic: NewTopic(1, replication_factor, _CONFIGS)})
         for key, value in records:
             producer.produce(topic, key=key, value=value, partition=0)
         remaining = producer.flush(_TIMEOUT_S)
