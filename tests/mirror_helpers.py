@@ -99,10 +99,23 @@ def transactional_producer(bootstrap: str, txn_id: str) -> Producer:
     return p
 
 
-def commit_group(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+def commit_group(
+    bootstrap: str,
+    group: str,
+    offsets: dict[tuple[str, int], int],
+    client_config: Mapping[str, str] | None = None,
+) -> None:
     """Commit offsets for ``group`` as a consumer that read up to them would (retrying while the
-    group coordinator is still loading on a fresh cluster)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": "false"})
+    group coordinator is still loading on a fresh cluster). ``client_config``: more librdkafka
+    settings, e.g. a SASL login."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": "false",
+            **(client_config or {}),
+        }
+    )
     try:
         deadline = time.monotonic() + 30
         while True:

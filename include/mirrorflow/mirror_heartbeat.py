@@ -40,6 +40,20 @@ def emit_heartbeats(flow: FlowConfig, now_ms: int | None = None) -> None:
         write_records(cluster, topic, rf, [(beat.key(), beat.value())])
 
 
+def _next_record(consumer: Consumer, where: str) -> tuple[bytes, bytes]:
+    """Key and value of the next record of the assigned partition. Errors in between are skipped
+    until the deadline: a login without group ACLs gets its group coordinator refused, which an
+    assigned read does not need."""
+    deadline = time.monotonic() + _TIMEOUT_S
+    error = None
+    while (left := deadline - time.monotonic()) > 0:
+        msg = consumer.poll(left)
+        if msg is not None and msg.error() is None:
+            return msg.key() or b"", msg.value() or b""
+        error = msg.error() if msg is not None else error
+    raise TransientError(f"cannot read the newest heartbeat of {where}: {error or 'timed out'}")
+
+
 def freshness_seconds(flow: FlowConfig, now_ms: int | None = None) -> float | None:
     """Age of the newest mirrored heartbeat on the target; None when none was mirrored yet."""
     remote = flow.replication_policy.format_remote_topic(
@@ -61,10 +75,7 @@ def freshness_seconds(flow: FlowConfig, now_ms: int | None = None) -> float | No
         if high <= low:
             return None
         consumer.assign([TopicPartition(remote, 0, high - 1)])
-        msg = consumer.poll(_TIMEOUT_S)
-        if msg is None or msg.error() is not None or msg.value() is None:
-            raise TransientError(f"cannot read the newest heartbeat of {remote} on {flow.target.alias}")
-        beat = Heartbeat.decode(msg.key() or b"", msg.value() or b"")
+        beat = Heartbeat.decode(*_next_record(consumer, f"{remote} on {flow.target.alias}"))
     except KafkaException as exc:
         raise TransientError(f"cannot read {remote} on {flow.target.alias}: {exc}") from exc
     finally:

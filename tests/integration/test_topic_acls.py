@@ -7,7 +7,10 @@ login), and ``alice``, ``bob``, ``mallory``, ``carol`` (consumers whose source A
 ``allow.everyone.if.no.acl.found`` is false: a user may do only what an ACL grants.
 
 The mirror runs as ``mirror`` with these grants, all needed (and nothing more) for plan, copy and
-commit of a flow ``primary->backup`` with heartbeats off:
+commit of a flow ``primary->backup`` with heartbeats off (the whole-run test adds what heartbeats and
+checkpoints need: on the source CREATE, WRITE, READ and DESCRIBE_CONFIGS on ``heartbeats`` and
+DESCRIBE on groups; on the target CREATE and WRITE on ``heartbeats`` and READ on
+``primary.heartbeats``):
 
 source (primary)
 - each mirrored topic (literal): READ, which implies DESCRIBE (plan: list and describe the topic,
@@ -59,13 +62,15 @@ from kafka.admin import (
     ResourceType,
 )
 from kafka.errors import TopicAuthorizationFailedError
-from mirror_helpers import assert_same_records, local_clusters, run_flow
+from mirror_helpers import assert_same_records, commit_group, local_clusters, run_flow
 from pyspark.sql import SparkSession
 
 from mirrorflow import sample_data
 from mirrorflow.clients import librdkafka_config
 from mirrorflow.config import MirrorConfig, load_config
 from mirrorflow.local_kafka import SUPER_USER, LocalCluster, ScramSecurity
+from mirrorflow.mirror_checkpoint import emit_checkpoints
+from mirrorflow.mirror_heartbeat import freshness_seconds
 from mirrorflow.runner import plan_run, release_run
 
 pytestmark = [pytest.mark.integration]
@@ -150,13 +155,15 @@ def _source_topic(secured: Secured, name: str, partitions: int, configs: dict[st
     _create_acls(secured.primary, secured.security, _mirror_source_topic_acls(name))
 
 
-def _config(secured: Secured, folder: Path, topic: str) -> MirrorConfig:
+def _config(secured: Secured, folder: Path, topic: str, heartbeats: bool = False) -> MirrorConfig:
     """An mm2.properties for the flow, with MM2's keys for the mirror's SASL login to each cluster."""
     lines = [
         "clusters = primary, backup",
         "replication.factor = 1",
         "offset-syncs.topic.replication.factor = 1",
-        "emit.heartbeats.enabled = false",
+        "heartbeats.topic.replication.factor = 1",
+        "checkpoints.topic.replication.factor = 1",
+        f"emit.heartbeats.enabled = {str(heartbeats).lower()}",
         f"mirrorflow.state.dir = {folder / 'state'}",
         f"{FLOW}.enabled = true",
         f"{FLOW}.topics = {topic}",
@@ -280,10 +287,31 @@ def test_literal_topic_acls_reach_the_remote_topic_with_mm2s_rules_and_work(
 
 
 @pytest.mark.spark
-def test_a_run_as_the_mirror_user_copies_records_exactly(
+def test_a_run_as_the_mirror_user_copies_records_heartbeats_and_checkpoints(
     secured: Secured, tmp_path: Path, spark: SparkSession
 ) -> None:
     admin_conf = librdkafka_config(secured.security.client_properties(SUPER_USER))
+    # What heartbeats and checkpoints need on top of a copy (the README lists the same grants).
+    _create_acls(
+        secured.primary,
+        secured.security,
+        [
+            *_grants(
+                "User:mirror", _topic("heartbeats"), ACLOperation.CREATE, ACLOperation.WRITE,
+                ACLOperation.READ, ACLOperation.DESCRIBE_CONFIGS,
+            ),
+            *_grants("User:mirror", ResourcePattern(ResourceType.GROUP, "*", ACLResourcePatternType.LITERAL),
+                     ACLOperation.DESCRIBE),
+        ],
+    )  # fmt: skip
+    _create_acls(
+        secured.backup,
+        secured.security,
+        [
+            *_grants("User:mirror", _topic("heartbeats"), ACLOperation.CREATE, ACLOperation.WRITE),
+            *_grants("User:mirror", _topic("primary.heartbeats"), ACLOperation.READ),
+        ],
+    )
     _source_topic(secured, "payments", 2, {})
     producer = sample_data.producer(secured.primary.bootstrap, admin_conf)
     for partition in range(2):
@@ -293,11 +321,19 @@ def test_a_run_as_the_mirror_user_copies_records_exactly(
             partition,
             (sample_data.sample_record("payments", partition, i) for i in range(25)),
         )
-    config = _config(secured, tmp_path, "payments")
+    config = _config(secured, tmp_path, "payments", heartbeats=True)
 
     run_flow(config, FLOW, "run-1", spark)
+    commit_group(secured.primary.bootstrap, "billing", {("payments", 0): 12, ("payments", 1): 25}, admin_conf)
+    report = emit_checkpoints(config, FLOW)
 
     copied = assert_same_records(
         secured.primary.bootstrap, "payments", secured.backup.bootstrap, "primary.payments", 2, admin_conf
     )
     assert copied == 50
+    assert [(p.partition, p.upstream_offset, p.downstream_offset) for p in report.emitted] == [
+        (0, 12, 12),
+        (1, 25, 25),
+    ]
+    age = freshness_seconds(config.flow(FLOW))
+    assert age is not None and age < 300
