@@ -12,7 +12,7 @@ from datetime import timedelta
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, task
 
-from mirrorflow.config import load_config
+from mirrorflow.config import TASK_RETRY_DELAY_SECONDS, load_config
 from mirrorflow.dag_spec import flow_dag_spec, spark_jars
 from mirrorflow_airflow import tasks
 
@@ -28,7 +28,10 @@ for _flow in CONFIG.flows:
         catchup=False,
         max_active_runs=1,
         tags=["mirror", _flow.source.alias, _flow.target.alias],
-        default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
+        default_args={
+            "retries": _flow.settings.task_retries,
+            "retry_delay": timedelta(seconds=TASK_RETRY_DELAY_SECONDS),
+        },
         user_defined_macros={"spark_jars": spark_jars},
         doc_md=__doc__,
     ) as _dag:
@@ -44,6 +47,9 @@ for _flow in CONFIG.flows:
             env_vars=dict(_spec.copy.env_vars),
             jars="{{ spark_jars() }}",
             name=_spec.copy.name,
+            # On timeout Airflow calls on_kill, which kills the spark-submit process; nothing of the
+            # attempt is committed (commit only runs after a successful copy).
+            execution_timeout=timedelta(seconds=_flow.settings.copy_timeout_seconds),
         )
         _commit = task(task_id="commit", trigger_rule="none_failed")(tasks.commit)(_flow.name)
         _checkpoint = task(task_id="checkpoint")(tasks.checkpoint)(_flow.name)

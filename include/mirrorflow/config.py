@@ -57,15 +57,32 @@ CONFIG_PROPERTIES_EXCLUDE_DEFAULT: tuple[str, ...] = (
 )
 MAX_RECORDS_PER_PARTITION_DEFAULT = 1_000_000
 SPARK_CONN_ID_DEFAULT = "spark_default"
+# What a run does when source records it has not mirrored yet were deleted: the first is the default.
+ON_SOURCE_DATA_LOSS_CHOICES = ("fail", "skip")
+COPY_TIMEOUT_SECONDS_DEFAULT = 6 * 3600
+TASK_RETRIES_DEFAULT = 2
+TASK_RETRY_DELAY_SECONDS = 30
+# Time for the plan, commit, checkpoint and release tasks of a run, on top of its copy attempts.
+_RUN_OVERHEAD_SECONDS = 3600
 
 _PROJECT_PREFIX = "mirrorflow."
 _SCHEDULE = "mirrorflow.schedule"
 _MAX_RECORDS_PER_PARTITION = "mirrorflow.max.records.per.partition"
 _SPARK_CONN_ID = "mirrorflow.spark.conn.id"
+_COPY_TIMEOUT = "mirrorflow.copy.timeout.seconds"
+_TASK_RETRIES = "mirrorflow.task.retries"
+_ON_SOURCE_DATA_LOSS = "mirrorflow.on.source.data.loss"
 _SPARK_CONF_PREFIX = "mirrorflow.spark.conf."
 _STATE_DIR = "mirrorflow.state.dir"
 _OFFSETS_DB_URL = "mirrorflow.offsets.db.url"
-_FLOW_SETTINGS = (_SCHEDULE, _MAX_RECORDS_PER_PARTITION, _SPARK_CONN_ID)
+_FLOW_SETTINGS = (
+    _SCHEDULE,
+    _MAX_RECORDS_PER_PARTITION,
+    _SPARK_CONN_ID,
+    _COPY_TIMEOUT,
+    _TASK_RETRIES,
+    _ON_SOURCE_DATA_LOSS,
+)
 _TOP_LEVEL_ONLY_SETTINGS = (_STATE_DIR, _OFFSETS_DB_URL)
 _KNOWN_SETTINGS = (*_FLOW_SETTINGS, _SPARK_CONF_PREFIX + "<spark key>", *_TOP_LEVEL_ONLY_SETTINGS)
 
@@ -156,16 +173,25 @@ class PropertyView(Mapping[str, str]):
             raise ConfigError(f"expected true or false, got {value!r}", key=self.written_as(key))
         return value.lower() == "true"
 
-    def get_positive_int(self, key: str, default: int) -> int:
+    def get_positive_int(self, key: str, default: int, *, zero_allowed: bool = False) -> int:
         value = self.get(key)
         if value is None:
             return default
-        if not _INTEGER.fullmatch(value) or int(value) <= 0:
+        if not _INTEGER.fullmatch(value) or int(value) < (0 if zero_allowed else 1):
+            kind = "whole number of at least 0" if zero_allowed else "positive whole number"
             raise ConfigError(
-                f"expected a positive whole number, got {value!r}; set e.g. {default}",
-                key=self.written_as(key),
+                f"expected a {kind}, got {value!r}; set e.g. {default}", key=self.written_as(key)
             )
         return int(value)
+
+    def get_choice(self, key: str, choices: tuple[str, ...]) -> str:
+        """One of ``choices`` in any case (the first when absent); anything else is an error."""
+        value = self.get(key, choices[0]).strip().lower()
+        if value not in choices:
+            raise ConfigError(
+                f"expected {' or '.join(choices)}, got {self[key]!r}", key=self.written_as(key)
+            )
+        return value
 
     def get_list(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
         """Comma-separated items, trimmed, as Kafka's LIST type: an empty value is an empty list."""
@@ -201,12 +227,26 @@ class MirrorSettings:
     ``spark_conn_id`` names the Airflow connection whose host is the Spark master (``local[*]``,
     ``spark://host:7077``, ``yarn``, ``k8s://...``): Airflow's SparkSubmitOperator takes the master
     only from a connection. ``spark_conf`` comes from ``mirrorflow.spark.conf.<spark key>``.
+    A copy attempt is stopped (its Spark job killed) after ``copy_timeout_seconds``; every task is
+    retried ``task_retries`` times. ``on_source_data_loss`` is ``fail`` (a run whose next source
+    records were deleted before they were mirrored fails, naming them) or ``skip`` (it continues
+    after them and records the gap).
     """
 
     schedule: str | None = None
     max_records_per_partition: int = MAX_RECORDS_PER_PARTITION_DEFAULT
     spark_conn_id: str = SPARK_CONN_ID_DEFAULT
     spark_conf: Mapping[str, str] = field(default_factory=PropertyView)
+    copy_timeout_seconds: int = COPY_TIMEOUT_SECONDS_DEFAULT
+    task_retries: int = TASK_RETRIES_DEFAULT
+    on_source_data_loss: str = ON_SOURCE_DATA_LOSS_CHOICES[0]
+
+    @property
+    def lock_ttl_seconds(self) -> int:
+        """How long a run holds its flow's lock at most: longer than all its copy attempts, so that
+        a lock is never taken over while a copy of its run may still write."""
+        attempts = self.task_retries + 1
+        return attempts * (self.copy_timeout_seconds + TASK_RETRY_DELAY_SECONDS) + _RUN_OVERHEAD_SECONDS
 
 
 @dataclass(frozen=True)
@@ -510,7 +550,7 @@ def _flow_config(
         sync_group_offsets=props.get_bool("sync.group.offsets.enabled", False),
         emit_heartbeats=props.get_bool("emit.heartbeats.enabled", True),
         emit_offset_syncs=props.get_bool("emit.offset-syncs.enabled", True),
-        offset_syncs_topic_location=_offset_syncs_location(props),
+        offset_syncs_topic_location=props.get_choice("offset-syncs.topic.location", ("source", "target")),
         offset_syncs_topic_replication_factor=props.get_positive_int(
             "offset-syncs.topic.replication.factor", INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
         ),
@@ -527,19 +567,12 @@ def _flow_config(
             ),
             spark_conn_id=props.get_required(_SPARK_CONN_ID, SPARK_CONN_ID_DEFAULT),
             spark_conf=props.stripped(_SPARK_CONF_PREFIX),
+            copy_timeout_seconds=props.get_positive_int(_COPY_TIMEOUT, COPY_TIMEOUT_SECONDS_DEFAULT),
+            task_retries=props.get_positive_int(_TASK_RETRIES, TASK_RETRIES_DEFAULT, zero_allowed=True),
+            on_source_data_loss=props.get_choice(_ON_SOURCE_DATA_LOSS, ON_SOURCE_DATA_LOSS_CHOICES),
         ),
         properties=props,
     )
-
-
-def _offset_syncs_location(props: PropertyView) -> str:
-    location = props.get("offset-syncs.topic.location", "source").strip().lower()
-    if location not in ("source", "target"):
-        raise ConfigError(
-            f"expected source or target, got {location!r}",
-            key=props.written_as("offset-syncs.topic.location"),
-        )
-    return location
 
 
 def _check_dag_ids(flows: Sequence[FlowConfig]) -> None:

@@ -35,10 +35,6 @@ from mirrorflow.report import PartitionReport, RunReport, build_report
 
 log = logging.getLogger(__name__)
 
-# A crashed run's lock is taken over after this long; a live run refreshes nothing, so it must finish
-# within it (a run is bounded by the per-partition cap).
-LOCK_TTL_SECONDS = 6 * 3600
-
 
 @dataclass(frozen=True)
 class RunFiles:
@@ -55,7 +51,8 @@ def plan_run(config: MirrorConfig, flow_name: str, run_id: str) -> Plan:
     """Plan the run and write the plan file. Holds the flow's lock from here until ``release_run``."""
     flow = config.flow(flow_name)
     store = OffsetsStore(config.offsets_db_url)
-    store.acquire_lock(flow.name, run_id, LOCK_TTL_SECONDS)
+    # A crashed run's lock is taken over once it expires: after every copy attempt has timed out.
+    store.acquire_lock(flow.name, run_id, flow.settings.lock_ttl_seconds)
     try:
         # Before planning, so that this run mirrors the source's new heartbeat too.
         emit_heartbeats(flow)

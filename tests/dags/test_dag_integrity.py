@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,7 @@ def test_dag_wiring(
 
     assert dag.schedule == schedule
     assert dag.max_active_runs == 1
+    assert {t.retries for t in dag.tasks} == {2}
     assert dag.catchup is False
     assert sorted(dag.task_ids) == ["checkpoint", "commit", "copy", "plan", "release"]
     plan, copy, commit, checkpoint, release = (
@@ -165,6 +167,7 @@ def test_dag_wiring(
 
     assert isinstance(copy, SparkSubmitOperator)
     assert copy._conn_id == conn_id
+    assert copy.execution_timeout == timedelta(hours=6)
     assert copy.application == str(REPO_ROOT / "jobs" / "mirror_copy.py")
     assert copy.application_args == [
         "--config",

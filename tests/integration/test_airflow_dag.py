@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -108,3 +109,59 @@ def test_a_missing_spark_connection_fails_the_plan_before_anything_happens(
     store = OffsetsStore(config.offsets_db_url)
     assert store.progress("primary->backup") == {}
     assert store.lock_holder("primary->backup") is None
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    """Live processes with ``text`` in their command line or environment: everything the Airflow run
+    started, Spark's Python workers included, inherits the ``MIRROR_CONFIG`` it was given."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                environ = (entry / "environ").read_bytes().decode(errors="replace")
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z" and (text in cmdline or text in environ):
+                found.append(f"{entry.name}: {cmdline[:200]}")
+    return found
+
+
+def test_a_copy_that_times_out_is_killed_whole_and_commits_nothing(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    airflow_for: Callable[[MirrorConfig], dict[str, str]],
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, count = unique_name, 150_000
+    create_topic(primary.bootstrap, topic, 3)
+    sample_data.produce_samples(primary.bootstrap, topic, 3, 0, count)
+    flow_lines = f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n"
+    # Long enough for Spark to start copying, too short to copy it all.
+    config = write_config(flow_lines + "mirrorflow.copy.timeout.seconds = 15\nmirrorflow.task.retries = 0\n")
+    assert config.path is not None
+    env = airflow_for(config)
+    store = OffsetsStore(config.offsets_db_url)
+
+    timed_out = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
+
+    assert timed_out.returncode != 0
+    assert "AirflowTaskTimeout" in timed_out.stdout + timed_out.stderr
+    # The driver JVM, the Python driver and the Python workers are all gone.
+    marker = f"MIRROR_CONFIG={config.path}"
+    deadline = time.monotonic() + 20
+    while _processes_mentioning(marker) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _processes_mentioning(marker) == []
+    assert store.batches("primary->backup") == []
+    assert {p.next_source_offset for p in store.progress("primary->backup").values()} == {0}
+    assert store.lock_holder("primary->backup") is None
+
+    config.path.write_text(config.path.read_text().replace("mirrorflow.copy.timeout.seconds = 15\n", ""))
+    again = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
+
+    assert again.returncode == 0, again.stdout[-5000:] + again.stderr[-5000:]
+    assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 3) == 3 * count

@@ -198,9 +198,14 @@ mirrorflow.spark.conf.spark.executor.memory = 2g
 mirrorflow.spark.conf.spark.sql.shuffle.partitions = 8
 primary->backup.mirrorflow.schedule = */5 * * * *
 primary->backup.mirrorflow.spark.conf.spark.executor.memory = 4g
+mirrorflow.copy.timeout.seconds = 600
+primary->backup.mirrorflow.task.retries = 0
 """
     )
     assert flow.settings.schedule == "*/5 * * * *"
+    assert (flow.settings.copy_timeout_seconds, flow.settings.task_retries) == (600, 0)
+    # One attempt of at most 600 s (+ the retry delay), plus an hour for the other tasks.
+    assert flow.settings.lock_ttl_seconds == 630 + 3600
     assert flow.settings.max_records_per_partition == 500
     assert flow.settings.spark_conn_id == "spark_cluster"
     assert dict(flow.settings.spark_conf) == {
@@ -329,6 +334,8 @@ def test_clashing_dag_ids() -> None:
             "primary->backup.mirrorflow.max.records.per.partition",
         ),
         (BASE + "mirrorflow.spark.conn.id =\n", "mirrorflow.spark.conn.id"),
+        (BASE + "mirrorflow.copy.timeout.seconds = 0\n", "mirrorflow.copy.timeout.seconds"),
+        (BASE + "primary->backup.mirrorflow.task.retries = -1\n", "primary->backup.mirrorflow.task.retries"),
         (BASE + "replication.policy.class = com.example.Custom\n", "replication.policy.class"),
         (
             BASE + "primary->backup.replication.policy.class = Identity\n",
@@ -368,7 +375,11 @@ def test_validation_messages_say_what_to_do() -> None:
         BASE + "mirrorflow.max.records = 5\n": (
             "mirrorflow.max.records: unknown mirrorflow setting; known settings: mirrorflow.schedule, "
             "mirrorflow.max.records.per.partition, mirrorflow.spark.conn.id, "
+            "mirrorflow.copy.timeout.seconds, mirrorflow.task.retries, "
             "mirrorflow.spark.conf.<spark key>, mirrorflow.state.dir, mirrorflow.offsets.db.url"
+        ),
+        BASE + "mirrorflow.task.retries = many\n": (
+            "mirrorflow.task.retries: expected a whole number of at least 0, got 'many'; set e.g. 2"
         ),
         BASE + "primary->backup.mirrorflow.offsets.db.url = sqlite://\n": (
             "primary->backup.mirrorflow.offsets.db.url: mirrorflow.offsets.db.url applies to all flows; "
