@@ -4,8 +4,10 @@ Runs inside a Spark task (``mapInArrow``) over the planned source partitions tha
 after another, and never imports pyspark. Invariants:
 - Records reach the remote partition in source order, with key, value, headers and timestamp as read.
 - The producer is idempotent and gapless: what an attempt leaves on the target is always a prefix of
-  the planned records. So before writing, ``target end - target_start`` records are known to be there
-  already, and exactly that many are skipped: re-running a plan never duplicates a record.
+  the planned records. So before writing, ``target end - target_start`` records are expected to be
+  there already, and exactly that many are skipped: re-running a plan never duplicates a record.
+  They are read back and compared with the planned records first (key, value, headers, timestamp):
+  records written by anything else are never taken for ours, so nothing is skipped by mistake.
 - Any delivery failure fails the task; the caller commits nothing for it.
 
 It also measures MM2's record age (received - record timestamp) and replication latency
@@ -23,11 +25,19 @@ import time
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from mirrorflow.errors import TargetStateError, TransientError
 from mirrorflow.metrics import Stats, Timestamps
@@ -142,6 +152,31 @@ class _Target:
             raise TransientError(
                 f"cannot read the end offset of {topic}-{partition} on the target: {exc}"
             ) from exc
+
+    def check_written(self, state: _Progress, batch: pa.RecordBatch, first_index: int) -> None:
+        """The records at ``first_index`` onwards already on the target must be this batch's."""
+        plan = state.plan
+        offset = plan.target_start + first_index
+        expected = _records(batch)
+        self._consumer.assign([TopicPartition(plan.remote_topic, plan.partition, offset)])
+        try:
+            found: list[Message] = []
+            deadline = time.monotonic() + _TIMEOUT_S
+            while len(found) < len(expected) and time.monotonic() < deadline:
+                found += [m for m in self._consumer.consume(len(expected) - len(found), 1.0) if not m.error()]
+        finally:
+            self._consumer.unassign()
+        for i, want in enumerate(expected):
+            got = _record_of(found[i]) if i < len(found) else None
+            if got is None or got != (want if got[3] is not None else (*want[:3], None)):
+                source_offset = int(batch.column("offset")[i].as_py())
+                raise TargetStateError(
+                    f"remote partition {plan.remote_topic}-{plan.partition} offset {offset + i} holds "
+                    f"{'nothing readable' if got is None else 'another record'} where this flow wrote the "
+                    f"record of source offset {source_offset} of {plan.topic}-{plan.partition}: something "
+                    "else writes to the remote topic. Nothing was committed; stop the other writer, then "
+                    "reset the flow's progress for that topic to mirror it again."
+                )
 
     def start(self, plan: PartitionPlan) -> _Progress:
         written = self.end_offset(plan.remote_topic, plan.partition) - plan.target_start
@@ -265,6 +300,8 @@ def _write_batch(target: _Target, state: _Progress, batch: pa.RecordBatch) -> No
     state.bytes += _payload_bytes(batch)
 
     skip = max(0, state.already_written - first_index)
+    if skip:
+        target.check_written(state, batch.slice(0, min(skip, n)), first_index)
     if skip >= n:
         return
     topic, partition = state.plan.remote_topic, state.plan.partition
@@ -298,6 +335,28 @@ def _write_batch(target: _Target, state: _Progress, batch: pa.RecordBatch) -> No
             except BufferError:
                 producer.poll(0.05)
     target.sent(state, timestamps)
+
+
+Comparable = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int | None]
+
+
+def _records(batch: pa.RecordBatch) -> list[Comparable]:
+    millis = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+    return [
+        (row["key"], row["value"], [(h["key"], h["value"]) for h in row["headers"] or ()], ms)
+        for row, ms in zip(batch.select(["key", "value", "headers"]).to_pylist(), millis, strict=True)
+    ]
+
+
+def _record_of(msg: Message) -> Comparable:
+    """A target record as ``_records`` gives source ones; a broker-set timestamp is not compared."""
+    kind, ms = msg.timestamp()
+    return (
+        msg.key(),
+        msg.value(),
+        cast(list[tuple[str, bytes | None]], msg.headers() or []),
+        None if kind == TIMESTAMP_LOG_APPEND_TIME else ms,
+    )
 
 
 def _payload_bytes(batch: pa.RecordBatch) -> int:

@@ -128,6 +128,36 @@ def test_reexecution_after_a_partial_write_skips_exactly_what_is_there(
     assert (t.records, t.skipped, t.lag) == (2 * count, k, 0)
 
 
+def test_records_someone_else_wrote_to_the_remote_partition_are_never_taken_for_ours(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote, count = unique_name, f"primary.{unique_name}", 20
+    create_topic(primary.bootstrap, topic, 1)
+    sample_data.produce_samples(primary.bootstrap, topic, 1, 0, count)
+    config = _config(write_config, topic)
+    try:
+        plan = runner.plan_run(config, FLOW, "run-1")
+        # After the plan, another producer appends 3 records of its own to the remote partition: the
+        # copy would otherwise count them as an earlier attempt's and skip 3 source records.
+        foreign = [sample_record("elsewhere", 0, i) for i in range(3)]
+        sample_data.produce(sample_data.producer(backup.bootstrap), remote, 0, foreign)
+
+        with pytest.raises(Exception) as caught:
+            _copy(config, plan, spark)
+    finally:
+        runner.release_run(config, FLOW, "run-1")
+
+    assert (
+        f"TargetStateError: remote partition {remote}-0 offset 0 holds another record where this flow "
+        f"wrote the record of source offset 0 of {topic}-0: something else writes to the remote topic. "
+        "Nothing was committed; stop the other writer"
+    ) in str(caught.value)
+    assert _read(backup, remote, 0) == foreign
+    with OffsetsStore(config.offsets_db_url) as store:
+        assert store.batches(FLOW) == []
+
+
 def test_executing_the_same_plan_twice_duplicates_nothing(
     kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
 ) -> None:
