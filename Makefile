@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-unit lint format bench kafka-up kafka-down kafka-status clean
+.PHONY: setup demo test test-unit soak lint format bench kafka-up kafka-down kafka-status clean
 
 setup:
 	@bash scripts/setup.sh
@@ -16,6 +16,10 @@ test: setup
 
 test-unit: setup
 	$(VENV)/bin/pytest tests/unit tests/dags $(PYTEST_ARGS)
+
+# The fault-injection suite with SOAK_KILLS more random kill points (seed: MIRROR_SOAK_SEED).
+soak: setup
+	MIRROR_SOAK_KILLS=$(or $(SOAK_KILLS),30) $(VENV)/bin/pytest tests/integration/test_faults.py -s $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) bench/run.py $(BENCH_ARGS)

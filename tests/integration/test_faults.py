@@ -1,0 +1,275 @@
+"""Fault injection: the copy job or the commit is SIGKILLed at many points, then the flow carries on;
+the target must hold every record exactly once, in order, per partition.
+
+The copy runs as the Airflow task runs it: ``spark-submit jobs/mirror_copy.py`` with the DAG's own
+spec, in its own process group, killed with SIGKILL as a whole (driver JVM and Python workers) at a
+point chosen by watching the remote partitions' end offsets. The commit runs in a child process and
+is killed after a delay. Recovery alternates between what Airflow does after a failure: a retry that
+re-executes the same plan (same run), and a failed run torn down (lock released) followed by a new run
+that also picks up records produced meanwhile. Every record carries its sequence number (value and
+header); the check reads each remote partition back and compares it with the sequence.
+
+``MIRROR_SOAK_KILLS=<n>`` adds n kill points at random fractions of the copy (seeded by
+``MIRROR_SOAK_SEED``, printed): ``make soak``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from mirror_helpers import create_topic, run_flow
+from pyspark.sql import SparkSession
+
+from mirrorflow import runner, sample_data
+from mirrorflow.config import MirrorConfig
+from mirrorflow.dag_spec import flow_dag_spec, spark_jars
+from mirrorflow.local_kafka import LocalCluster
+from mirrorflow.offsets_store import OffsetsStore
+from mirrorflow.plan import Plan, write_atomically
+from mirrorflow.sample_data import BASE_TIMESTAMP_MS, Record
+from mirrorflow.spark_copy import copy_plan
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+FLOW = "primary->backup"
+PARTITIONS = 3
+RECORDS = 30_000  # per partition: a copy long enough to be killed at a chosen fraction
+LATER = 500  # produced after a failed run, before the next one
+Clusters = dict[str, LocalCluster]
+
+
+@dataclass(frozen=True)
+class Kill:
+    """Where to kill: ``copy`` after ``seconds`` or once ``fraction`` of the planned records are on
+    the target (1.0: all written, the job may be finishing); ``commit`` after ``seconds``.
+    ``retry``: recover by re-executing the same plan (else: a new run)."""
+
+    name: str
+    stage: str
+    seconds: float = 0.0
+    fraction: float | None = None
+    retry: bool = False
+
+
+KILLS = [
+    Kill("at-launch", "copy", seconds=0.0, retry=True),
+    Kill("session-start", "copy", seconds=2.0),
+    Kill("first-records", "copy", fraction=0.01, retry=True),
+    Kill("quarter", "copy", fraction=0.25),
+    Kill("half", "copy", fraction=0.5, retry=True),
+    Kill("three-quarters", "copy", fraction=0.75),
+    Kill("last-records", "copy", fraction=0.98, retry=True),
+    Kill("all-written", "copy", fraction=1.0),
+    Kill("commit-at-start", "commit", seconds=0.0, retry=True),
+    Kill("commit-early", "commit", seconds=0.4),
+    Kill("commit-late", "commit", seconds=1.2, retry=True),
+]
+
+
+def _soak_kills() -> list[Kill]:
+    count = int(os.environ.get("MIRROR_SOAK_KILLS", "0"))
+    seed = int(os.environ.get("MIRROR_SOAK_SEED", str(time.time_ns() % 100_000)))
+    if count:
+        print(f"soak: {count} random kill points, MIRROR_SOAK_SEED={seed}")
+    rnd = random.Random(seed)
+    return [
+        Kill(f"soak-{i}-{f:.3f}", "copy", fraction=f, retry=rnd.random() < 0.5)
+        for i, f in enumerate(rnd.uniform(0.005, 1.0) for _ in range(count))
+    ]
+
+
+def _record(partition: int, seq: int) -> Record:
+    return Record(
+        f"k{seq % 7}".encode(),
+        f"{partition}:{seq:09d}:".encode() + b"x" * 80,
+        (("seq", str(seq).encode()),),
+        BASE_TIMESTAMP_MS + seq,
+    )
+
+
+def _produce(bootstrap: str, topic: str, start: int, count: int) -> None:
+    p = sample_data.producer(bootstrap)
+    for partition in range(PARTITIONS):
+        sample_data.produce(p, topic, partition, (_record(partition, s) for s in range(start, start + count)))
+
+
+def _assert_exactly_once(backup: LocalCluster, remote: str, count: int) -> None:
+    for partition in range(PARTITIONS):
+        got = sample_data.read_partition(backup.bootstrap, remote, partition)
+        seqs = [int((r.value or b"").split(b":")[1]) for r in got]
+        missing = sorted(set(range(count)) - set(seqs))
+        assert len(seqs) == len(set(seqs)) == count and not missing, (
+            f"{remote}-{partition}: {len(seqs)} records, {len(seqs) - len(set(seqs))} duplicates, "
+            f"missing {missing[:5]}"
+        )
+        assert got == [_record(partition, s) for s in range(count)], f"{remote}-{partition} out of order"
+
+
+class _Targets:
+    """Sum of the remote partitions' end offsets."""
+
+    def __init__(self, bootstrap: str, remote: str) -> None:
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fault-watch"})
+        self._tps = [TopicPartition(remote, p) for p in range(PARTITIONS)]
+
+    def written(self) -> int:
+        return sum(self._consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in self._tps)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _spark_submit(config: MirrorConfig, run_id: str, log: Path) -> subprocess.Popen[bytes]:
+    """The copy task's command, as SparkSubmitOperator builds it from the DAG's spec."""
+    spec = flow_dag_spec(config, config.flow(FLOW), run_id).copy
+    conf = [arg for k, v in spec.conf.items() for arg in ("--conf", f"{k}={v}")]
+    cmd = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master", "local[2]", *conf, "--conf", "spark.driver.host=127.0.0.1",
+        "--jars", spark_jars(), "--name", spec.name, spec.application, *spec.application_args,
+    ]  # fmt: skip
+    env = {**os.environ, **spec.env_vars, "SPARK_LOCAL_IP": "127.0.0.1"}
+    with log.open("ab") as out:
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the whole process group (JVM and Python workers) and check nothing of it survives."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while _group_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _group_members(proc.pid), f"processes of the killed copy survive: {_group_members(proc.pid)}"
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            # Fields after the parenthesised command: state, ppid, pgrp.
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                members.append(int(entry.name))
+    return members
+
+
+def _kill_copy(kill: Kill, config: MirrorConfig, plan: Plan, targets: _Targets, log: Path) -> None:
+    """Kill the copy where ``kill`` says, and check it was killed there: before its first write, or
+    with the planned records only partly written."""
+    planned = sum(p.source_end - p.source_start for p in plan.partitions)
+    start = targets.written()
+    proc = _spark_submit(config, plan.run_id, log)
+    began = time.monotonic()
+    try:
+        while proc.poll() is None and time.monotonic() - began < 300:
+            if kill.fraction is None:
+                if time.monotonic() - began >= kill.seconds:
+                    break
+            elif targets.written() - start >= kill.fraction * planned:
+                break
+            time.sleep(0.02)
+    finally:
+        _kill_group(proc)
+    written = targets.written() - start
+    if kill.fraction is None:
+        assert written == 0, f"{kill.name}: {written} records written before the kill"
+    elif kill.fraction <= 0.75:
+        assert 0 < written < planned, f"{kill.name}: {written} of {planned} records written at the kill"
+
+
+def _kill_commit(kill: Kill, config: MirrorConfig, run_id: str) -> None:
+    assert config.path is not None
+    code = (
+        "import sys; from mirrorflow import runner; from mirrorflow.config import load_config; "
+        "runner.commit_run(load_config(sys.argv[1]), sys.argv[2], sys.argv[3])"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(config.path), FLOW, run_id],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    time.sleep(kill.seconds)
+    _kill_group(proc)
+
+
+def _assert_progress_all_or_nothing(config: MirrorConfig, plan: Plan) -> None:
+    """A killed commit committed every planned partition or none."""
+    with OffsetsStore(config.offsets_db_url) as store:
+        progress = store.progress(FLOW)
+    ends = {(p.topic, p.partition): p.source_end for p in plan.partitions}
+    starts = {(p.topic, p.partition): p.source_start for p in plan.partitions}
+    at = [progress[tp].next_source_offset for tp in ends]
+    assert at in ([ends[tp] for tp in ends], [starts[tp] for tp in ends]), f"partial commit: {at}"
+
+
+@pytest.mark.parametrize("kill", KILLS + _soak_kills(), ids=lambda k: k.name)
+def test_a_killed_copy_or_commit_then_carrying_on_leaves_every_record_exactly_once(
+    kill: Kill,
+    kafka_clusters: Clusters,
+    write_config: Callable[[str], MirrorConfig],
+    spark: SparkSession,
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote = unique_name, f"primary.{unique_name}"
+    create_topic(primary.bootstrap, topic, PARTITIONS)
+    _produce(primary.bootstrap, topic, 0, RECORDS)
+    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n")
+    flow = config.flow(FLOW)
+    targets = _Targets(backup.bootstrap, remote)
+    try:
+        plan = runner.plan_run(config, FLOW, "run-1")
+        try:
+            if kill.stage == "copy":
+                _kill_copy(kill, config, plan, targets, tmp_path / "spark-submit.log")
+            else:
+                result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+                write_atomically(runner.run_files(config, flow, "run-1").result, result.to_json())
+                _kill_commit(kill, config, "run-1")
+                _assert_progress_all_or_nothing(config, plan)
+            if kill.retry:  # Airflow retries the killed task: the same plan, then the commit
+                if kill.stage == "copy":
+                    result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+                    write_atomically(runner.run_files(config, flow, "run-1").result, result.to_json())
+                runner.commit_run(config, FLOW, "run-1")
+        finally:
+            runner.release_run(config, FLOW, "run-1")  # the teardown task
+        total = RECORDS
+        if not kill.retry:  # the run failed; records keep arriving; the next run finishes the job
+            _produce(primary.bootstrap, topic, RECORDS, LATER)
+            total += LATER
+            run_flow(config, FLOW, "run-2", spark)
+        assert run_flow(config, FLOW, "run-3", spark).records == 0
+    finally:
+        targets.close()
+
+    _assert_exactly_once(backup, remote, total)
+    with OffsetsStore(config.offsets_db_url) as store:
+        assert {tp: p.next_source_offset for tp, p in store.progress(FLOW).items()} == {
+            (topic, p): total for p in range(PARTITIONS)
+        }
+        # The batch log tiles each partition's source range without overlap.
+        for p in range(PARTITIONS):
+            ranges = [(b.source_start, b.source_end) for b in store.batches(FLOW, topic, p)]
+            assert ranges[0][0] == 0 and ranges[-1][1] == total
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges)), ranges
