@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -9,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from mirror_helpers import assert_same_records, create_topic
 
 from mirrorflow import sample_data
@@ -165,3 +168,66 @@ def test_a_copy_that_times_out_is_killed_whole_and_commits_nothing(
 
     assert again.returncode == 0, again.stdout[-5000:] + again.stderr[-5000:]
     assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 3) == 3 * count
+
+
+def test_a_killed_airflow_run_leaves_its_lock_and_the_next_run_after_release_copies_exactly_once(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    airflow_for: Callable[[MirrorConfig], dict[str, str]],
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote, count = unique_name, f"primary.{unique_name}", 100_000
+    create_topic(primary.bootstrap, topic, 2)
+    sample_data.produce_samples(primary.bootstrap, topic, 2, 0, count)
+    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n")
+    assert config.path is not None
+    env = airflow_for(config)
+    store = OffsetsStore(config.offsets_db_url)
+    watch = Consumer({"bootstrap.servers": backup.bootstrap, "group.id": "kill-watch"})
+
+    def written() -> int:
+        try:
+            return sum(
+                watch.get_watermark_offsets(TopicPartition(remote, p), timeout=10)[1] for p in range(2)
+            )
+        except KafkaException:
+            return 0  # the remote topic does not exist yet
+
+    # The worker running the DAG dies mid-copy: its whole process group is SIGKILLed.
+    run = subprocess.Popen(
+        [AIRFLOW, "dags", "test", "mirror_primary_to_backup"],
+        env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while run.poll() is None and written() < count // 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait(timeout=30)
+    watch.close()
+    marker = f"MIRROR_CONFIG={config.path}"
+    deadline = time.monotonic() + 20
+    while _processes_mentioning(marker) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _processes_mentioning(marker) == []
+    assert store.batches("primary->backup") == []
+    dead_run = store.lock_holder("primary->backup")
+    assert dead_run is not None  # its teardown never ran
+
+    blocked = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
+
+    assert blocked.returncode != 0
+    assert f"flow primary->backup is locked by run {dead_run}" in blocked.stdout + blocked.stderr
+    assert "python -m mirrorflow.offsets_store release-lock --flow 'primary->backup'" in (
+        blocked.stdout + blocked.stderr
+    )
+    released = subprocess.run(
+        [sys.executable, "-m", "mirrorflow.offsets_store", "release-lock", "--flow", "primary->backup",
+         "--db", config.offsets_db_url],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert released.returncode == 0 and f"held by run {dead_run}" in released.stdout, released.stderr
+    again = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
+    assert again.returncode == 0, again.stdout[-5000:] + again.stderr[-5000:]
+    assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, remote, 2) == 2 * count

@@ -1,5 +1,6 @@
-"""Fault injection: the copy job or the commit is SIGKILLed at many points, then the flow carries on;
-the target must hold every record exactly once, in order, per partition.
+"""Fault injection: the copy job or the commit is SIGKILLed at many points, or a broker is restarted
+or unreachable during the copy, then the flow carries on; the target must hold every record exactly
+once, in order, per partition.
 
 The copy runs as the Airflow task runs it: ``spark-submit jobs/mirror_copy.py`` with the DAG's own
 spec, in its own process group, killed with SIGKILL as a whole (driver JVM and Python workers) at a
@@ -22,18 +23,19 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from mirror_helpers import create_topic, run_flow
+from mirror_helpers import create_topic, local_clusters, run_flow
 from pyspark.sql import SparkSession
 
-from mirrorflow import runner, sample_data
-from mirrorflow.config import MirrorConfig
+from mirrorflow import local_kafka, runner, sample_data
+from mirrorflow.config import MirrorConfig, load_config
 from mirrorflow.dag_spec import flow_dag_spec, spark_jars
 from mirrorflow.local_kafka import LocalCluster
 from mirrorflow.offsets_store import OffsetsStore
@@ -273,3 +275,97 @@ def test_a_killed_copy_or_commit_then_carrying_on_leaves_every_record_exactly_on
             ranges = [(b.source_start, b.source_end) for b in store.batches(FLOW, topic, p)]
             assert ranges[0][0] == 0 and ranges[-1][1] == total
             assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges)), ranges
+
+
+# ------------------------------------------------------------------------------ broker faults
+# Clusters of their own: these tests stop, restart and pause brokers.
+
+
+@pytest.fixture(scope="module")
+def own_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
+    with local_clusters(("primary", "backup"), tmp_path_factory.mktemp("faults")) as clusters:
+        try:
+            yield clusters
+        finally:
+            for cluster in clusters.values():  # a restarted broker has a new PID: stop by home
+                local_kafka.stop_cluster(cluster.home)
+
+
+def _own_config(clusters: Clusters, folder: Path, topic: str) -> MirrorConfig:
+    path = folder / "mm2.properties"
+    path.write_text(
+        "clusters = primary, backup\n"
+        f"primary.bootstrap.servers = {clusters['primary'].bootstrap}\n"
+        f"backup.bootstrap.servers = {clusters['backup'].bootstrap}\n"
+        "replication.factor = 1\noffset-syncs.topic.replication.factor = 1\n"
+        "checkpoints.topic.replication.factor = 1\nemit.heartbeats.enabled = false\n"
+        f"mirrorflow.state.dir = {folder / 'state'}\n"
+        f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n"
+    )
+    return load_config(path, env={})
+
+
+def _restart(cluster: LocalCluster) -> None:
+    local_kafka.stop_cluster(cluster.home)
+    time.sleep(2)
+    local_kafka.start_cluster(cluster.alias, cluster.port, cluster.controller_port, cluster.home)
+
+
+def _pause(cluster: LocalCluster) -> None:
+    pid = local_kafka.running_pid(cluster.home)
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # unreachable: connections hang, nothing is refused
+    try:
+        time.sleep(8)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize(
+    ("side", "fault"),
+    [("backup", _restart), ("primary", _pause)],
+    ids=["target-restarted", "source-unreachable"],
+)
+def test_a_broker_fault_during_the_copy_loses_and_duplicates_nothing(
+    side: str,
+    fault: Callable[[LocalCluster], None],
+    own_clusters: Clusters,
+    spark: SparkSession,
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    primary, backup = own_clusters["primary"], own_clusters["backup"]
+    topic, remote = unique_name, f"primary.{unique_name}"
+    create_topic(primary.bootstrap, topic, PARTITIONS)
+    _produce(primary.bootstrap, topic, 0, RECORDS)
+    config = _own_config(own_clusters, tmp_path, topic)
+    flow = config.flow(FLOW)
+    planned = PARTITIONS * RECORDS
+    targets = _Targets(backup.bootstrap, remote)
+    faulted: list[int] = []
+
+    def inject() -> None:
+        deadline = time.monotonic() + 300
+        while targets.written() < planned // 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        faulted.append(targets.written())
+        fault(own_clusters[side])
+
+    plan = runner.plan_run(config, FLOW, "run-1")
+    try:
+        injector = threading.Thread(target=inject)
+        injector.start()
+        try:
+            result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+        except Exception:  # the attempt failed: Airflow retries the same plan
+            injector.join()
+            result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+        injector.join()
+        write_atomically(runner.run_files(config, flow, "run-1").result, result.to_json())
+        runner.commit_run(config, FLOW, "run-1")
+    finally:
+        runner.release_run(config, FLOW, "run-1")
+        targets.close()
+
+    assert faulted and 0 < faulted[0] < planned, f"the fault hit after {faulted} of {planned} records"
+    _assert_exactly_once(backup, remote, RECORDS)
