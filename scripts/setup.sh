@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent setup for a fresh machine: .venv with the pinned Python packages, the full pyspark,
-# the mirrorflow package (editable), and the JVM jars from Maven Central in .cache/jvm.
+# the mirrorflow package (editable), the JVM jars from Maven Central in .cache/jvm, and the
+# PostgreSQL server programs (Debian's postgresql package, only when missing).
 # Quick when everything is already in place (stamps hold the hash of what was installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,4 +45,37 @@ resolve_jars() {  # pom folder, destination
 }
 resolve_jars jvm/kafka "$JVM_CACHE/kafka-$KAFKA_VERSION"
 resolve_jars jvm/spark-kafka "$JVM_CACHE/spark-kafka-$SPARK_VERSION"
-echo "setup: ready (pyspark $PYSPARK_PIN, Kafka $KAFKA_VERSION, Spark Kafka connector $SPARK_VERSION)"
+
+# PostgreSQL server programs (initdb, pg_ctl, postgres) for the throwaway test server of
+# mirrorflow.local_postgres, which also decides whether they are present. Debian's package is
+# installed only when they are missing. It creates a cluster and starts it where it can (init
+# script or systemd): every cluster it started is stopped again, so setup never leaves one running.
+postgres_bin() {
+  "$VENV/bin/python" -c 'from mirrorflow.local_postgres import server_binaries; print(server_binaries())'
+}
+if ! PG_BIN=$(postgres_bin 2>/dev/null); then
+  missing="setup: PostgreSQL server programs (initdb, pg_ctl, postgres) not found"
+  if [ "$(id -u)" -eq 0 ]; then
+    as_root=()
+  elif command -v sudo >/dev/null; then
+    as_root=(sudo)
+  else
+    echo "$missing, and installing them needs root or sudo: run 'apt-get install postgresql' as root" >&2
+    exit 1
+  fi
+  if ! command -v apt-get >/dev/null; then
+    echo "$missing, and there is no apt-get: install a PostgreSQL server and put its bin folder on PATH" >&2
+    exit 1
+  fi
+  echo "setup: installing Debian's postgresql package (server for the offsets-database tests)"
+  "${as_root[@]}" apt-get update -q
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql
+  pg_lsclusters --no-header | while read -r version cluster _port status _rest; do
+    if [[ $status == online* ]]; then
+      "${as_root[@]}" pg_ctlcluster "$version" "$cluster" stop
+    fi
+  done
+  PG_BIN=$(postgres_bin)
+fi
+echo "setup: ready (pyspark $PYSPARK_PIN, Kafka $KAFKA_VERSION, Spark Kafka connector $SPARK_VERSION," \
+  "PostgreSQL server in $PG_BIN)"

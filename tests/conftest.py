@@ -1,4 +1,5 @@
-"""Shared fixtures. Brokers start only when a test requests ``kafka_clusters`` (once per session)."""
+"""Shared fixtures. Brokers start only when a test requests ``kafka_clusters``, the PostgreSQL server
+only when one requests ``postgres_server`` (each once per session)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from typing import TYPE_CHECKING
 import pytest
 from mirror_helpers import local_clusters
 
-from mirrorflow import local_kafka, paths
+from mirrorflow import local_kafka, local_postgres, paths
 from mirrorflow.config import MirrorConfig, load_config
 from mirrorflow.local_kafka import LocalCluster
+from mirrorflow.local_postgres import LocalPostgres
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,6 +39,33 @@ def kafka_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
         pytest.fail(f"Kafka jars missing in {paths.kafka_libs()}: run `make setup`", pytrace=False)
     with local_clusters(SESSION_ALIASES, tmp_path_factory.mktemp("kafka")) as clusters:
         yield clusters
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[LocalPostgres]:
+    """One throwaway PostgreSQL server on a free loopback port, shared by the session.
+
+    Stopped by its PID (and its files deleted) at session end, also when tests fail. Missing server
+    binaries fail loudly, never skip: production runs on PostgreSQL.
+    """
+    try:
+        server = local_postgres.start_postgres()
+    except local_postgres.LocalPostgresError as error:
+        pytest.fail(str(error), pytrace=False)
+    try:
+        yield server
+    finally:
+        local_postgres.stop_postgres(server)
+
+
+@pytest.fixture
+def postgres_db_url(postgres_server: LocalPostgres) -> str:
+    """A URL under which the session's server looks new and empty: a login role of this test's own,
+    whose tables go to a schema of its own, so tests never share tables.
+
+    Its sessions run at UTC+05:30, so a timestamp stored without its zone would read back shifted.
+    """
+    return local_postgres.create_user(postgres_server, f"test_{next(_names)}", {"timezone": "Asia/Kolkata"})
 
 
 @pytest.fixture

@@ -258,6 +258,19 @@ def running_cluster(home: Path) -> LocalCluster | None:
         return None
 
 
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Poll until ``pid`` is gone or a zombie; False if it still runs after ``timeout`` seconds.
+
+    For processes this Python process does not reap (not its children, or daemonized).
+    """
+    deadline = time.monotonic() + timeout
+    while process_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def _wait_gone(pid: int, timeout: float) -> bool:
     with _children_lock:
         child = _children.get(pid)
@@ -269,12 +282,7 @@ def _wait_gone(pid: int, timeout: float) -> bool:
         with _children_lock:
             _children.pop(pid, None)
         return True
-    deadline = time.monotonic() + timeout
-    while process_alive(pid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-    return True
+    return wait_gone(pid, timeout)
 
 
 def _terminate(pid: int, timeout: float) -> None:

@@ -1,24 +1,43 @@
-"""The offsets table on real SQLite files: locks, anchors, commits, the batch log and the CLI."""
+"""The offsets table on real SQLite files and on a real PostgreSQL server (one per session, a schema
+per test): locks, anchors, commits, the batch log, racing and crashing processes, the CLI.
+
+Every test taking ``db_url`` runs on both backends with the same expectations.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine, create_engine, event, inspect, select
 
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
 from mirrorflow.metrics import CheckpointMetrics, Stats
-from mirrorflow.offsets_store import Batch, CommittedBatch, GroupPosition, OffsetsStore, PartitionProgress
+from mirrorflow.offsets_store import (
+    Batch,
+    CommittedBatch,
+    GroupPosition,
+    LockInfo,
+    OffsetsStore,
+    PartitionProgress,
+    metadata,
+)
 from mirrorflow.report import PartitionReport
 
 FLOW = "primary->backup"
 T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+LATER = T0 + timedelta(hours=1)  # the clock of processes that commit
+TABLES = set(metadata.tables)  # every table the store declares
 
 
 class FakeClock:
@@ -37,9 +56,14 @@ def clock() -> FakeClock:
     return FakeClock(T0)
 
 
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'state' / 'nested' / 'offsets.db'}"
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new, empty offsets database: a SQLite file in a folder that does not exist yet, or a role
+    and schema of this test's own on the session's PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'state' / 'nested' / 'offsets.db'}"
+    url: str = request.getfixturevalue("postgres_db_url")
+    return url
 
 
 @pytest.fixture
@@ -49,9 +73,25 @@ def store(db_url: str, clock: FakeClock) -> Any:
 
 
 def _rows(db_url: str, table: str) -> list[tuple[Any, ...]]:
-    path = db_url.removeprefix("sqlite:///")
-    with sqlite3.connect(path) as conn:
-        return conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3, 4").fetchall()
+    """Every row of ``table`` as stored, ordered by its first four columns, read past the store.
+
+    Timestamps come back as UTC datetimes: SQLite returns the stored text without a zone, PostgreSQL
+    the instant in the session's zone.
+    """
+    t = metadata.tables[table]
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(select(t).order_by(*list(t.c)[:4])).all()
+    finally:
+        engine.dispose()
+    return [tuple(_utc(value) for value in row) for row in rows]
+
+
+def _utc(value: Any) -> Any:
+    if not isinstance(value, datetime):
+        return value
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def _batch(
@@ -78,26 +118,34 @@ def _batch(
 # ---------------------------------------------------------------------------------------------- schema
 
 
-def test_schema_created_on_first_use_in_a_new_folder(db_url: str, tmp_path: Path) -> None:
-    store = OffsetsStore(db_url)
-    assert not (tmp_path / "state" / "nested" / "offsets.db").exists()
-    assert store.progress(FLOW) == {}
-    store.close()
-    path = tmp_path / "state" / "nested" / "offsets.db"
-    with sqlite3.connect(path) as conn:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert tables == {
-        "mirror_progress",
-        "mirror_batches",
-        "mirror_locks",
-        "mirror_checkpoints",
-        "mirror_partition_metrics",
-        "mirror_checkpoint_metrics",
-    }
-    # A second store on the same file finds the schema and does not fail.
+def _tables(db_url: str) -> set[str]:
+    engine = create_engine(db_url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_schema_created_on_first_use(db_url: str) -> None:
+    with OffsetsStore(db_url) as store:
+        assert store.progress(FLOW) == {}
+    assert _tables(db_url) == TABLES
+    # A second store on the same database finds the schema and does not fail.
     with OffsetsStore(db_url) as again:
         assert again.batches(FLOW) == []
         assert again.lock_holder(FLOW) is None
+
+
+def test_sqlite_file_and_its_folder_are_created_on_first_use(tmp_path: Path) -> None:
+    # SQLite only: a PostgreSQL database is created by its administrator, never by the store.
+    path = tmp_path / "state" / "nested" / "offsets.db"
+    store = OffsetsStore(f"sqlite:///{path}")
+    assert not path.exists()
+    assert store.progress(FLOW) == {}
+    store.close()
+    with sqlite3.connect(path) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == TABLES
 
 
 def test_unreachable_database_is_transient_with_redacted_url() -> None:
@@ -150,7 +198,7 @@ def test_expired_lock_is_taken_over(store: OffsetsStore, clock: FakeClock, db_ur
     store.acquire_lock(FLOW, "run-2", ttl_seconds=100)
     assert store.lock_holder(FLOW) == "run-2"
     assert _rows(db_url, "mirror_locks") == [
-        (FLOW, "run-2", "2030-01-02 03:05:45.000000", "2030-01-02 03:07:25.000000")
+        (FLOW, "run-2", T0 + timedelta(seconds=100), T0 + timedelta(seconds=200))
     ]
     # The run that lost its lock can neither release nor retake it while the new holder is live.
     assert store.release_lock(FLOW, "run-1") is False
@@ -175,34 +223,84 @@ def test_ttl_must_be_positive(store: OffsetsStore) -> None:
         store.acquire_lock(FLOW, "run-1", ttl_seconds=0)
 
 
-def _race_for_lock(db_url: str, run_id: str, barrier: Any, results: Any) -> None:
-    store = OffsetsStore(db_url)
-    barrier.wait(timeout=60)
-    try:
-        store.acquire_lock(FLOW, run_id, ttl_seconds=600)
-        results.put((run_id, "won"))
-    except FlowLockedError as error:
-        results.put((run_id, f"locked:{error}"))
-    except BaseException as error:  # reported to the parent, which fails the test
-        results.put((run_id, f"error:{type(error).__name__}:{error}"))
-    finally:
-        store.close()
+def _at_once(worker: Callable[..., str], meet_before: str, *calls: tuple[Any, ...]) -> list[str]:
+    """Run ``worker(*call, barrier)`` for each call in a process of its own (spawned: it inherits no
+    connection) and return each call's outcome, in order.
 
-
-@pytest.mark.parametrize("schema_exists", [False, True])
-def test_two_processes_race_for_the_lock_exactly_one_wins(db_url: str, schema_exists: bool) -> None:
-    if schema_exists:
-        OffsetsStore(db_url).progress(FLOW)
+    Workers wait on the barrier right before the step they race on, so they reach the database at
+    the same moment. Inside that step, each waits (up to a second) at its first statement starting
+    with ``meet_before`` for the others to get there too: where the database lets them in together,
+    they overlap there for sure; where it keeps the others out until the first one's transaction
+    ends, the wait times out and each goes on alone.
+    """
     ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(2)
+    barrier = ctx.Barrier(len(calls))
     results = ctx.Queue()
-    procs = [ctx.Process(target=_race_for_lock, args=(db_url, f"run-{i}", barrier, results)) for i in (1, 2)]
+    procs = [
+        ctx.Process(target=_report, args=(index, worker, call, barrier, meet_before, results), daemon=True)
+        for index, call in enumerate(calls)
+    ]
     for proc in procs:
         proc.start()
     outcomes = dict(results.get(timeout=120) for _ in procs)
     for proc in procs:
         proc.join(timeout=60)
         assert proc.exitcode == 0
+    return [outcomes[index] for index in range(len(calls))]
+
+
+def _report(
+    index: int,
+    worker: Callable[..., str],
+    call: tuple[Any, ...],
+    barrier: Any,
+    meet_before: str,
+    results: Any,
+) -> None:
+    met = False
+
+    def meet(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        nonlocal met
+        if not met and statement.startswith(meet_before):
+            met = True
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait(timeout=1)
+
+    event.listen(Engine, "before_cursor_execute", meet)
+    try:
+        outcome = worker(*call, barrier)
+    except BaseException as error:  # reported to the parent, which fails the test
+        outcome = f"error:{type(error).__name__}:{error}"
+    results.put((index, outcome))
+
+
+def _acquire(db_url: str, run_id: str, barrier: Any) -> str:
+    with OffsetsStore(db_url) as store:
+        barrier.wait(timeout=60)
+        try:
+            store.acquire_lock(FLOW, run_id, ttl_seconds=600)
+        except FlowLockedError as error:
+            return f"locked:{error}"
+        return "won"
+
+
+def _commit(db_url: str, run_id: str, batches: list[Batch], barrier: Any) -> str:
+    with OffsetsStore(db_url, clock=FakeClock(LATER)) as store:
+        barrier.wait(timeout=60)
+        try:
+            return f"committed:{store.commit(FLOW, run_id, batches)}"
+        except CommitConflictError as error:
+            return f"conflict:{error}"
+
+
+@pytest.mark.parametrize("schema_exists", [False, True])
+def test_two_processes_race_for_the_lock_exactly_one_wins(db_url: str, schema_exists: bool) -> None:
+    if schema_exists:
+        OffsetsStore(db_url).progress(FLOW)
+    # On PostgreSQL both find no lock row and meet at inserting one: the primary key decides. SQLite
+    # lets one writer in at a time.
+    first, second = _at_once(_acquire, "INSERT INTO mirror_locks", (db_url, "run-1"), (db_url, "run-2"))
+    outcomes = {"run-1": first, "run-2": second}
     winners = [run for run, outcome in outcomes.items() if outcome == "won"]
     assert len(winners) == 1, outcomes
     (loser,) = set(outcomes) - set(winners)
@@ -230,9 +328,9 @@ def test_anchor_inserts_new_partitions_and_never_overwrites(store: OffsetsStore,
     }
     assert store.progress("other->backup") == {}
     assert _rows(db_url, "mirror_progress") == [
-        (FLOW, "orders", 0, 10, 100, "run-1", "2030-01-02 03:04:05.000000"),
-        (FLOW, "orders", 1, 0, 0, "run-1", "2030-01-02 03:04:05.000000"),
-        (FLOW, "payments", 0, 7, 3, "run-1", "2030-01-02 03:04:05.000000"),
+        (FLOW, "orders", 0, 10, 100, "run-1", T0),
+        (FLOW, "orders", 1, 0, 0, "run-1", T0),
+        (FLOW, "payments", 0, 7, 3, "run-1", T0),
     ]
 
 
@@ -302,9 +400,8 @@ def test_commit_moves_progress_and_logs_batches(store: OffsetsStore, clock: Fake
     assert store.batches(FLOW, topic="payments") == []
     assert [row[1:] for row in _rows(db_url, "mirror_batches")] == [
         (FLOW, "run-1", "orders", 0, "primary.orders", 10, 20, 100, 108, 8, 1000, "[[10,100],[13,102]]",
-         "2030-01-02 03:04:35.000000"),
-        (FLOW, "run-1", "orders", 1, "primary.orders", 0, 5, 50, 55, 5, 1000, "[]",
-         "2030-01-02 03:04:35.000000"),
+         committed_at),
+        (FLOW, "run-1", "orders", 1, "primary.orders", 0, 5, 50, 55, 5, 1000, "[]", committed_at),
     ]  # fmt: skip
 
     # The next run resumes from there; the log keeps both batches of partition 0 in offset order.
@@ -448,6 +545,122 @@ def test_expired_but_not_taken_over_lock_still_commits(store: OffsetsStore, cloc
     store.anchor(FLOW, "run-1", [PartitionProgress("orders", 0, 10, 100)])
     clock.advance(3600)
     assert store.commit(FLOW, "run-1", [_batch()]) == 1
+
+
+# ------------------------------------------------------------------------ racing and crashing processes
+
+
+@pytest.mark.parametrize("replanned", [False, True], ids=["same-batches", "other-batches"])
+def test_two_attempts_of_a_run_commit_at_once_each_batch_is_logged_once(
+    store: OffsetsStore, db_url: str, replanned: bool
+) -> None:
+    # A retried commit task of run-1 while its first attempt is still going (a zombie worker).
+    _anchored(store)
+    b1 = _batch(partition=1, source=(0, 5), target=(50, 55), sync_points=())
+    attempts = [[_batch(), b1], [_batch(source=(10, 21), target=(100, 109)) if replanned else _batch(), b1]]
+
+    # They would meet past the lock check, at the look-up of already committed batches: the lock row
+    # keeps the second out until the first has committed.
+    outcomes = _at_once(_commit, "SELECT mirror_batches.", *((db_url, "run-1", b) for b in attempts))
+
+    assert "committed:2" in outcomes, outcomes
+    winner = outcomes.index("committed:2")
+    loser = outcomes[1 - winner]
+    if replanned:
+        assert loser.startswith(
+            "conflict:flow primary->backup: partition orders-0: a batch from source offset 10 was already "
+            "committed by run run-1 at 2030-01-02T04:04:05+00:00 as "
+        ), outcomes
+    else:
+        assert loser == "committed:0", outcomes  # it found its batches committed: nothing to do
+    won = attempts[winner]
+    assert store.batches(FLOW) == [
+        CommittedBatch(**b.__dict__, flow=FLOW, run_id="run-1", committed_at=LATER) for b in won
+    ]
+    assert _rows(db_url, "mirror_progress") == [
+        (FLOW, "orders", 0, won[0].source_end, won[0].target_end, "run-1", LATER),
+        (FLOW, "orders", 1, 5, 55, "run-1", LATER),
+    ]
+
+
+def test_after_a_takeover_only_the_new_holder_commits(
+    store: OffsetsStore, clock: FakeClock, db_url: str
+) -> None:
+    _anchored(store, "run-1")
+    clock.advance(600)
+    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)  # run-1's lock expired: run-2 takes over
+    # Both planned the same batch from the same position and commit it at the same moment.
+    outcomes = _at_once(
+        _commit, "SELECT mirror_batches.", (db_url, "run-1", [_batch()]), (db_url, "run-2", [_batch()])
+    )
+
+    assert outcomes == [
+        "conflict:flow primary->backup: run run-1 cannot commit: it does not hold the flow's lock (run "
+        "run-2 holds it since 2030-01-02T03:14:05+00:00); the lock was released, or expired and was taken "
+        "over by another run. Nothing was written. Re-run the flow.",
+        "committed:1",
+    ]
+    assert store.batches(FLOW) == [
+        CommittedBatch(**_batch().__dict__, flow=FLOW, run_id="run-2", committed_at=LATER)
+    ]
+    assert _rows(db_url, "mirror_progress") == [
+        (FLOW, "orders", 0, 20, 108, "run-2", LATER),
+        (FLOW, "orders", 1, 0, 50, "run-1", T0),
+    ]
+
+
+def _crash_in_commit(db_url: str, inside: Any) -> None:
+    """Run-1 takes the lock, anchors and commits; its commit stops for good once it has moved
+    progress and is about to log the batch, and waits there to be killed."""
+
+    def stop_before_the_batch_log(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("INSERT INTO mirror_batches"):
+            inside.set()
+            time.sleep(600)
+
+    event.listen(Engine, "before_cursor_execute", stop_before_the_batch_log)
+    store = OffsetsStore(db_url, clock=FakeClock(T0))
+    _anchored(store, "run-1")
+    store.commit(FLOW, "run-1", [_batch()])
+
+
+def test_holder_killed_in_its_commit_writes_nothing_and_its_lock_expires(
+    store: OffsetsStore, clock: FakeClock, db_url: str
+) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    inside = ctx.Event()
+    holder = ctx.Process(target=_crash_in_commit, args=(db_url, inside), daemon=True)
+    holder.start()
+    try:
+        assert inside.wait(timeout=60), f"run-1 never reached its batch insert (exit code {holder.exitcode})"
+    finally:
+        holder.kill()
+        holder.join(timeout=60)
+    assert holder.exitcode == -9
+
+    # Its open transaction died with it: progress is where run-1 anchored it, nothing is logged.
+    anchored_rows = [(FLOW, "orders", 0, 10, 100, "run-1", T0), (FLOW, "orders", 1, 0, 50, "run-1", T0)]
+    assert _rows(db_url, "mirror_progress") == anchored_rows
+    assert _rows(db_url, "mirror_batches") == []
+    # Its lock stays until it expires; then another run takes it over and commits the same range.
+    assert store.lock_info(FLOW) == LockInfo(FLOW, "run-1", T0, T0 + timedelta(seconds=600))
+    clock.advance(599)
+    with pytest.raises(FlowLockedError, match="locked by run run-1 since 2030-01-02T03:04:05"):
+        store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    clock.advance(1)
+    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    assert store.commit(FLOW, "run-2", [_batch()]) == 1
+
+    takeover = T0 + timedelta(seconds=600)
+    assert _rows(db_url, "mirror_locks") == [(FLOW, "run-2", takeover, takeover + timedelta(seconds=600))]
+    assert [row[1:] for row in _rows(db_url, "mirror_batches")] == [
+        (FLOW, "run-2", "orders", 0, "primary.orders", 10, 20, 100, 108, 8, 1000, "[[10,100],[13,102]]",
+         takeover),
+    ]  # fmt: skip
+    assert _rows(db_url, "mirror_progress") == [
+        (FLOW, "orders", 0, 20, 108, "run-2", takeover),
+        anchored_rows[1],
+    ]
 
 
 @pytest.mark.parametrize(
