@@ -2,6 +2,10 @@
 
     spark-submit --jars <connector jars> jobs/mirror_copy.py --config mm2.properties \
         --flow primary->backup --run-id <run id>
+
+Planned source records deleted before they were read end the job successfully with a note instead of
+a result: a retry would only read the same lost range again, and the commit task fails the run with
+the exact lost ranges (``SourceDataLostError``), which Airflow does not retry.
 """
 
 from __future__ import annotations
@@ -11,8 +15,8 @@ import argparse
 from pyspark.sql import SparkSession
 
 from mirrorflow.config import load_config
-from mirrorflow.plan import write_atomically
-from mirrorflow.runner import load_plan, run_files
+from mirrorflow.errors import SourceDataLostError
+from mirrorflow.runner import load_plan, save_copy_data_loss, save_copy_result
 from mirrorflow.spark_copy import copy_plan
 
 
@@ -29,9 +33,13 @@ def main(argv: list[str] | None = None) -> None:
     spark = SparkSession.builder.appName(f"mirror {flow.name} {args.run_id}").getOrCreate()
     try:
         result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+    except SourceDataLostError as lost:
+        save_copy_data_loss(config, flow, args.run_id, lost)
+        print(f"copy of {flow.name} stopped: {lost}; the commit task fails the run")
+        return
     finally:
         spark.stop()
-    write_atomically(run_files(config, flow, args.run_id).result, result.to_json())
+    save_copy_result(config, flow, args.run_id, result)
     print(f"copied {sum(r.records - r.skipped for r in result.partitions)} records for {flow.name}")
 
 

@@ -1,19 +1,33 @@
-"""Test helpers: run a flow in-process (the same steps the DAG runs, with the session's Spark)."""
+"""Test helpers: run a flow in-process (the same steps the DAG runs, with the session's Spark) or
+through Airflow, and give the mirror user of secured clusters its least-privilege ACLs."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from kafka.admin import KafkaAdminClient
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import (
+    ACL,
+    ACLOperation,
+    ACLPermissionType,
+    ACLResourcePatternType,
+    KafkaAdminClient,
+    ResourcePattern,
+    ResourceType,
+)
+from kafka.errors import TopicAlreadyExistsError
 from pyspark.sql import SparkSession
 
 from mirrorflow import local_kafka, runner, sample_data
-from mirrorflow.config import MirrorConfig
-from mirrorflow.local_kafka import LocalCluster, ScramSecurity
+from mirrorflow.config import MirrorConfig, load_config
+from mirrorflow.devenv import airflow_env
+from mirrorflow.local_kafka import SUPER_USER, LocalCluster, ScramSecurity
 from mirrorflow.plan import write_atomically
 from mirrorflow.report import RunReport
 from mirrorflow.spark_copy import copy_plan
@@ -149,3 +163,189 @@ def local_clusters(
         yield clusters
     finally:
         local_kafka.stop_clusters(clusters)
+
+
+def delete_records(bootstrap: str, before: Mapping[tuple[str, int], int]) -> None:
+    """Delete every record before the given offset of each partition (kafka-rm-records' request):
+    the partition's log start offset becomes that offset."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_records({KafkaTopicPartition(t, p): offset for (t, p), offset in before.items()})
+    finally:
+        admin.close()
+
+
+def topic_id(bootstrap: str, name: str) -> str:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        (described,) = admin.describe_topics([name])
+        return str(described["topic_id"])
+    finally:
+        admin.close()
+
+
+def recreate_topic(bootstrap: str, name: str, partitions: int) -> None:
+    """Delete the topic and create it again under the same name (a new topic id, offsets from 0)."""
+    old_id = topic_id(bootstrap, name)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_topics([name])
+        deadline = time.monotonic() + 30
+        while True:  # the deletion completes asynchronously
+            try:
+                create_topic(bootstrap, name, partitions)
+                if topic_id(bootstrap, name) != old_id:
+                    return
+            except TopicAlreadyExistsError:
+                pass
+            assert time.monotonic() < deadline, f"topic {name} was not recreated within 30 s"
+            time.sleep(0.2)
+    finally:
+        admin.close()
+
+
+# --- secured clusters: the grants of User:mirror for a flow primary->backup, and nothing more
+# (tests/integration/test_topic_acls.py says what each one is for; the README lists them).
+
+SECURED_FLOW = "primary->backup"
+CLUSTER_RESOURCE = ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", ACLResourcePatternType.LITERAL)
+
+
+def topic_resource(
+    name: str, pattern: ACLResourcePatternType = ACLResourcePatternType.LITERAL
+) -> ResourcePattern:
+    return ResourcePattern(ResourceType.TOPIC, name, pattern)
+
+
+def grants(principal: str, resource: ResourcePattern, *ops: ACLOperation) -> list[ACL]:
+    return [ACL(principal, "*", op, ACLPermissionType.ALLOW, resource) for op in ops]
+
+
+def mirror_source_topic_acls(topic: str) -> list[ACL]:
+    """What the mirror needs on each mirrored source topic."""
+    return grants("User:mirror", topic_resource(topic), ACLOperation.READ, ACLOperation.DESCRIBE_CONFIGS)
+
+
+# Plan, copy and commit (with ACL sync), heartbeats off.
+MIRROR_SOURCE_ACLS = [
+    *grants("User:mirror", CLUSTER_RESOURCE, ACLOperation.DESCRIBE),
+    *grants(
+        "User:mirror",
+        topic_resource("mm2-offset-syncs.backup.internal"),
+        ACLOperation.CREATE,
+        ACLOperation.WRITE,
+    ),
+]
+MIRROR_TARGET_ACLS = [
+    *grants("User:mirror", CLUSTER_RESOURCE, ACLOperation.DESCRIBE, ACLOperation.ALTER),
+    *grants(
+        "User:mirror",
+        topic_resource("primary.", ACLResourcePatternType.PREFIXED),
+        ACLOperation.CREATE,
+        ACLOperation.ALTER,
+        ACLOperation.ALTER_CONFIGS,
+        ACLOperation.WRITE,
+    ),
+]
+# What heartbeats and checkpoints need on top of a copy.
+MIRROR_HEARTBEAT_SOURCE_ACLS = [
+    *grants(
+        "User:mirror",
+        topic_resource("heartbeats"),
+        ACLOperation.CREATE,
+        ACLOperation.WRITE,
+        ACLOperation.READ,
+        ACLOperation.DESCRIBE_CONFIGS,
+    ),
+    *grants(
+        "User:mirror",
+        ResourcePattern(ResourceType.GROUP, "*", ACLResourcePatternType.LITERAL),
+        ACLOperation.DESCRIBE,
+    ),
+]
+MIRROR_HEARTBEAT_TARGET_ACLS = [
+    *grants("User:mirror", topic_resource("heartbeats"), ACLOperation.CREATE, ACLOperation.WRITE),
+    *grants("User:mirror", topic_resource("primary.heartbeats"), ACLOperation.READ),
+]
+
+
+def secured_admin(cluster: LocalCluster, security: ScramSecurity) -> KafkaAdminClient:
+    """An admin client logged in as the super user."""
+    return KafkaAdminClient(bootstrap_servers=cluster.bootstrap, **security.kafka_python(SUPER_USER))
+
+
+def create_acls(cluster: LocalCluster, security: ScramSecurity, acls: list[ACL]) -> None:
+    admin = secured_admin(cluster, security)
+    try:
+        result = admin.create_acls(acls)
+        assert not result["failed"]
+    finally:
+        admin.close()
+
+
+def create_source_topic(
+    cluster: LocalCluster, security: ScramSecurity, name: str, partitions: int, configs: dict[str, str]
+) -> None:
+    """Create a topic on the source as the super user, and grant the mirror what it needs on it."""
+    admin = secured_admin(cluster, security)
+    try:
+        admin.create_topics(
+            {name: {"num_partitions": partitions, "replication_factor": 1, "configs": configs}},
+            wait_for_metadata=True,
+        )
+    finally:
+        admin.close()
+    create_acls(cluster, security, mirror_source_topic_acls(name))
+
+
+def secured_config(
+    folder: Path,
+    clusters: Mapping[str, LocalCluster],
+    client_properties: Mapping[str, str],
+    topic: str,
+    *,
+    heartbeats: bool,
+    extra: Sequence[str] = (),
+) -> MirrorConfig:
+    """An mm2.properties in ``folder`` for the flow primary->backup of ``topic``, whose clients use
+    ``client_properties`` (MM2's keys, e.g. the mirror's login) on every cluster; ``extra`` lines last."""
+    lines = [
+        "clusters = primary, backup",
+        "replication.factor = 1",
+        "offset-syncs.topic.replication.factor = 1",
+        "heartbeats.topic.replication.factor = 1",
+        "checkpoints.topic.replication.factor = 1",
+        f"emit.heartbeats.enabled = {str(heartbeats).lower()}",
+        f"mirrorflow.state.dir = {folder / 'state'}",
+        f"{SECURED_FLOW}.enabled = true",
+        f"{SECURED_FLOW}.topics = {topic}",
+        *extra,
+    ]
+    for alias, cluster in clusters.items():
+        lines.append(f"{alias}.bootstrap.servers = {cluster.bootstrap}")
+        lines += [f"{alias}.{k} = {v}" for k, v in client_properties.items()]
+    path = folder / "mm2.properties"
+    path.write_text("\n".join(lines) + "\n")
+    return load_config(path, env={})
+
+
+# --- Airflow
+
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+
+
+def airflow(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AIRFLOW, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=420, check=False
+    )
+
+
+def migrated_airflow(home: Path, config: MirrorConfig, cwd: Path) -> dict[str, str]:
+    """Env for `airflow` commands with a fresh Airflow home and metadata DB in ``home``, wired to this
+    repo's DAGs and ``config``."""
+    assert config.path is not None
+    env = airflow_env(home, config.path, config.state_dir)
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    migrated = airflow(env, cwd, "db", "migrate")
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    return env

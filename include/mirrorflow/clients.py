@@ -2,14 +2,18 @@
 
 The config holds Java client properties, as MirrorMaker 2's does. Spark's JVM reader takes them as
 they are; librdkafka (the record writer) and kafka-python (the control plane) need them translated.
-Only the keys below are translated; the README lists them.
+Only the keys below are translated; the README lists them. A setting that would make the Python
+clients behave differently from the JVM reader (a truststore they cannot read) is a ``ConfigError``,
+never dropped.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from mirrorflow.errors import ConfigError
 
 # Java client keys that librdkafka understands under the same name and meaning.
 _LIBRDKAFKA_SAME = frozenset(
@@ -18,7 +22,6 @@ _LIBRDKAFKA_SAME = frozenset(
         "client.id",
         "security.protocol",
         "sasl.mechanism",
-        "ssl.endpoint.identification.algorithm",
         "ssl.key.password",
         "acks",
         "linger.ms",
@@ -45,6 +48,9 @@ _SPARK_MANAGED = frozenset(
     }
 )
 
+# Java's admin client default for request.timeout.ms (read by the control plane).
+ADMIN_REQUEST_TIMEOUT_MS_DEFAULT = 30000
+
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
@@ -54,9 +60,54 @@ def _jaas_credentials(props: Mapping[str, str]) -> dict[str, str]:
     return {k: re.sub(r"\\(.)", r"\1", options[k]) for k in ("username", "password") if k in options}
 
 
+def _as_is(key: str) -> str:
+    return key
+
+
+def _tls(
+    props: Mapping[str, str], written_as: Callable[[str], str] = _as_is
+) -> tuple[str | None, bool | None]:
+    """The CA file to trust and whether to verify the broker's host name, from Java's TLS client
+    settings; None where they are not set, so that each client keeps its default (the system's CAs,
+    host names verified: Java's defaults too). Errors name keys by ``written_as``.
+    """
+    location = props.get("ssl.truststore.location") or None
+    kind = props.get("ssl.truststore.type", "JKS")  # Java's default
+    if location is not None and kind != "PEM":
+        kind_key = written_as("ssl.truststore.type") if "ssl.truststore.type" in props else "Java's default"
+        raise ConfigError(
+            f"{location} is a {kind} truststore ({kind_key}), which the record writer (librdkafka) and "
+            "the control plane (kafka-python) cannot read; export its CA certificates to a PEM file "
+            f"(e.g. `keytool -exportcert -rfc -keystore {location} -alias <CA alias> -file ca.pem`), "
+            "point this key at that file and set ssl.truststore.type = PEM",
+            key=written_as("ssl.truststore.location"),
+        )
+    algorithm = props.get("ssl.endpoint.identification.algorithm")
+    if algorithm is None:
+        return location, None
+    # Java: empty disables the check, HTTPS in any case enables it.
+    if algorithm.lower() not in ("", "https"):
+        raise ConfigError(
+            f"expected https, or empty to skip host name verification, got {algorithm!r}",
+            key=written_as("ssl.endpoint.identification.algorithm"),
+        )
+    return location, bool(algorithm)
+
+
+def check_translatable(props: Mapping[str, str], written_as: Callable[[str], str]) -> None:
+    """Raise ``ConfigError`` (naming keys by ``written_as``) for client settings that librdkafka and
+    kafka-python cannot be given: called when the config is loaded, so that they fail it."""
+    _tls(props, written_as)
+
+
 def librdkafka_config(props: Mapping[str, str]) -> dict[str, str]:
     conf = {k: v for k, v in props.items() if k in _LIBRDKAFKA_SAME}
     conf.update({f"sasl.{k}": v for k, v in _jaas_credentials(props).items()})
+    ca_file, check_hostname = _tls(props)
+    if ca_file is not None:
+        conf["ssl.ca.location"] = ca_file
+    if check_hostname is not None:
+        conf["ssl.endpoint.identification.algorithm"] = "https" if check_hostname else "none"
     return conf
 
 
@@ -69,6 +120,11 @@ def kafka_python_config(props: Mapping[str, str]) -> dict[str, Any]:
     if creds:
         conf["sasl_plain_username"] = creds.get("username")
         conf["sasl_plain_password"] = creds.get("password")
+    ca_file, check_hostname = _tls(props)
+    if ca_file is not None:
+        conf["ssl_cafile"] = ca_file
+    if check_hostname is not None:
+        conf["ssl_check_hostname"] = check_hostname
     return conf
 
 

@@ -29,11 +29,23 @@ from kafka.errors import KafkaError, NoError, SecurityDisabledError, TopicAlread
 from kafka.protocol.consumer import IsolationLevel
 
 from mirrorflow.acl_sync import TopicAcl
-from mirrorflow.clients import kafka_python_config
+from mirrorflow.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, kafka_python_config
 from mirrorflow.config import ClusterConfig
 from mirrorflow.errors import TargetStateError, TransientError
 
 TP = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    """A topic's partition count and id; ``topic_id`` is None where the broker has no topic ids."""
+
+    partitions: int
+    topic_id: str | None
+
+
+# Kafka's "no topic id" (brokers before 2.8).
+_ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
 
 @dataclass(frozen=True)
@@ -49,10 +61,18 @@ class ClusterAdmin:
     def __init__(self, cluster: ClusterConfig) -> None:
         self.alias = cluster.alias
         try:
-            self._admin = KafkaAdminClient(**kafka_python_config(cluster.admin), request_timeout_ms=30000)
+            # request.timeout.ms also bounds the wait for the cluster's first answer (kafka-python's
+            # bootstrap timeout), so that an unreachable cluster fails as soon as a request would.
+            timeout_ms = int(cluster.admin.get("request.timeout.ms", ADMIN_REQUEST_TIMEOUT_MS_DEFAULT))
+            self._admin = KafkaAdminClient(
+                **kafka_python_config(cluster.admin),
+                request_timeout_ms=timeout_ms,
+                bootstrap_timeout_ms=timeout_ms,
+            )
         except KafkaError as exc:
             raise TransientError(
-                f"cluster {cluster.alias} ({cluster.bootstrap_servers}) is unreachable: {exc}"
+                f"cluster {cluster.alias} ({cluster.bootstrap_servers}) is unreachable: {exc}; check its "
+                "bootstrap.servers and that its brokers are up and reachable from this worker"
             ) from exc
 
     def __enter__(self) -> ClusterAdmin:
@@ -66,11 +86,18 @@ class ClusterAdmin:
     def topics(self) -> set[str]:
         return set(self._admin.list_topics())
 
-    def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+    def describe_topics(self, topics: Iterable[str]) -> dict[str, TopicDescription]:
+        """Partition count and id of each topic, in one metadata request."""
         names = sorted(topics)
         if not names:
             return {}
-        return {t["name"]: len(t["partitions"]) for t in self._admin.describe_topics(names)}
+        described = {}
+        for t in self._admin.describe_topics(names):
+            topic_id = str(t.get("topic_id") or _ZERO_UUID)
+            described[t["name"]] = TopicDescription(
+                len(t["partitions"]), None if topic_id == _ZERO_UUID else topic_id
+            )
+        return described
 
     def offsets(self, partitions: Iterable[TP], spec: OffsetSpec) -> dict[TP, int]:
         """Earliest or latest offsets; latest is the last stable offset (read_committed)."""

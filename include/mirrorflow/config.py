@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from mirrorflow.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, check_translatable
+from mirrorflow.config_providers import resolve_references
 from mirrorflow.errors import ConfigError
 from mirrorflow.filters import (
     GROUPS_DEFAULT,
@@ -58,6 +63,7 @@ CONFIG_PROPERTIES_EXCLUDE_DEFAULT: tuple[str, ...] = (
 MAX_RECORDS_PER_PARTITION_DEFAULT = 1_000_000
 SPARK_CONN_ID_DEFAULT = "spark_default"
 # What a run does when source records it has not mirrored yet were deleted: the first is the default.
+ON_SOURCE_DATA_LOSS = "mirrorflow.on.source.data.loss"
 ON_SOURCE_DATA_LOSS_CHOICES = ("fail", "skip")
 COPY_TIMEOUT_SECONDS_DEFAULT = 6 * 3600
 TASK_RETRIES_DEFAULT = 2
@@ -71,7 +77,6 @@ _MAX_RECORDS_PER_PARTITION = "mirrorflow.max.records.per.partition"
 _SPARK_CONN_ID = "mirrorflow.spark.conn.id"
 _COPY_TIMEOUT = "mirrorflow.copy.timeout.seconds"
 _TASK_RETRIES = "mirrorflow.task.retries"
-_ON_SOURCE_DATA_LOSS = "mirrorflow.on.source.data.loss"
 _SPARK_CONF_PREFIX = "mirrorflow.spark.conf."
 _STATE_DIR = "mirrorflow.state.dir"
 _OFFSETS_DB_URL = "mirrorflow.offsets.db.url"
@@ -81,7 +86,7 @@ _FLOW_SETTINGS = (
     _SPARK_CONN_ID,
     _COPY_TIMEOUT,
     _TASK_RETRIES,
-    _ON_SOURCE_DATA_LOSS,
+    ON_SOURCE_DATA_LOSS,
 )
 _TOP_LEVEL_ONLY_SETTINGS = (_STATE_DIR, _OFFSETS_DB_URL)
 _KNOWN_SETTINGS = (*_FLOW_SETTINGS, _SPARK_CONF_PREFIX + "<spark key>", *_TOP_LEVEL_ONLY_SETTINGS)
@@ -138,6 +143,10 @@ class PropertyView(Mapping[str, str]):
         shown = {key: "******" if _SECRET_KEY.search(key) else value for key, value in self.items()}
         return f"PropertyView({shown!r})"
 
+    def _shown(self, key: str) -> str:
+        """The value as error messages show it: masked, as in repr(), where the key holds a secret."""
+        return "******" if _SECRET_KEY.search(key) else repr(self[key])
+
     def written_as(self, key: str) -> str:
         """The key as written in the file; ``key`` itself when it was not written (a default)."""
         return self._entries[key][1] if key in self._entries else key
@@ -170,7 +179,7 @@ class PropertyView(Mapping[str, str]):
         if value is None:
             return default
         if value.lower() not in ("true", "false"):
-            raise ConfigError(f"expected true or false, got {value!r}", key=self.written_as(key))
+            raise ConfigError(f"expected true or false, got {self._shown(key)}", key=self.written_as(key))
         return value.lower() == "true"
 
     def get_positive_int(self, key: str, default: int, *, zero_allowed: bool = False) -> int:
@@ -180,7 +189,7 @@ class PropertyView(Mapping[str, str]):
         if not _INTEGER.fullmatch(value) or int(value) < (0 if zero_allowed else 1):
             kind = "whole number of at least 0" if zero_allowed else "positive whole number"
             raise ConfigError(
-                f"expected a {kind}, got {value!r}; set e.g. {default}", key=self.written_as(key)
+                f"expected a {kind}, got {self._shown(key)}; set e.g. {default}", key=self.written_as(key)
             )
         return int(value)
 
@@ -189,7 +198,7 @@ class PropertyView(Mapping[str, str]):
         value = self.get(key, choices[0]).strip().lower()
         if value not in choices:
             raise ConfigError(
-                f"expected {' or '.join(choices)}, got {self[key]!r}", key=self.written_as(key)
+                f"expected {' or '.join(choices)}, got {self._shown(key)}", key=self.written_as(key)
             )
         return value
 
@@ -353,8 +362,11 @@ def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] 
     """Parse and validate the text of an mm2.properties file; ``path`` is used in messages and as the
     base of relative paths in it (the current directory when None).
     """
+    base = path.absolute().parent if path else Path.cwd()
     # Kafka's ConfigDef trims every value; java.util.Properties keeps trailing whitespace.
-    raw = {key: value.strip() for key, value in parse_properties(text, str(path or "<string>")).items()}
+    parsed = {key: value.strip() for key, value in parse_properties(text, str(path or "<string>")).items()}
+    # MM2's config providers: ${file:...}, ${env:...} and ${directory:...} become what they refer to.
+    raw = resolve_references(parsed, env, base)
     aliases = _cluster_aliases(raw)
     top, by_cluster, by_flow = _split_scopes(raw, aliases)
 
@@ -372,16 +384,13 @@ def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] 
     ]
     _check_dag_ids(flows)
 
-    base = path.absolute().parent if path else Path.cwd()
     state_dir = _state_dir(top, env, base)
     return MirrorConfig(
         path=path,
         clusters=MappingProxyType(clusters),
         flows=tuple(flows),
         state_dir=state_dir,
-        offsets_db_url=env.get(ENV_OFFSETS_DB_URL)
-        or top.get(_OFFSETS_DB_URL)
-        or f"sqlite:///{state_dir / 'offsets.db'}",
+        offsets_db_url=_offsets_db_url(top, env, state_dir),
     )
 
 
@@ -492,12 +501,15 @@ def _cluster_config(alias: str, layers: _Layers) -> ClusterConfig:
     merged = PropertyView.layered(layers)
     client = merged.excluding(_ROLE_PREFIXES)
     if not client.get("bootstrap.servers"):
+        # An empty value wins over the cluster's own (a flow override): name the key to fix.
         written = "bootstrap.servers" in client
-        raise ConfigError(
-            f"cluster {alias!r} has no bootstrap servers; add `{alias}.bootstrap.servers = host:9092`",
-            key=client.written_as("bootstrap.servers") if written else f"{alias}.bootstrap.servers",
-        )
+        key = client.written_as("bootstrap.servers") if written else f"{alias}.bootstrap.servers"
+        raise ConfigError(f"cluster {alias!r} has no bootstrap servers; add `{key} = host:9092`", key=key)
     roles = {role: client.overlaid(merged.stripped(f"{role}.")) for role in _CLIENT_ROLES}
+    # Read by the control plane itself (kafka-python); librdkafka checks the writer's settings.
+    roles["admin"].get_positive_int("request.timeout.ms", ADMIN_REQUEST_TIMEOUT_MS_DEFAULT)
+    for props in roles.values():
+        check_translatable(props, props.written_as)
     return ClusterConfig(alias, client["bootstrap.servers"], client, **roles)
 
 
@@ -569,7 +581,7 @@ def _flow_config(
             spark_conf=props.stripped(_SPARK_CONF_PREFIX),
             copy_timeout_seconds=props.get_positive_int(_COPY_TIMEOUT, COPY_TIMEOUT_SECONDS_DEFAULT),
             task_retries=props.get_positive_int(_TASK_RETRIES, TASK_RETRIES_DEFAULT, zero_allowed=True),
-            on_source_data_loss=props.get_choice(_ON_SOURCE_DATA_LOSS, ON_SOURCE_DATA_LOSS_CHOICES),
+            on_source_data_loss=props.get_choice(ON_SOURCE_DATA_LOSS, ON_SOURCE_DATA_LOSS_CHOICES),
         ),
         properties=props,
     )
@@ -596,3 +608,25 @@ def _state_dir(top: Mapping[str, str], env: Mapping[str, str], base: Path) -> Pa
     if top.get(_STATE_DIR):
         return base / top[_STATE_DIR]
     return REPO_ROOT / ".state"
+
+
+def _offsets_db_url(top: Mapping[str, str], env: Mapping[str, str], state_dir: Path) -> str:
+    """Env ``MIRROR_OFFSETS_DB_URL`` > ``mirrorflow.offsets.db.url`` > a SQLite file in the state dir.
+
+    The URL's syntax and dialect are checked here, without connecting, so that a bad one is a DAG
+    import error rather than a failed run.
+    """
+    key = ENV_OFFSETS_DB_URL if env.get(ENV_OFFSETS_DB_URL) else _OFFSETS_DB_URL
+    url = env.get(ENV_OFFSETS_DB_URL) or top.get(_OFFSETS_DB_URL)
+    if not url:
+        return f"sqlite:///{state_dir / 'offsets.db'}"
+    try:
+        make_url(url).get_dialect()
+    except (ArgumentError, ValueError) as error:
+        # The URL itself is not repeated: it may hold a password.
+        raise ConfigError(
+            f"not a usable database URL ({error}); write a SQLAlchemy URL, e.g. "
+            "postgresql+psycopg2://user:password@host:5432/mirror or sqlite:////absolute/path/offsets.db",
+            key=key,
+        ) from error
+    return url

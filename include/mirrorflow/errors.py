@@ -43,5 +43,15 @@ class SourceDataLostError(MirrorError):
     """Source records were deleted (retention, delete-records) before they were mirrored."""
 
 
+class SourceTopicRecreatedError(TargetStateError):
+    """A source topic was deleted and recreated under the same name: the flow's progress, batch log
+    and remote topic belong to the old topic, so nothing of the new one may be copied on top."""
+
+
 class WireFormatError(MirrorError):
     """Bytes in an MM2 internal topic that are not the record they should be."""
+
+
+class CorruptStateError(MirrorError):
+    """A row of the offsets database that mirrorflow never writes (edited by hand, or a damaged
+    database): nothing may be planned, committed or translated from it until a person repairs it."""

@@ -29,7 +29,7 @@ from mirrorflow.internal_topics import write_records
 from mirrorflow.metrics import checkpoint_metrics_text
 from mirrorflow.offset_sync import OffsetTranslator
 from mirrorflow.offsets_store import Batch, GroupPosition, OffsetsStore
-from mirrorflow.plan import metrics_file, write_atomically
+from mirrorflow.plan import SourceGap, metrics_file, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,11 @@ def emit_checkpoints(config: MirrorConfig, flow_name: str) -> CheckpointReport:
     by_tp: dict[TP, list[Batch]] = {}
     for b in batches:
         by_tp.setdefault((b.topic, b.partition), []).append(b.as_batch())
-    translators = {tp: OffsetTranslator(bs) for tp, bs in by_tp.items()}
+    gaps: dict[TP, list[SourceGap]] = {}
+    for g in store.gaps(flow.name):
+        gaps.setdefault((g.topic, g.partition), []).append(g)
+    # A partition with gaps but no batch yet has nothing mirrored to point at: no checkpoint.
+    translators = {tp: OffsetTranslator(bs, gaps.get(tp, ())) for tp, bs in by_tp.items()}
     remote_names = {b.topic: b.remote_topic for b in batches}
     with ClusterAdmin(flow.source) as source:
         groups = [g for g in source.consumer_groups() if flow.group_filter.should_replicate_group(g)]

@@ -8,7 +8,9 @@ target" from it; ``OffsetSync`` is MM2's record of one mapping point, for its of
 
 Invariants of ``translate``: it never points past a record that is not yet mirrored, and it points at
 the target copy of the first record at or after U, so a consumer that fails over re-reads nothing
-and skips nothing that was mirrored.
+and skips nothing that was mirrored. Source gaps (records deleted from the source before they were
+mirrored, skipped) tile the log with the batches: a position inside a gap maps to where the first
+record after the gap lands (the gap's ``target_end``), so the consumer skips only what was lost.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 from mirrorflow.errors import PlanError
 from mirrorflow.offsets_store import Batch
+from mirrorflow.plan import SourceGap
 from mirrorflow.wire import Reader, encode
 
 
@@ -65,30 +68,33 @@ def offset_syncs(batch: Batch) -> list[OffsetSync]:
 
 
 class OffsetTranslator:
-    """Exact source -> target offset translation for one partition, from its batch log."""
+    """Exact source -> target offset translation for one partition, from its batch log and gaps."""
 
-    def __init__(self, batches: Iterable[Batch]) -> None:
-        self._batches = sorted(batches, key=lambda b: b.source_start)
-        for before, after in zip(self._batches, self._batches[1:], strict=False):
+    def __init__(self, batches: Iterable[Batch], gaps: Iterable[SourceGap] = ()) -> None:
+        self._segments: list[Batch | SourceGap] = sorted([*batches, *gaps], key=lambda b: b.source_start)
+        for before, after in zip(self._segments, self._segments[1:], strict=False):
             if (before.source_end, before.target_end) != (after.source_start, after.target_start):
                 raise PlanError(
                     f"batch log of {after.topic}-{after.partition} is not contiguous at source offset "
                     f"{before.source_end}: inspect it with `python -m mirrorflow.offsets_store show`"
                 )
-        self._starts = [b.source_start for b in self._batches]
-        self._runs = [runs(b) for b in self._batches]
+        self._starts = [b.source_start for b in self._segments]
+        self._runs = [runs(b) if isinstance(b, Batch) else [] for b in self._segments]
         self._run_starts = [[s for s, _ in r] for r in self._runs]
 
     def translate(self, upstream: int) -> int | None:
         """The target offset a consumer at source offset ``upstream`` resumes at; ``None`` when the
         offset precedes everything mirrored (MM2 emits no checkpoint then either)."""
-        if not self._batches or upstream < self._batches[0].source_start:
+        if not self._segments or upstream < self._segments[0].source_start:
             return None
-        if upstream >= self._batches[-1].source_end:
+        if upstream >= self._segments[-1].source_end:
             # Not mirrored yet: the records from here on will land at the end of the remote partition.
-            return self._batches[-1].target_end
+            return self._segments[-1].target_end
         i = bisect.bisect_right(self._starts, upstream) - 1
-        return _within(self._batches[i], self._runs[i], self._run_starts[i], upstream)
+        segment = self._segments[i]
+        if isinstance(segment, SourceGap):
+            return segment.target_end  # the first record after the gap: nothing before it exists
+        return _within(segment, self._runs[i], self._run_starts[i], upstream)
 
 
 def _within(batch: Batch, points: Sequence[tuple[int, int]], starts: Sequence[int], upstream: int) -> int:

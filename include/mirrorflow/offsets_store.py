@@ -15,7 +15,13 @@ Invariants:
   starting position of a partition that has none yet; it never moves existing progress.
 - A commit is one transaction: every batch of it is committed, or none is.
 - Every committed batch is in ``mirror_batches``, at most once per (flow, topic, partition,
-  source_start); together they tile the mirrored source ranges without overlap.
+  source_start); with the source gaps a flow skipped (``mirror_gaps``, source records deleted before
+  they were mirrored) they tile the mirrored source ranges without overlap. A gap is committed in
+  the same transaction as the batches of its run, moving progress across it by compare-and-set, so
+  it is recorded exactly once however often the commit is retried.
+- The id of each source topic a flow mirrors is recorded (``mirror_topics``) when the flow first
+  sees the topic, with the anchors of its partitions; it is never overwritten (``forget_topic``
+  removes it with the rest of the flow's state of the topic).
 - A run's partition metrics (``mirror_partition_metrics``) are committed in the same transaction as
   its batches; every emitted checkpoint is logged with its latency (``mirror_checkpoint_metrics``).
 
@@ -29,6 +35,7 @@ Command line (``--db`` defaults to the configured ``offsets_db_url``)::
 
     python -m mirrorflow.offsets_store show --flow 'primary->backup' [--db URL]
     python -m mirrorflow.offsets_store release-lock --flow 'primary->backup' [--db URL]
+    python -m mirrorflow.offsets_store forget-topic --flow 'primary->backup' --topic orders [--db URL]
 """
 
 from __future__ import annotations
@@ -39,9 +46,9 @@ import re
 import shlex
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -79,12 +86,14 @@ from sqlalchemy.engine import URL, RowMapping, make_url
 from mirrorflow.errors import (
     CommitConflictError,
     ConfigError,
+    CorruptStateError,
     FlowLockedError,
     MirrorError,
     PlanError,
     TransientError,
 )
 from mirrorflow.metrics import CheckpointMetrics, Stats
+from mirrorflow.plan import SourceGap
 from mirrorflow.report import PartitionReport
 
 __all__ = [
@@ -93,6 +102,8 @@ __all__ = [
     "LockInfo",
     "OffsetsStore",
     "PartitionProgress",
+    "RecordedGap",
+    "TopicIdentity",
     "main",
 ]
 
@@ -100,6 +111,10 @@ DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 10
 _SCHEMA_ADVISORY_LOCK = 0x6D6972726F72  # "mirror": serialises concurrent schema creation on PostgreSQL
 _WRITE_OPTION = "mirrorflow_write"
+# Errors by which a database says it cannot be reached now: worth a retry.
+_UNAVAILABLE = (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError)
+# SQLSTATE read_only_sql_transaction: a hot standby, or default_transaction_read_only.
+_PG_READ_ONLY = "25006"
 _INSERT_CHUNK = 500
 
 # --------------------------------------------------------------------------------------------- schema
@@ -146,6 +161,33 @@ batches_table = Table(
     Column("sync_points", Text, nullable=False),
     Column("committed_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("flow", "topic", "partition", "source_start"),
+)
+
+gaps_table = Table(
+    "mirror_gaps",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("flow", _NAME, nullable=False),
+    Column("run_id", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("source_start", BigInteger, nullable=False),
+    Column("source_end", BigInteger, nullable=False),
+    Column("target_start", BigInteger, nullable=False),
+    Column("target_end", BigInteger, nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("flow", "topic", "partition", "source_start"),
+)
+
+topics_table = Table(
+    "mirror_topics",
+    metadata,
+    Column("flow", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("topic_id", _NAME, nullable=False),
+    Column("remote_topic", _NAME, nullable=False),
+    Column("first_seen_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("flow", "topic"),
 )
 
 checkpoints_table = Table(
@@ -226,6 +268,15 @@ class PartitionProgress:
     partition: int
     next_source_offset: int
     next_target_offset: int
+
+
+@dataclass(frozen=True)
+class TopicIdentity:
+    """A source topic as a flow first saw it: its id (``describe_topics``), and its remote topic."""
+
+    topic: str
+    topic_id: str
+    remote_topic: str
 
 
 @dataclass(frozen=True)
@@ -315,6 +366,14 @@ class CommittedBatch(Batch):
 
 
 @dataclass(frozen=True)
+class RecordedGap(SourceGap):
+    """A row of ``mirror_gaps``: a ``SourceGap`` plus the run that skipped it and when."""
+
+    run_id: str = field(kw_only=True)
+    recorded_at: datetime = field(kw_only=True)
+
+
+@dataclass(frozen=True)
 class GroupPosition:
     """The last checkpoint emitted for a consumer group on one source partition: its committed
     ``upstream_offset`` on the source and where that resumes on ``remote_topic``."""
@@ -369,7 +428,13 @@ class OffsetsStore:
         self._is_postgres = parsed.get_backend_name() == "postgresql"
         connect_args: dict[str, Any] = {}
         if self._is_sqlite:
-            _create_sqlite_folder(parsed)
+            try:
+                _create_sqlite_folder(parsed)
+            except OSError as error:
+                raise TransientError(
+                    f"offsets database {self._redacted} is unavailable: cannot create its folder ({error}); "
+                    "create it, writable for this worker, or point mirrorflow.offsets.db.url elsewhere"
+                ) from error
             connect_args["timeout"] = busy_timeout_seconds
         elif (
             self._is_postgres
@@ -491,6 +556,16 @@ class OffsetsStore:
                 .where(p.c.flow == flow)
                 .order_by(p.c.topic, p.c.partition)
             ).all()
+        for row in rows:
+            if row.next_source_offset < 0 or row.next_target_offset < 0:
+                raise _corrupt(
+                    progress_table,
+                    flow,
+                    row.topic,
+                    row.partition,
+                    f"negative next source offset {row.next_source_offset} or next target offset "
+                    f"{row.next_target_offset}",
+                )
         return {
             (row.topic, row.partition): PartitionProgress(
                 row.topic, row.partition, row.next_source_offset, row.next_target_offset
@@ -515,11 +590,19 @@ class OffsetsStore:
             for r in rows
         ]
 
-    def anchor(self, flow: str, run_id: str, entries: Iterable[PartitionProgress]) -> None:
-        """Record where brand-new partitions start, before anything is copied for them.
+    def anchor(
+        self,
+        flow: str,
+        run_id: str,
+        entries: Iterable[PartitionProgress],
+        topics: Iterable[TopicIdentity] = (),
+    ) -> None:
+        """Record where brand-new partitions start, before anything is copied for them, and the ids of
+        source topics seen for the first time, in one transaction.
 
-        Inserts a progress row for each entry whose partition has none; an existing row is never
-        overwritten. Requires ``flow``'s lock held by ``run_id`` (else ``CommitConflictError``).
+        Inserts a progress row for each entry whose partition has none, and a topic row for each
+        topic that has none; an existing row is never overwritten. Requires ``flow``'s lock held by
+        ``run_id`` (else ``CommitConflictError``).
         """
         wanted: dict[tuple[str, int], PartitionProgress] = {}
         for entry in entries:
@@ -547,7 +630,19 @@ class OffsetsStore:
                 }
                 for e in wanted.values()
             ]
-            self._insert_missing(conn, rows)
+            self._insert_missing(conn, progress_table, rows)
+            self._insert_missing(
+                conn,
+                topics_table,
+                [{"flow": flow, **asdict(t), "first_seen_at": now} for t in topics],
+            )
+
+    def topic_ids(self, flow: str) -> dict[str, str]:
+        """The id of each source topic of ``flow`` as recorded when the flow first saw it."""
+        t = topics_table
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(select(t.c.topic, t.c.topic_id).where(t.c.flow == flow)).all()
+        return {row.topic: row.topic_id for row in rows}
 
     def commit(
         self,
@@ -555,15 +650,16 @@ class OffsetsStore:
         run_id: str,
         batches: Sequence[Batch],
         metrics: Sequence[PartitionReport] = (),
+        gaps: Sequence[SourceGap] = (),
     ) -> int:
-        """Commit ``batches`` and the run's partition ``metrics`` in one transaction; return how many
-        batches were newly committed.
+        """Commit the run's source ``gaps``, ``batches`` and partition ``metrics`` in one transaction;
+        return how many batches were newly committed.
 
-        Requires ``flow``'s lock held by ``run_id``. Each batch moves its partition's progress from
-        exactly (``source_start``, ``target_start``) to (``source_end``, ``target_end``) and is added to
-        the batch log. A batch already in the log with identical values, committed by the same run,
-        is skipped (a retried commit). Anything else raises ``CommitConflictError`` and commits
-        nothing.
+        Requires ``flow``'s lock held by ``run_id``. Each gap, then each batch, moves its partition's
+        progress from exactly (``source_start``, ``target_start``) to (``source_end``,
+        ``target_end``) and is added to ``mirror_gaps`` or the batch log. One already there with
+        identical values, committed by the same run, is skipped (a retried commit). Anything else
+        raises ``CommitConflictError`` and commits nothing.
         """
         seen: set[tuple[str, int, int]] = set()
         for batch in batches:
@@ -575,77 +671,89 @@ class OffsetsStore:
                     "appears twice in one commit"
                 )
             seen.add(key)
-        p, b = progress_table, batches_table
         with self._transaction(write=True) as conn:
             self._check_lock(conn, flow, run_id, "commit")
             now = self._now()
+            # Gaps first: a partition's batch of this run starts where its gap ends.
+            for gap in gaps:
+                row = {"flow": flow, "run_id": run_id, **asdict(gap), "recorded_at": now}
+                self._commit_step(conn, _GAP_LOG, row)
             committed = 0
             for batch in batches:
-                where = f"flow {flow}: partition {batch.topic}-{batch.partition}"
-                existing = conn.execute(
-                    select(b).where(
-                        b.c.flow == flow,
-                        b.c.topic == batch.topic,
-                        b.c.partition == batch.partition,
-                        b.c.source_start == batch.source_start,
-                    )
-                ).first()
-                if existing is not None:
-                    logged = _committed_batch(existing._mapping)
-                    if logged.run_id == run_id and _batch_values(logged) == _batch_values(batch):
-                        continue  # committed by an earlier attempt of this commit
-                    raise CommitConflictError(
-                        f"{where}: a batch from source offset {batch.source_start} was already "
-                        f"committed by run {logged.run_id} at {_fmt(logged.committed_at)} as "
-                        f"{_describe(logged)}; run {run_id} now commits {_describe(batch)}. Nothing was "
-                        "committed; re-run the flow to plan from the committed position."
-                    )
-                moved = conn.execute(
-                    update(p)
-                    .where(
-                        p.c.flow == flow,
-                        p.c.topic == batch.topic,
-                        p.c.partition == batch.partition,
-                        p.c.next_source_offset == batch.source_start,
-                        p.c.next_target_offset == batch.target_start,
-                    )
-                    .values(
-                        next_source_offset=batch.source_end,
-                        next_target_offset=batch.target_end,
-                        run_id=run_id,
-                        updated_at=now,
-                    )
-                )
-                if moved.rowcount != 1:
-                    actual = conn.execute(
-                        select(p.c.next_source_offset, p.c.next_target_offset, p.c.run_id).where(
-                            p.c.flow == flow, p.c.topic == batch.topic, p.c.partition == batch.partition
-                        )
-                    ).first()
-                    expected = f"(source {batch.source_start}, target {batch.target_start})"
-                    if actual is None:
-                        raise CommitConflictError(
-                            f"{where}: run {run_id} expected progress at {expected} but the partition has "
-                            "no progress: its starting position must be anchored before copying. Nothing "
-                            "was committed; re-run the flow."
-                        )
-                    raise CommitConflictError(
-                        f"{where}: run {run_id} expected progress at {expected} but it is at (source "
-                        f"{actual.next_source_offset}, target {actual.next_target_offset}), last written "
-                        f"by run {actual.run_id}. Nothing was committed; re-run the flow to plan from the "
-                        "committed position."
-                    )
-                try:
-                    with conn.begin_nested():
-                        conn.execute(insert(b).values(**_batch_row(flow, run_id, batch, now)))
-                except exc.IntegrityError as error:
-                    raise CommitConflictError(
-                        f"{where}: a batch from source offset {batch.source_start} was committed "
-                        f"concurrently. Nothing was committed; re-run the flow. ({error.orig})"
-                    ) from error
-                committed += 1
+                committed += self._commit_step(conn, _BATCH_LOG, _batch_row(flow, run_id, batch, now))
             self._record_partition_metrics(conn, flow, run_id, metrics, now)
             return committed
+
+    def _commit_step(self, conn: Connection, log: _Log, row: dict[str, Any]) -> bool:
+        """Move a partition's progress across one gap or batch (``row`` of ``log``) and log it;
+        ``False`` when an earlier attempt of this commit already did."""
+        table, stamp = log.table, log.stamp
+        flow, run_id, topic, partition = row["flow"], row["run_id"], row["topic"], row["partition"]
+        start = (row["source_start"], row["target_start"])
+        where = f"flow {flow}: partition {topic}-{partition}"
+        existing = conn.execute(
+            select(table).where(
+                table.c.flow == flow,
+                table.c.topic == topic,
+                table.c.partition == partition,
+                table.c.source_start == start[0],
+            )
+        ).first()
+        if existing is not None:
+            logged = existing._mapping
+            if all(logged[k] == v for k, v in row.items() if k != stamp):
+                return False  # committed by an earlier attempt of this commit
+            raise CommitConflictError(
+                f"{where}: {log.kind} from source offset {start[0]} was already committed by run "
+                f"{logged['run_id']} at {_fmt(_as_utc(logged[stamp]))} as {log.describe(logged)}; run "
+                f"{run_id} now commits {log.describe(row)}. Nothing was committed; re-run the flow to "
+                "plan from the committed position."
+            )
+        p = progress_table
+        moved = conn.execute(
+            update(p)
+            .where(
+                p.c.flow == flow,
+                p.c.topic == topic,
+                p.c.partition == partition,
+                p.c.next_source_offset == start[0],
+                p.c.next_target_offset == start[1],
+            )
+            .values(
+                next_source_offset=row["source_end"],
+                next_target_offset=row["target_end"],
+                run_id=run_id,
+                updated_at=row[stamp],
+            )
+        )
+        if moved.rowcount != 1:
+            actual = conn.execute(
+                select(p.c.next_source_offset, p.c.next_target_offset, p.c.run_id).where(
+                    p.c.flow == flow, p.c.topic == topic, p.c.partition == partition
+                )
+            ).first()
+            expected = f"(source {start[0]}, target {start[1]})"
+            if actual is None:
+                raise CommitConflictError(
+                    f"{where}: run {run_id} expected progress at {expected} but the partition has "
+                    "no progress: its starting position must be anchored before copying. Nothing "
+                    "was committed; re-run the flow."
+                )
+            raise CommitConflictError(
+                f"{where}: run {run_id} expected progress at {expected} but it is at (source "
+                f"{actual.next_source_offset}, target {actual.next_target_offset}), last written "
+                f"by run {actual.run_id}. Nothing was committed; re-run the flow to plan from the "
+                "committed position."
+            )
+        try:
+            with conn.begin_nested():
+                conn.execute(insert(table).values(**row))
+        except exc.IntegrityError as error:
+            raise CommitConflictError(
+                f"{where}: {log.kind} from source offset {start[0]} was committed concurrently. Nothing "
+                f"was committed; re-run the flow. ({error.orig})"
+            ) from error
+        return True
 
     def _record_partition_metrics(
         self, conn: Connection, flow: str, run_id: str, metrics: Sequence[PartitionReport], now: datetime
@@ -723,6 +831,37 @@ class OffsetsStore:
             rows = conn.execute(query).all()
         return [_committed_batch(row._mapping) for row in rows]
 
+    def gaps(self, flow: str, topic: str | None = None, partition: int | None = None) -> list[RecordedGap]:
+        """The source gaps ``flow`` skipped (optionally one topic / partition), by topic, partition,
+        offset: records deleted from the source before they were mirrored."""
+        g = gaps_table
+        query = select(g).where(g.c.flow == flow)
+        if topic is not None:
+            query = query.where(g.c.topic == topic)
+        if partition is not None:
+            query = query.where(g.c.partition == partition)
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(query.order_by(g.c.topic, g.c.partition, g.c.source_start)).all()
+        return [_recorded_gap(r._mapping) for r in rows]
+
+    def forget_topic(self, flow: str, topic: str) -> int:
+        """Delete ``flow``'s state of source ``topic``: progress, batch log, gaps, recorded topic id and
+        checkpoints (the metrics history stays). The next run mirrors the topic as a new one, from its
+        log start to the end of its remote topic. Refused (``FlowLockedError``) while a run holds the
+        flow's lock. Returns how many rows were deleted."""
+        with self._transaction(write=True) as conn:
+            holder = self._lock_row(conn, flow, for_update=True)
+            if holder is not None:
+                raise FlowLockedError(
+                    f"flow {flow} is locked by run {holder.run_id} since {_fmt(holder.acquired_at)}; its "
+                    f"state of topic {topic} was not changed. Wait for the run to finish, or release the "
+                    "lock of a dead run first (release-lock)."
+                )
+            tables = (progress_table, batches_table, gaps_table, topics_table, checkpoints_table)
+            return sum(
+                conn.execute(delete(t).where(t.c.flow == flow, t.c.topic == topic)).rowcount for t in tables
+            )
+
     def checkpoints(self, flow: str) -> dict[tuple[str, str, int], GroupPosition]:
         """The last emitted checkpoint per (group, source topic, partition) of ``flow``."""
         c = checkpoints_table
@@ -796,17 +935,31 @@ class OffsetsStore:
     def _transaction(self, *, write: bool) -> Iterator[Connection]:
         """One transaction; database outages become ``TransientError``."""
         self._ensure_schema()
-        try:
-            with self._engine.connect() as conn:
-                conn.execution_options(**{_WRITE_OPTION: write})
-                with conn.begin():
-                    yield conn
-        except (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError) as error:
-            raise self._transient(error) from error
+        with self._outages_transient(), self._engine.connect() as conn:
+            conn.execution_options(**{_WRITE_OPTION: write})
+            with conn.begin():
+                yield conn
 
-    def _transient(self, error: Exception) -> TransientError:
-        detail = getattr(error, "orig", None) or error
-        return TransientError(f"offsets database {self._redacted} is unavailable: {detail}".strip())
+    @contextmanager
+    def _outages_transient(self) -> Iterator[None]:
+        """A database that cannot be reached, or only read (a failover in progress, or a read-only
+        file or account), raises ``TransientError`` saying so; other database errors pass unchanged."""
+        try:
+            yield
+        except exc.SQLAlchemyError as error:
+            detail = str(getattr(error, "orig", None) or error).strip()
+            if _is_read_only(error):
+                raise TransientError(
+                    f"offsets database {self._redacted} is read-only ({detail}); point "
+                    "mirrorflow.offsets.db.url at a writable database (a primary, not a replica) or "
+                    "give this worker write access to it"
+                ) from error
+            if isinstance(error, _UNAVAILABLE):
+                raise TransientError(
+                    f"offsets database {self._redacted} is unavailable: {detail}; check that it is up "
+                    "and reachable from this worker"
+                ) from error
+            raise
 
     def _ensure_schema(self) -> None:
         if self._schema_ready:
@@ -814,10 +967,8 @@ class OffsetsStore:
         with self._schema_lock:
             if self._schema_ready:
                 return
-            try:
+            with self._outages_transient():
                 self._create_schema()
-            except (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError) as error:
-                raise self._transient(error) from error
             self._schema_ready = True
 
     def _create_schema(self) -> None:
@@ -861,34 +1012,24 @@ class OffsetsStore:
                 "written. Re-run the flow."
             )
 
-    def _insert_missing(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
-        """Insert progress rows whose primary key is absent; leave existing rows untouched."""
+    def _insert_missing(self, conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
+        """Insert rows of ``table`` whose primary key is absent; leave existing rows untouched."""
         if not rows:
             return
         dialect = conn.dialect.name
         if dialect in ("sqlite", "postgresql"):
+            dialect_insert = sqlite_insert if dialect == "sqlite" else postgresql_insert
             for start in range(0, len(rows), _INSERT_CHUNK):
                 chunk = rows[start : start + _INSERT_CHUNK]
-                if dialect == "sqlite":
-                    conn.execute(sqlite_insert(progress_table).values(chunk).on_conflict_do_nothing())
-                else:
-                    conn.execute(postgresql_insert(progress_table).values(chunk).on_conflict_do_nothing())
+                conn.execute(dialect_insert(table).values(chunk).on_conflict_do_nothing())
             return
-        p = progress_table
+        key = list(table.primary_key.columns)
         for row in rows:
             try:
                 with conn.begin_nested():
-                    conn.execute(insert(p).values(**row))
+                    conn.execute(insert(table).values(**row))
             except exc.IntegrityError:
-                present = conn.execute(
-                    select(p.c.flow).where(
-                        and_(
-                            p.c.flow == row["flow"],
-                            p.c.topic == row["topic"],
-                            p.c.partition == row["partition"],
-                        )
-                    )
-                ).first()
+                present = conn.execute(select(*key).where(and_(*(c == row[c.name] for c in key)))).first()
                 if present is None:
                     raise
 
@@ -902,6 +1043,28 @@ def redact_url(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:
         return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def _is_read_only(error: exc.SQLAlchemyError) -> bool:
+    """SQLite's SQLITE_READONLY* (a read-only file, ``mode=ro``); PostgreSQL's read-only transaction."""
+    orig = getattr(error, "orig", None)
+    sqlite_error = str(getattr(orig, "sqlite_errorname", ""))
+    pg_state = getattr(orig, "pgcode", None) or getattr(orig, "sqlstate", None)
+    return sqlite_error.startswith("SQLITE_READONLY") or pg_state == _PG_READ_ONLY
+
+
+def _corrupt(table: Table, flow: str, topic: str, partition: int, problem: str) -> CorruptStateError:
+    """The error for a row mirrorflow cannot have written, with the ways to repair it."""
+    command = (
+        f"python -m mirrorflow.offsets_store forget-topic --flow {shlex.quote(flow)} "
+        f"--topic {shlex.quote(topic)}"
+    )
+    return CorruptStateError(
+        f"{table.name}: flow {flow}, partition {topic}-{partition}: {problem}. mirrorflow never writes "
+        "such a row: it was edited by hand or the database is damaged. Restore the offsets database "
+        f"from a backup, or forget the flow's state of the topic while no run is going ({command}); "
+        "the next run then mirrors the topic anew, after what its remote topic already holds."
+    )
 
 
 def _create_sqlite_folder(url: URL) -> None:
@@ -960,27 +1123,33 @@ def _batch_row(flow: str, run_id: str, batch: Batch, now: datetime) -> dict[str,
     }
 
 
-def _batch_values(batch: Batch) -> tuple[object, ...]:
+def _describe_batch(row: Mapping[Any, Any]) -> str:
     return (
-        batch.topic,
-        batch.partition,
-        batch.remote_topic,
-        batch.source_start,
-        batch.source_end,
-        batch.target_start,
-        batch.target_end,
-        batch.records,
-        batch.bytes,
-        tuple(batch.sync_points),
+        f"source [{row['source_start']}, {row['source_end']}) -> {row['remote_topic']} target "
+        f"[{row['target_start']}, {row['target_end']}), {row['records']} records, {row['bytes']} bytes, "
+        f"{len(json.loads(row['sync_points']))} sync points"
     )
 
 
-def _describe(batch: Batch) -> str:
+def _describe_gap(row: Mapping[Any, Any]) -> str:
     return (
-        f"source [{batch.source_start}, {batch.source_end}) -> {batch.remote_topic} target "
-        f"[{batch.target_start}, {batch.target_end}), {batch.records} records, {batch.bytes} bytes, "
-        f"{len(batch.sync_points)} sync points"
+        f"source [{row['source_start']}, {row['source_end']}) lost, target [{row['target_start']}, "
+        f"{row['target_end']}) left by an interrupted attempt"
     )
+
+
+@dataclass(frozen=True)
+class _Log:
+    """A table that progress moves across (batch log or gaps), with what its rows are called."""
+
+    table: Table
+    stamp: str
+    kind: str
+    describe: Callable[[Mapping[Any, Any]], str]
+
+
+_BATCH_LOG = _Log(batches_table, "committed_at", "a batch", _describe_batch)
+_GAP_LOG = _Log(gaps_table, "recorded_at", "a gap", _describe_gap)
 
 
 def _stats_row(name: str, stats: Stats) -> dict[str, int]:
@@ -1002,22 +1171,56 @@ def _partition_report(row: RowMapping) -> PartitionReport:
     )
 
 
+def _recorded_gap(row: RowMapping) -> RecordedGap:
+    try:
+        return RecordedGap(
+            row["topic"],
+            row["partition"],
+            row["source_start"],
+            row["source_end"],
+            row["target_start"],
+            row["target_end"],
+            run_id=row["run_id"],
+            recorded_at=_as_utc(row["recorded_at"]),
+        )
+    except PlanError as error:  # offset translation builds on the row, as on the batch log
+        raise _corrupt(
+            gaps_table,
+            row["flow"],
+            row["topic"],
+            row["partition"],
+            f"the gap from source offset {row['source_start']} is not valid ({error})",
+        ) from error
+
+
 def _committed_batch(row: RowMapping) -> CommittedBatch:
-    return CommittedBatch(
-        topic=row["topic"],
-        partition=row["partition"],
-        remote_topic=row["remote_topic"],
-        source_start=row["source_start"],
-        source_end=row["source_end"],
-        target_start=row["target_start"],
-        target_end=row["target_end"],
-        records=row["records"],
-        bytes=row["bytes"],
-        sync_points=tuple((int(s), int(t)) for s, t in json.loads(row["sync_points"])),
-        flow=row["flow"],
-        run_id=row["run_id"],
-        committed_at=_as_utc(row["committed_at"]),
-    )
+    try:
+        batch = CommittedBatch(
+            topic=row["topic"],
+            partition=row["partition"],
+            remote_topic=row["remote_topic"],
+            source_start=row["source_start"],
+            source_end=row["source_end"],
+            target_start=row["target_start"],
+            target_end=row["target_end"],
+            records=row["records"],
+            bytes=row["bytes"],
+            sync_points=tuple((int(s), int(t)) for s, t in json.loads(row["sync_points"])),
+            flow=row["flow"],
+            run_id=row["run_id"],
+            committed_at=_as_utc(row["committed_at"]),
+        )
+        # Offset translation and retried commits build on the row: it must be one commit could write.
+        batch.validate()
+    except (ValueError, TypeError, PlanError) as error:
+        raise _corrupt(
+            batches_table,
+            row["flow"],
+            row["topic"],
+            row["partition"],
+            f"the batch from source offset {row['source_start']} is not valid ({error})",
+        ) from error
+    return batch
 
 
 # ----------------------------------------------------------------------------------------------- CLI
@@ -1038,7 +1241,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     release = commands.add_parser(
         "release-lock", help="release a flow's lock whoever holds it (only when that run is dead)"
     )
-    for sub in (show, release):
+    forget = commands.add_parser(
+        "forget-topic",
+        help="delete a flow's progress, batch log, gaps, topic id and checkpoints of one source topic "
+        "(e.g. after the topic was recreated): the next run mirrors it as a new topic",
+    )
+    forget.add_argument("--topic", required=True, help="the source topic")
+    for sub in (show, release, forget):
         sub.add_argument("--flow", required=True, help="the flow, e.g. 'primary->backup'")
         sub.add_argument("--db", help="database URL (default: offsets_db_url of the configuration)")
     args = parser.parse_args(argv)
@@ -1053,6 +1262,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"released the lock of flow {args.flow} held by run {released.run_id} "
                         f"since {_fmt(released.acquired_at)} (expiring {_fmt(released.expires_at)})"
                     )
+                return 0
+            if args.command == "forget-topic":
+                deleted = store.forget_topic(args.flow, args.topic)
+                print(f"flow {args.flow}: forgot topic {args.topic} ({deleted} rows deleted)")
                 return 0
             _show(store, args.flow)
             return 0
@@ -1074,7 +1287,28 @@ def _show(store: OffsetsStore, flow: str) -> None:
     if not rows:
         print("no progress")
         return
-    header = ("topic", "partition", "next_source_offset", "next_target_offset", "last_run", "updated_at")
+    _print_table(
+        ("topic", "partition", "next_source_offset", "next_target_offset", "last_run", "updated_at"), rows
+    )
+    gaps = store.gaps(flow)
+    if gaps:
+        print("source records lost before they were mirrored (skipped):")
+        _print_table(
+            ("partition", "source range", "target range", "run", "recorded_at"),
+            [
+                (
+                    f"{g.topic}-{g.partition}",
+                    f"[{g.source_start}, {g.source_end})",
+                    f"[{g.target_start}, {g.target_end})",
+                    g.run_id,
+                    _fmt(g.recorded_at),
+                )
+                for g in gaps
+            ],
+        )
+
+
+def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
     table = [header, *rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     for line in table:

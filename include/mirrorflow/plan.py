@@ -48,8 +48,44 @@ class PartitionPlan:
 
 
 @dataclass(frozen=True)
+class SourceGap:
+    """Source offsets ``[source_start, source_end)`` of one partition that were deleted from the
+    source (retention, delete-records) before they were mirrored, skipped with
+    ``mirrorflow.on.source.data.loss = skip``.
+
+    On the target the gap spans ``[target_start, target_end)``: records an interrupted attempt had
+    copied from the lost range before it was deleted (usually none). Progress crosses the gap from
+    (``source_start``, ``target_start``) to (``source_end``, ``target_end``), where the first record
+    after the gap lands. With the batch log, gaps tile the partition's mirrored source offsets.
+    """
+
+    topic: str
+    partition: int
+    source_start: int
+    source_end: int
+    target_start: int
+    target_end: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.source_start < self.source_end or not 0 <= self.target_start <= self.target_end:
+            raise PlanError(
+                f"{self.topic}-{self.partition}: gap source [{self.source_start}, {self.source_end}) "
+                f"target [{self.target_start}, {self.target_end}) is empty or negative"
+            )
+
+    def __str__(self) -> str:
+        return offset_range(self.topic, self.partition, self.source_start, self.source_end)
+
+
+def offset_range(topic: str, partition: int, start: int, end: int) -> str:
+    """``orders-0 [120, 300) (180 offsets)``: how messages name a range of a partition's offsets."""
+    return f"{topic}-{partition} [{start}, {end}) ({end - start} offsets)"
+
+
+@dataclass(frozen=True)
 class PartitionState:
-    """What the planner saw of one source partition: used for lag reporting after the copy."""
+    """What the planner saw of one source partition: used for lag reporting after the copy.
+    ``committed`` is where this run starts: the committed position, or the end of a skipped gap."""
 
     topic: str
     partition: int
@@ -70,6 +106,7 @@ class Plan:
     created_at: str
     partitions: tuple[PartitionPlan, ...]
     states: tuple[PartitionState, ...] = field(default=())
+    gaps: tuple[SourceGap, ...] = field(default=())
 
     def __post_init__(self) -> None:
         seen: set[tuple[str, int]] = set()
@@ -77,6 +114,18 @@ class Plan:
             if (p.topic, p.partition) in seen:
                 raise PlanError(f"{self.flow}: partition {p.topic}-{p.partition} planned twice")
             seen.add((p.topic, p.partition))
+        gaps: dict[tuple[str, int], SourceGap] = {}
+        for g in self.gaps:
+            if (g.topic, g.partition) in gaps:
+                raise PlanError(f"{self.flow}: partition {g.topic}-{g.partition} has two gaps in one plan")
+            gaps[(g.topic, g.partition)] = g
+        for p in self.partitions:
+            gap = gaps.get((p.topic, p.partition))
+            if gap is not None and (gap.source_end, gap.target_end) != (p.source_start, p.target_start):
+                raise PlanError(
+                    f"{self.flow}: {p.topic}-{p.partition} is planned from (source {p.source_start}, "
+                    f"target {p.target_start}), not from the end of its gap {gap}"
+                )
 
     @property
     def max_records(self) -> int:
@@ -110,6 +159,8 @@ class Plan:
                 created_at=raw["created_at"],
                 partitions=tuple(PartitionPlan(**p) for p in raw["partitions"]),
                 states=tuple(PartitionState(**s) for s in raw["states"]),
+                # Absent from plans written before gaps were recorded: those have none.
+                gaps=tuple(SourceGap(**g) for g in raw.get("gaps", ())),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise PlanError(f"{source}: not a valid plan ({exc}); re-run the plan task") from exc

@@ -96,7 +96,10 @@ def _unescape(text: str, source: str, line_number: int) -> str:
     def replace(match: re.Match[str]) -> str:
         escape = match.group(1)
         if escape == "u":
-            raise ConfigError(f"malformed \\uXXXX escape in {source} at line {line_number}")
+            raise ConfigError(
+                f"malformed \\uXXXX escape in {source} at line {line_number}; write \\u and four hex "
+                "digits, or \\\\u for a backslash followed by u"
+            )
         if escape[0] == "u":
             return chr(int(escape[1:], 16))
         # Java drops the backslash of any other escaped character: \= \: \# \\ \  -> the character.

@@ -13,23 +13,25 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mirrorflow.cluster_admin import ClusterAdmin, NewTopic
+from mirrorflow.cluster_admin import ClusterAdmin, NewTopic, TopicDescription
 from mirrorflow.config import FlowConfig
 
 
 @dataclass(frozen=True)
 class RemoteTopics:
-    """The flow's selected source topics with their partition counts and remote names."""
+    """The flow's selected source topics with their partition counts, ids (where the source has
+    topic ids) and remote names."""
 
     partitions: Mapping[str, int]
+    topic_ids: Mapping[str, str]
     remote_names: Mapping[str, str]
     created: tuple[str, ...]
     reconfigured: Mapping[str, Mapping[str, str | None]]
 
 
-def select_topics(flow: FlowConfig, source: ClusterAdmin) -> dict[str, int]:
+def select_topics(flow: FlowConfig, source: ClusterAdmin) -> dict[str, TopicDescription]:
     selected = [t for t in source.topics() if flow.should_replicate_topic(t)]
-    return source.partition_counts(selected)
+    return source.describe_topics(selected)
 
 
 def synced_configs(flow: FlowConfig, configs: Mapping[str, str]) -> dict[str, str]:
@@ -53,9 +55,12 @@ def config_changes(
 
 
 def ensure_remote_topics(flow: FlowConfig, source: ClusterAdmin, target: ClusterAdmin) -> RemoteTopics:
-    partitions = select_topics(flow, source)
+    selected = select_topics(flow, source)
+    partitions = {t: d.partitions for t, d in selected.items()}
     remote = {t: flow.replication_policy.format_remote_topic(flow.source.alias, t) for t in partitions}
-    existing = target.partition_counts(set(remote.values()) & target.topics())
+    existing = {
+        t: d.partitions for t, d in target.describe_topics(set(remote.values()) & target.topics()).items()
+    }
     missing = sorted(t for t in partitions if remote[t] not in existing)
     kept = sorted(t for t in partitions if remote[t] in existing) if flow.sync_topic_configs else []
     configs = source.topic_configs([*missing, *kept])
@@ -77,4 +82,5 @@ def ensure_remote_topics(flow: FlowConfig, source: ClusterAdmin, target: Cluster
         if (c := config_changes(flow, configs.get(t, {}), remote_configs.get(remote[t], {})))
     }
     target.alter_topic_configs(changes)
-    return RemoteTopics(partitions, remote, tuple(remote[t] for t in missing), changes)
+    topic_ids = {t: d.topic_id for t, d in selected.items() if d.topic_id is not None}
+    return RemoteTopics(partitions, topic_ids, remote, tuple(remote[t] for t in missing), changes)

@@ -1,5 +1,5 @@
 """The report of one committed run: per partition and per topic, records, bytes, rates, MM2's record
-age and replication latency, and the lag left."""
+age and replication latency, the lag left, and the source gaps the run skipped."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from functools import reduce
 from typing import Any
 
 from mirrorflow.metrics import Stats, rate
-from mirrorflow.plan import CopyResult, Plan
+from mirrorflow.plan import CopyResult, Plan, SourceGap
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,13 @@ class TopicReport:
 
 @dataclass(frozen=True)
 class RunReport:
+    """``gaps``: source records deleted before they were mirrored, which the run skipped
+    (``mirrorflow.on.source.data.loss = skip``)."""
+
     flow: str
     run_id: str
     partitions: tuple[PartitionReport, ...]
+    gaps: tuple[SourceGap, ...] = ()
 
     @property
     def records(self) -> int:
@@ -84,7 +88,8 @@ class RunReport:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """The run in brief (per topic): small enough for an XCom whatever the partition count."""
+        """The run in brief (per topic, and each source gap skipped, which is rare): small enough for
+        an XCom whatever the partition count."""
         latency = _merged(p.replication_latency for p in self.partitions)
         age = _merged(p.record_age for p in self.partitions)
         return {
@@ -96,11 +101,13 @@ class RunReport:
             "replication_latency_ms_max": latency.max if latency.count else None,
             "record_age_ms_max": age.max if age.count else None,
             "topics": [asdict(t) for t in self.topics],
+            "gaps": [asdict(g) for g in self.gaps],
         }
 
     def table(self) -> str:
         """One row per partition that copied records or still lags (idle ones are left out), then
-        the flow's total: records per second written, replication latency and record age in ms."""
+        the flow's total: records per second written, replication latency and record age in ms;
+        then the source gaps skipped, if any."""
         head = (
             "topic", "partition", "records", "skipped", "bytes", "rec/s", "lat avg ms", "lat max ms",
             "age max ms", "lag left",
@@ -119,9 +126,13 @@ class RunReport:
         )
         rows.append(("total", "", *_figures(total)))
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        return "\n".join(
+        lines = [
             "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows]
-        )
+        ]
+        if self.gaps:
+            lines.append("source records lost before they were mirrored, skipped:")
+            lines.extend(f"  {g}" for g in self.gaps)
+        return "\n".join(lines)
 
 
 def _figures(p: PartitionReport) -> tuple[str, ...]:
@@ -167,4 +178,4 @@ def build_report(plan: Plan, result: CopyResult) -> RunReport:
                 r.write_ms,
             )
         )
-    return RunReport(plan.flow, plan.run_id, tuple(partitions))
+    return RunReport(plan.flow, plan.run_id, tuple(partitions), plan.gaps)

@@ -1,8 +1,9 @@
 """The steps of one run of a flow, as plain functions the Airflow tasks and the Spark job call.
 
 plan   -> takes the flow's lock, creates remote topics, anchors new partitions, writes the plan
-copy   -> (Spark) executes the plan, writes the result
-commit -> checks the result against the plan and commits progress and the batch log in one transaction
+copy   -> (Spark) executes the plan, writes the result (or the source data it found lost)
+commit -> checks the result against the plan and commits progress, the batch log and the plan's
+          source gaps in one transaction
 release-> gives the lock back (always runs, whatever happened before)
 
 Each step is safe to retry: plan re-plans from committed progress, copy re-executes the same plan
@@ -11,40 +12,66 @@ without duplicating, commit is idempotent, release only releases this run's lock
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from kafka.admin import OffsetSpec
+from kafka.errors import KafkaError
 
 from mirrorflow.acl_sync import missing_acls, target_acls
+from mirrorflow.clients import librdkafka_config
 from mirrorflow.cluster_admin import ClusterAdmin
-from mirrorflow.config import FlowConfig, MirrorConfig
-from mirrorflow.errors import PlanError
+from mirrorflow.config import ON_SOURCE_DATA_LOSS, ClusterConfig, FlowConfig, MirrorConfig
+from mirrorflow.errors import PlanError, SourceDataLostError, TransientError
 from mirrorflow.metrics import PartitionMetrics, source_metrics_text
 from mirrorflow.mirror_heartbeat import emit_heartbeats, freshness_seconds
 from mirrorflow.mirror_offset_sync import emit_offset_syncs
 from mirrorflow.offsets_store import Batch, OffsetsStore
-from mirrorflow.plan import CopyResult, Plan, metrics_file, read_file, run_dir, write_atomically
-from mirrorflow.planner import PlannerInput, SourceOffsets, make_plan
+from mirrorflow.plan import (
+    CopyResult,
+    Plan,
+    SourceGap,
+    metrics_file,
+    offset_range,
+    read_file,
+    run_dir,
+    write_atomically,
+)
+from mirrorflow.planner import (
+    PlannerInput,
+    SourceOffsets,
+    count_copied_past_gap,
+    find_gaps,
+    lost_data_choice,
+    make_plan,
+)
 from mirrorflow.remote_topics import ensure_remote_topics
 from mirrorflow.report import PartitionReport, RunReport, build_report
 
 log = logging.getLogger(__name__)
 
+_READ_TIMEOUT_S = 60.0
+
 
 @dataclass(frozen=True)
 class RunFiles:
+    """A run's plan, and the outcome of its copy: a result, or the source data the copy found lost
+    (the copy writes one of the two and removes the other)."""
+
     plan: Path
     result: Path
+    data_lost: Path
 
 
 def run_files(config: MirrorConfig, flow: FlowConfig, run_id: str) -> RunFiles:
     folder = run_dir(config.state_dir, flow.name, run_id)
-    return RunFiles(folder / "plan.json", folder / "result.json")
+    return RunFiles(folder / "plan.json", folder / "result.json", folder / "source_data_lost.txt")
 
 
 def plan_run(config: MirrorConfig, flow_name: str, run_id: str) -> Plan:
@@ -65,27 +92,43 @@ def plan_run(config: MirrorConfig, flow_name: str, run_id: str) -> Plan:
             ends = source.offsets(tps, OffsetSpec.LATEST)
             remote_tps = [(topics.remote_names[t], p) for t, p in tps]
             target_ends = target.offsets(remote_tps, OffsetSpec.LATEST)
-        planned = make_plan(
-            PlannerInput(
-                flow=flow.name,
-                run_id=run_id,
-                created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-                source={tp: SourceOffsets(starts[tp], ends[tp]) for tp in tps},
-                remote_topics=topics.remote_names,
-                target_ends=target_ends,
-                progress=store.progress(flow.name),
-                max_records_per_partition=flow.settings.max_records_per_partition,
-                ride_along=frozenset(
-                    t for t in topics.partitions if flow.replication_policy.is_heartbeats_topic(t)
-                ),
-            )
+        inp = PlannerInput(
+            flow=flow.name,
+            run_id=run_id,
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            source={tp: SourceOffsets(starts[tp], ends[tp]) for tp in tps},
+            remote_topics=topics.remote_names,
+            target_ends=target_ends,
+            progress=store.progress(flow.name),
+            max_records_per_partition=flow.settings.max_records_per_partition,
+            ride_along=frozenset(
+                t for t in topics.partitions if flow.replication_policy.is_heartbeats_topic(t)
+            ),
+            skip_lost=flow.settings.on_source_data_loss == "skip",
+            topic_ids=topics.topic_ids,
+            known_topic_ids=store.topic_ids(flow.name),
         )
-        store.anchor(flow.name, run_id, planned.anchors)
+        copied_past_gap = {
+            (g.topic, g.partition): _copied_past_gap(flow, g, topics.remote_names[g.topic], ends)
+            for g in find_gaps(inp)
+            if g.target_end > g.target_start
+        }
+        planned = make_plan(replace(inp, copied_past_gap=copied_past_gap))
+        store.anchor(flow.name, run_id, planned.anchors, planned.topics)
         write_atomically(run_files(config, flow, run_id).plan, planned.plan.to_json())
     except BaseException:
         store.release_lock(flow.name, run_id)
         raise
     plan = planned.plan
+    for gap in plan.gaps:
+        log.warning(
+            "flow %s run %s: source records %s were deleted from the source before they were mirrored; "
+            "skipped (%s = skip), recorded as a gap when the run commits",
+            flow.name,
+            run_id,
+            gap,
+            ON_SOURCE_DATA_LOSS,
+        )
     for remote, changes in sorted(topics.reconfigured.items()):
         log.info(
             "remote topic %s: configs synced from the source: %s",
@@ -104,6 +147,63 @@ def plan_run(config: MirrorConfig, flow_name: str, run_id: str) -> Plan:
         plan.max_records,
     )
     return plan
+
+
+def _copied_past_gap(
+    flow: FlowConfig, gap: SourceGap, remote: str, ends: Mapping[tuple[str, int], int]
+) -> int:
+    """How many of the records an interrupted attempt left on the remote partition past the
+    committed target offset copy records after the gap (see ``count_copied_past_gap``)."""
+    left = gap.target_end - gap.target_start
+    return count_copied_past_gap(
+        _record_digests(flow.target, remote, gap.partition, gap.target_start, gap.target_end, left),
+        _record_digests(
+            flow.source, gap.topic, gap.partition, gap.source_end, ends[(gap.topic, gap.partition)], left
+        ),
+    )
+
+
+def _record_digests(
+    cluster: ClusterConfig, topic: str, partition: int, start: int, stop: int, limit: int
+) -> list[bytes]:
+    """Digests of key, value, headers and timestamp (what the copy keeps) of the committed records
+    of a partition from offset ``start`` on, before offset ``stop``, at most ``limit``, oldest first."""
+    consumer = Consumer(
+        {
+            **librdkafka_config(cluster.consumer),
+            "group.id": "mirrorflow-gap-check",
+            "enable.auto.commit": "false",
+            "isolation.level": "read_committed",
+        }
+    )
+    tp = TopicPartition(topic, partition, start)
+    digests: list[bytes] = []
+    try:
+        consumer.assign([tp])
+        deadline = time.monotonic() + _READ_TIMEOUT_S
+        # The position is invalid (negative) until the first fetch; it passes aborted records and
+        # transaction markers, which consume() never returns.
+        while len(digests) < limit and consumer.position([tp])[0].offset < stop:
+            if time.monotonic() > deadline:
+                raise TransientError(
+                    f"reading {topic}-{partition} on cluster {cluster.alias} from offset {start} did not "
+                    f"reach offset {stop} in {_READ_TIMEOUT_S:.0f} s"
+                )
+            for m in consumer.consume(min(limit - len(digests), 1000), timeout=1):
+                if m.error():
+                    raise KafkaException(m.error())
+                offset = m.offset()
+                if offset is not None and offset < stop:
+                    digests.append(_digest(m))
+    except KafkaException as exc:
+        raise TransientError(f"cannot read {topic}-{partition} on cluster {cluster.alias}: {exc}") from exc
+    finally:
+        consumer.close()
+    return digests
+
+
+def _digest(m: Message) -> bytes:
+    return hashlib.blake2b(repr((m.key(), m.value(), m.headers() or [], m.timestamp()[1])).encode()).digest()
 
 
 def _sync_acls(
@@ -141,12 +241,34 @@ class Committed:
     heartbeat_age_s: float | None
 
 
+def save_copy_result(config: MirrorConfig, flow: FlowConfig, run_id: str, result: CopyResult) -> None:
+    """The copy's outcome for the commit task: what it copied."""
+    files = run_files(config, flow, run_id)
+    write_atomically(files.result, result.to_json())
+    files.data_lost.unlink(missing_ok=True)
+
+
+def save_copy_data_loss(
+    config: MirrorConfig, flow: FlowConfig, run_id: str, lost: SourceDataLostError
+) -> None:
+    """The copy's outcome for the commit task: planned source records were deleted before it read
+    them. The commit task fails the run with the lost ranges; the copy task itself succeeds, as a
+    retry would read the same planned ranges again."""
+    files = run_files(config, flow, run_id)
+    write_atomically(files.data_lost, str(lost))
+    files.result.unlink(missing_ok=True)
+
+
 def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> Committed:
-    """Commit what the copy acknowledged and the run's metrics, in one transaction; export the flow's
-    metrics; report records, bytes, latency and lag left, and the mirrored heartbeat's age."""
+    """Commit what the copy acknowledged, the plan's source gaps and the run's metrics, in one
+    transaction; export the flow's metrics; report records, bytes, latency, lag left and gaps, and
+    the mirrored heartbeat's age. A copy that found planned source records lost fails the run here
+    (``SourceDataLostError``), committing nothing."""
     flow = config.flow(flow_name)
     plan = load_plan(config, flow, run_id)
     files = run_files(config, flow, run_id)
+    if plan.partitions and files.data_lost.exists():
+        raise _lost_during_copy(flow, plan, files.data_lost.read_text())
     result = (
         CopyResult.from_json(read_file(files.result, "copy result"), str(files.result))
         if plan.partitions
@@ -155,7 +277,7 @@ def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> Committed:
     batches = batches_for(plan, result)
     report = build_report(plan, result)
     store = OffsetsStore(config.offsets_db_url)
-    store.commit(flow.name, run_id, batches, [p for p in report.partitions if p.records or p.lag])
+    store.commit(flow.name, run_id, batches, [p for p in report.partitions if p.records or p.lag], plan.gaps)
     # After the commit: a retried commit task commits nothing twice and rewrites the same syncs.
     syncs = emit_offset_syncs(flow, batches)
     log.info(
@@ -171,6 +293,35 @@ def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> Committed:
     write_atomically(path, _source_metrics(flow, store, report, age))
     log.info("metrics of flow %s in %s", flow.name, path)
     return Committed(report, age)
+
+
+def _lost_during_copy(flow: FlowConfig, plan: Plan, spark_reason: str) -> SourceDataLostError:
+    """The error naming every planned range whose start the source no longer holds (its log start
+    now), with what Spark's reader reported."""
+    tps = [(p.topic, p.partition) for p in plan.partitions]
+    try:
+        with ClusterAdmin(flow.source) as source:
+            starts = source.offsets(tps, OffsetSpec.EARLIEST)
+        lost = (
+            ", ".join(
+                offset_range(p.topic, p.partition, p.source_start, starts[(p.topic, p.partition)])
+                for p in plan.partitions
+                if starts[(p.topic, p.partition)] > p.source_start
+            )
+            or "(each planned range still starts at or after its partition's log start)"
+        )
+    except (KafkaError, TransientError) as exc:  # e.g. the topic was deleted: Spark's words must do
+        lost = f"(the source's log start offsets could not be read: {exc})"
+    then = (
+        f"The next run continues after the lost records and records the gaps ({ON_SOURCE_DATA_LOSS} = skip)."
+        if flow.settings.on_source_data_loss == "skip"
+        else lost_data_choice(flow.name)
+    )
+    return SourceDataLostError(
+        f"flow {flow.name} run {plan.run_id}: source records were deleted from the source after the run "
+        f"was planned, before they were copied: {lost}. Nothing was committed. {then} (The copy "
+        f"reported: {spark_reason})"
+    )
 
 
 def _source_metrics(

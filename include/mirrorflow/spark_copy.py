@@ -6,7 +6,9 @@ records in offset order. The planned partitions are spread over as many Spark ta
 cores (``Plan.task_groups``), each task reading its partitions one after another: a task costs about
 0.3 s to set up, so a task per partition made runs over many small partitions slow. ``mapInArrow``
 hands each task's records to ``record_writer.write_partitions`` as Arrow batches, which produces them
-to the remote partitions. The only module that imports pyspark.
+to the remote partitions. Planned records deleted from the source before they were read fail the copy
+with ``SourceDataLostError``: a retry would read the same planned range again. The only module that
+imports pyspark.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from functools import reduce
 
 import pyarrow as pa
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
 from mirrorflow.clients import librdkafka_config, spark_reader_options
+from mirrorflow.errors import SourceDataLostError
 from mirrorflow.plan import CopyResult, PartitionPlan, PartitionResult, Plan
 from mirrorflow.record_writer import READ_COLUMNS, RESULT_SCHEMA, result_from_row, write_partitions
 
@@ -78,10 +82,32 @@ def copy_plan(
     records = reduce(
         DataFrame.union, (read_ranges(spark, g, source_consumer_props).coalesce(1) for g in groups)
     )
-    rows = records.mapInArrow(write, RESULT_DDL).collect()
+    try:
+        rows = records.mapInArrow(write, RESULT_DDL).collect()
+    except Py4JJavaError as error:
+        reason = _source_data_loss(error)
+        if reason is None:
+            raise
+        raise SourceDataLostError(
+            f"flow {plan.flow} run {plan.run_id}: planned source records are no longer on the source: "
+            f"{reason}"
+        ) from error
     done = {(r.topic, r.partition): result_from_row(r.asDict()) for r in rows}
     results = tuple(
         done.get((p.topic, p.partition)) or PartitionResult(p.topic, p.partition, 0, 0, 0, p.target_start)
         for p in plan.partitions
     )
     return CopyResult(plan.flow, plan.run_id, results)
+
+
+def _source_data_loss(error: Py4JJavaError) -> str | None:
+    """Spark's reason when the job failed because planned records are gone from the source (its
+    Kafka reader's error condition ``KAFKA_DATA_LOSS.*``, with ``failOnDataLoss``), else None."""
+    cause = error.java_exception
+    while cause is not None:
+        kafka_error = cause.getClass().getName() == "org.apache.spark.sql.kafka010.KafkaIllegalStateException"
+        if kafka_error and str(cause.getCondition()).startswith("KAFKA_DATA_LOSS"):
+            # The reason follows advice meant for streaming queries (failOnDataLoss), which is no option.
+            return " ".join(str(cause.getMessage()).split("Reason:", 1)[-1].split())
+        cause = cause.getCause()
+    return None

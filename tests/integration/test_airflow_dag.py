@@ -12,24 +12,15 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from mirror_helpers import assert_same_records, create_topic
+from mirror_helpers import AIRFLOW, airflow, assert_same_records, create_topic, migrated_airflow
 
 from mirrorflow import sample_data
 from mirrorflow.config import MirrorConfig
-from mirrorflow.devenv import airflow_env
 from mirrorflow.local_kafka import LocalCluster
 from mirrorflow.offsets_store import OffsetsStore
 from mirrorflow.plan import metrics_file
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
-
-AIRFLOW = str(Path(sys.executable).parent / "airflow")
-
-
-def airflow(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [AIRFLOW, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=420, check=False
-    )
 
 
 @pytest.fixture
@@ -37,12 +28,7 @@ def airflow_for(tmp_path: Path) -> Callable[[MirrorConfig], dict[str, str]]:
     """A fresh Airflow home and metadata DB wired to this repo's DAGs and the given config."""
 
     def make(config: MirrorConfig) -> dict[str, str]:
-        assert config.path is not None
-        env = airflow_env(tmp_path / "airflow", config.path, config.state_dir)
-        env["SPARK_LOCAL_IP"] = "127.0.0.1"
-        migrated = airflow(env, tmp_path, "db", "migrate")
-        assert migrated.returncode == 0, migrated.stderr[-3000:]
-        return env
+        return migrated_airflow(tmp_path / "airflow", config, tmp_path)
 
     return make
 

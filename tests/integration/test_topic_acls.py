@@ -55,19 +55,32 @@ from kafka.admin import (
     AlterConfigOp,
     ConfigResource,
     ConfigResourceType,
-    KafkaAdminClient,
     NewPartitions,
-    ResourcePattern,
     ResourcePatternFilter,
     ResourceType,
 )
 from kafka.errors import TopicAuthorizationFailedError
-from mirror_helpers import assert_same_records, commit_group, local_clusters, run_flow
+from mirror_helpers import (
+    MIRROR_HEARTBEAT_SOURCE_ACLS,
+    MIRROR_HEARTBEAT_TARGET_ACLS,
+    MIRROR_SOURCE_ACLS,
+    MIRROR_TARGET_ACLS,
+    assert_same_records,
+    commit_group,
+    create_acls,
+    create_source_topic,
+    grants,
+    local_clusters,
+    run_flow,
+    secured_admin,
+    secured_config,
+    topic_resource,
+)
 from pyspark.sql import SparkSession
 
 from mirrorflow import sample_data
 from mirrorflow.clients import librdkafka_config
-from mirrorflow.config import MirrorConfig, load_config
+from mirrorflow.config import MirrorConfig
 from mirrorflow.local_kafka import SUPER_USER, LocalCluster, ScramSecurity
 from mirrorflow.mirror_checkpoint import emit_checkpoints
 from mirrorflow.mirror_heartbeat import freshness_seconds
@@ -76,8 +89,7 @@ from mirrorflow.runner import plan_run, release_run
 pytestmark = [pytest.mark.integration]
 
 FLOW = "primary->backup"
-OFFSET_SYNCS = "mm2-offset-syncs.backup.internal"
-ALLOW, DENY = ACLPermissionType.ALLOW, ACLPermissionType.DENY
+DENY = ACLPermissionType.DENY
 
 
 class Secured(NamedTuple):
@@ -86,98 +98,27 @@ class Secured(NamedTuple):
     security: ScramSecurity
 
 
-def _topic(name: str, pattern: ACLResourcePatternType = ACLResourcePatternType.LITERAL) -> ResourcePattern:
-    return ResourcePattern(ResourceType.TOPIC, name, pattern)
-
-
-CLUSTER = ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", ACLResourcePatternType.LITERAL)
-
-
-def _grants(principal: str, resource: ResourcePattern, *ops: ACLOperation) -> list[ACL]:
-    return [ACL(principal, "*", op, ALLOW, resource) for op in ops]
-
-
-def _mirror_source_topic_acls(topic: str) -> list[ACL]:
-    return _grants("User:mirror", _topic(topic), ACLOperation.READ, ACLOperation.DESCRIBE_CONFIGS)
-
-
-MIRROR_SOURCE_ACLS = [
-    *_grants("User:mirror", CLUSTER, ACLOperation.DESCRIBE),
-    *_grants("User:mirror", _topic(OFFSET_SYNCS), ACLOperation.CREATE, ACLOperation.WRITE),
-]
-MIRROR_TARGET_ACLS = [
-    *_grants("User:mirror", CLUSTER, ACLOperation.DESCRIBE, ACLOperation.ALTER),
-    *_grants(
-        "User:mirror",
-        _topic("primary.", ACLResourcePatternType.PREFIXED),
-        ACLOperation.CREATE,
-        ACLOperation.ALTER,
-        ACLOperation.ALTER_CONFIGS,
-        ACLOperation.WRITE,
-    ),
-]
-
-
-def _admin(cluster: LocalCluster, security: ScramSecurity) -> KafkaAdminClient:
-    return KafkaAdminClient(bootstrap_servers=cluster.bootstrap, **security.kafka_python(SUPER_USER))
-
-
-def _create_acls(cluster: LocalCluster, security: ScramSecurity, acls: list[ACL]) -> None:
-    admin = _admin(cluster, security)
-    try:
-        result = admin.create_acls(acls)
-        assert not result["failed"]
-    finally:
-        admin.close()
-
-
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     security = ScramSecurity.generate("mirror", "alice", "bob", "mallory", "carol")
     root = tmp_path_factory.mktemp("acl")
     with local_clusters(("primary", "backup"), root, security=security) as clusters:
         primary, backup = clusters["primary"], clusters["backup"]
-        _create_acls(primary, security, MIRROR_SOURCE_ACLS)
-        _create_acls(backup, security, MIRROR_TARGET_ACLS)
+        create_acls(primary, security, MIRROR_SOURCE_ACLS)
+        create_acls(backup, security, MIRROR_TARGET_ACLS)
         yield Secured(primary, backup, security)
-
-
-def _source_topic(secured: Secured, name: str, partitions: int, configs: dict[str, str]) -> None:
-    """Create a topic on the source as admin, and grant the mirror what it needs on it."""
-    admin = _admin(secured.primary, secured.security)
-    try:
-        admin.create_topics(
-            {name: {"num_partitions": partitions, "replication_factor": 1, "configs": configs}},
-            wait_for_metadata=True,
-        )
-    finally:
-        admin.close()
-    _create_acls(secured.primary, secured.security, _mirror_source_topic_acls(name))
 
 
 def _config(secured: Secured, folder: Path, topic: str, heartbeats: bool = False) -> MirrorConfig:
     """An mm2.properties for the flow, with MM2's keys for the mirror's SASL login to each cluster."""
-    lines = [
-        "clusters = primary, backup",
-        "replication.factor = 1",
-        "offset-syncs.topic.replication.factor = 1",
-        "heartbeats.topic.replication.factor = 1",
-        "checkpoints.topic.replication.factor = 1",
-        f"emit.heartbeats.enabled = {str(heartbeats).lower()}",
-        f"mirrorflow.state.dir = {folder / 'state'}",
-        f"{FLOW}.enabled = true",
-        f"{FLOW}.topics = {topic}",
-    ]
-    for alias, cluster in (("primary", secured.primary), ("backup", secured.backup)):
-        lines.append(f"{alias}.bootstrap.servers = {cluster.bootstrap}")
-        lines += [f"{alias}.{k} = {v}" for k, v in secured.security.client_properties("mirror").items()]
-    path = folder / "mm2.properties"
-    path.write_text("\n".join(lines) + "\n")
-    return load_config(path, env={})
+    clusters = {"primary": secured.primary, "backup": secured.backup}
+    return secured_config(
+        folder, clusters, secured.security.client_properties("mirror"), topic, heartbeats=heartbeats
+    )
 
 
 def _topic_acls(secured: Secured, topic: str) -> set[tuple[str, str, str, str]]:
-    admin = _admin(secured.backup, secured.security)
+    admin = secured_admin(secured.backup, secured.security)
     try:
         everything = ACLFilter(
             None, None, ACLOperation.ANY, ACLPermissionType.ANY,
@@ -194,7 +135,7 @@ def _topic_acls(secured: Secured, topic: str) -> set[tuple[str, str, str, str]]:
 
 def _remote_topic_state(secured: Secured, topic: str) -> tuple[int, str]:
     """Partition count and retention.ms of a topic on the target."""
-    admin = _admin(secured.backup, secured.security)
+    admin = secured_admin(secured.backup, secured.security)
     try:
         partitions = len(admin.describe_topics([topic])[0]["partitions"])
         configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])["topic"][topic]
@@ -231,15 +172,15 @@ def test_literal_topic_acls_reach_the_remote_topic_with_mm2s_rules_and_work(
     secured: Secured, tmp_path: Path
 ) -> None:
     security = secured.security
-    _source_topic(secured, "orders", 1, {"retention.ms": "604800000"})
-    _create_acls(
+    create_source_topic(secured.primary, security, "orders", 1, {"retention.ms": "604800000"})
+    create_acls(
         secured.primary,
         security,
         [
-            *_grants("User:alice", _topic("orders"), ACLOperation.READ, ACLOperation.WRITE),
-            *_grants("User:bob", _topic("orders"), ACLOperation.ALL),
-            ACL("User:mallory", "*", ACLOperation.WRITE, DENY, _topic("orders")),
-            *_grants("User:carol", _topic("ord", ACLResourcePatternType.PREFIXED), ACLOperation.READ),
+            *grants("User:alice", topic_resource("orders"), ACLOperation.READ, ACLOperation.WRITE),
+            *grants("User:bob", topic_resource("orders"), ACLOperation.ALL),
+            ACL("User:mallory", "*", ACLOperation.WRITE, DENY, topic_resource("orders")),
+            *grants("User:carol", topic_resource("ord", ACLResourcePatternType.PREFIXED), ACLOperation.READ),
         ],
     )
     config = _config(secured, tmp_path, "orders")
@@ -248,7 +189,7 @@ def test_literal_topic_acls_reach_the_remote_topic_with_mm2s_rules_and_work(
     release_run(config, FLOW, "run-1")
     assert _remote_topic_state(secured, "primary.orders") == (1, "604800000")
     # The source topic grows and changes: the next run needs ALTER and ALTER_CONFIGS on the target.
-    admin = _admin(secured.primary, security)
+    admin = secured_admin(secured.primary, security)
     try:
         admin.create_partitions({"orders": NewPartitions(2)})
         admin.alter_configs(
@@ -292,27 +233,9 @@ def test_a_run_as_the_mirror_user_copies_records_heartbeats_and_checkpoints(
 ) -> None:
     admin_conf = librdkafka_config(secured.security.client_properties(SUPER_USER))
     # What heartbeats and checkpoints need on top of a copy (the README lists the same grants).
-    _create_acls(
-        secured.primary,
-        secured.security,
-        [
-            *_grants(
-                "User:mirror", _topic("heartbeats"), ACLOperation.CREATE, ACLOperation.WRITE,
-                ACLOperation.READ, ACLOperation.DESCRIBE_CONFIGS,
-            ),
-            *_grants("User:mirror", ResourcePattern(ResourceType.GROUP, "*", ACLResourcePatternType.LITERAL),
-                     ACLOperation.DESCRIBE),
-        ],
-    )  # fmt: skip
-    _create_acls(
-        secured.backup,
-        secured.security,
-        [
-            *_grants("User:mirror", _topic("heartbeats"), ACLOperation.CREATE, ACLOperation.WRITE),
-            *_grants("User:mirror", _topic("primary.heartbeats"), ACLOperation.READ),
-        ],
-    )
-    _source_topic(secured, "payments", 2, {})
+    create_acls(secured.primary, secured.security, MIRROR_HEARTBEAT_SOURCE_ACLS)
+    create_acls(secured.backup, secured.security, MIRROR_HEARTBEAT_TARGET_ACLS)
+    create_source_topic(secured.primary, secured.security, "payments", 2, {})
     producer = sample_data.producer(secured.primary.bootstrap, admin_conf)
     for partition in range(2):
         sample_data.produce(

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from mirrorflow.clients import kafka_python_config, librdkafka_config, spark_reader_options
+from mirrorflow.clients import (
+    check_translatable,
+    kafka_python_config,
+    librdkafka_config,
+    spark_reader_options,
+)
+from mirrorflow.errors import ConfigError
 
 PLAIN_JAAS = (
     'org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="p@ss w=rd;";'
@@ -22,7 +30,8 @@ SASL_PROPS = {
     "sasl.mechanism": "SCRAM-SHA-512",
     "sasl.jaas.config": SCRAM_JAAS,
     "client.id": "mirror",
-    "ssl.truststore.location": "/etc/kafka/truststore.jks",
+    "ssl.truststore.type": "PEM",
+    "ssl.truststore.location": "/etc/kafka/ca.pem",
     "group.id": "ignored",
     "acks": "all",
 }
@@ -67,6 +76,7 @@ def test_librdkafka_config_passes_known_keys_and_drops_java_only_ones() -> None:
         "linger.ms": "5",
         "compression.type": "zstd",
         "ssl.endpoint.identification.algorithm": "https",
+        "ssl.ca.location": "/etc/kafka/ca.pem",
         "sasl.username": "mirror-bot",
         "sasl.password": "s3cr3t",
     }
@@ -80,6 +90,7 @@ def test_kafka_python_config_translates_names_and_splits_bootstrap_servers() -> 
         "client_id": "mirror",
         "sasl_plain_username": "mirror-bot",
         "sasl_plain_password": "s3cr3t",
+        "ssl_cafile": "/etc/kafka/ca.pem",
     }
 
 
@@ -108,7 +119,81 @@ def test_spark_reader_options_prefix_every_key_and_drop_spark_managed_ones() -> 
         "kafka.sasl.mechanism": "SCRAM-SHA-512",
         "kafka.sasl.jaas.config": SCRAM_JAAS,
         "kafka.client.id": "mirror",
-        "kafka.ssl.truststore.location": "/etc/kafka/truststore.jks",
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.truststore.location": "/etc/kafka/ca.pem",
         "kafka.acks": "all",
         "kafka.max.poll.records": "500",
     }
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "librdkafka", "check_hostname"),
+    [("https", "https", True), ("HTTPS", "https", True), ("", "none", False)],
+    ids=["https", "upper-case", "empty-disables"],
+)
+def test_host_name_verification_follows_javas_endpoint_identification_algorithm(
+    algorithm: str, librdkafka: str, check_hostname: bool
+) -> None:
+    props = {"bootstrap.servers": "h:1", "ssl.endpoint.identification.algorithm": algorithm}
+
+    assert librdkafka_config(props) == {
+        "bootstrap.servers": "h:1",
+        "ssl.endpoint.identification.algorithm": librdkafka,
+    }
+    assert kafka_python_config(props) == {"bootstrap_servers": ["h:1"], "ssl_check_hostname": check_hostname}
+
+
+def test_a_pem_truststore_becomes_the_ca_file_of_both_python_clients() -> None:
+    props = {
+        "bootstrap.servers": "h:1",
+        "security.protocol": "SSL",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": "/etc/kafka/ca.pem",
+    }
+
+    assert librdkafka_config(props) == {
+        "bootstrap.servers": "h:1",
+        "security.protocol": "SSL",
+        "ssl.ca.location": "/etc/kafka/ca.pem",
+    }
+    assert kafka_python_config(props) == {
+        "bootstrap_servers": ["h:1"],
+        "security_protocol": "SSL",
+        "ssl_cafile": "/etc/kafka/ca.pem",
+    }
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"ssl.truststore.location": "/etc/kafka/truststore.jks"},
+            "primary.ssl.truststore.location: /etc/kafka/truststore.jks is a JKS truststore (Java's "
+            "default), which the record writer (librdkafka) and the control plane (kafka-python) cannot "
+            "read; export its CA certificates to a PEM file (e.g. `keytool -exportcert -rfc -keystore "
+            "/etc/kafka/truststore.jks -alias <CA alias> -file ca.pem`), point this key at that file and "
+            "set ssl.truststore.type = PEM",
+        ),
+        (
+            {"ssl.truststore.type": "PKCS12", "ssl.truststore.location": "/etc/kafka/truststore.p12"},
+            "primary.ssl.truststore.location: /etc/kafka/truststore.p12 is a PKCS12 truststore "
+            "(primary.ssl.truststore.type), which the record writer",
+        ),
+        (
+            {"ssl.endpoint.identification.algorithm": "ldaps"},
+            "primary.ssl.endpoint.identification.algorithm: expected https, or empty to skip host name "
+            "verification, got 'ldaps'",
+        ),
+    ],
+    ids=["jks-by-default", "pkcs12", "other-algorithm"],
+)
+def test_tls_settings_the_python_clients_cannot_take_are_config_errors_naming_the_key(
+    settings: dict[str, str], message: str
+) -> None:
+    props = {"bootstrap.servers": "h:1", **settings}
+
+    for translate in (librdkafka_config, kafka_python_config):
+        with pytest.raises(ConfigError, match=re.escape(message.replace("primary.", ""))):
+            translate(props)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_translatable(props, lambda key: f"primary.{key}")

@@ -43,7 +43,8 @@ def test_client_settings_top_level_then_cluster_then_role() -> None:
         + """
 security.protocol = SASL_SSL
 sasl.mechanism = PLAIN
-ssl.truststore.location = /top.jks
+ssl.truststore.type = PEM
+ssl.truststore.location = /top.pem
 client.id = not-a-shared-client-key
 backup.security.protocol = PLAINTEXT
 primary.request.timeout.ms = 5000
@@ -57,7 +58,8 @@ primary.admin.retries = 3
     assert dict(primary.client) == {
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "PLAIN",
-        "ssl.truststore.location": "/top.jks",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": "/top.pem",
         "bootstrap.servers": "p1:9092,p2:9092",
         "request.timeout.ms": "5000",
     }
@@ -71,7 +73,8 @@ primary.admin.retries = 3
     assert dict(backup.client) == {
         "security.protocol": "PLAINTEXT",
         "sasl.mechanism": "PLAIN",
-        "ssl.truststore.location": "/top.jks",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": "/top.pem",
         "bootstrap.servers": "b1:9092",
     }
     assert backup.consumer == backup.client
@@ -375,7 +378,7 @@ def test_validation_messages_say_what_to_do() -> None:
         BASE + "mirrorflow.max.records = 5\n": (
             "mirrorflow.max.records: unknown mirrorflow setting; known settings: mirrorflow.schedule, "
             "mirrorflow.max.records.per.partition, mirrorflow.spark.conn.id, "
-            "mirrorflow.copy.timeout.seconds, mirrorflow.task.retries, "
+            "mirrorflow.copy.timeout.seconds, mirrorflow.task.retries, mirrorflow.on.source.data.loss, "
             "mirrorflow.spark.conf.<spark key>, mirrorflow.state.dir, mirrorflow.offsets.db.url"
         ),
         BASE + "mirrorflow.task.retries = many\n": (

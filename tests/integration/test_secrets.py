@@ -1,0 +1,148 @@
+"""No secret leaks: a whole flow through real Airflow on SASL_SSL clusters with an authorizer.
+
+Clusters of this module's own: TLS (a throwaway CA generated here, the brokers' certificate for
+127.0.0.1) with SASL/SCRAM-SHA-512 on the client and inter-broker listener, and StandardAuthorizer.
+The mirror logs in as ``mirror`` with the least-privilege grants of ``test_topic_acls.py`` (copy,
+ACL sync, heartbeats, checkpoints), and its password, a random string, is in the config only by
+reference: ``${file:...}`` to a credentials file outside the Airflow home and the state dir.
+
+After ``airflow dags test`` ran plan -> copy (spark-submit) -> commit -> checkpoint -> release, the
+password is nowhere in what the run leaves behind or prints: the command's output (which holds the
+task logs, spark-submit's output included), every file under the Airflow home (its metadata DB, and
+so the XComs) and the state dir (plan and result files, metrics, the offsets database), nor in the
+XCom values and the offsets database's tables as read back.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mirror_helpers import (
+    MIRROR_HEARTBEAT_SOURCE_ACLS,
+    MIRROR_HEARTBEAT_TARGET_ACLS,
+    MIRROR_SOURCE_ACLS,
+    MIRROR_TARGET_ACLS,
+    airflow,
+    assert_same_records,
+    commit_group,
+    create_acls,
+    create_source_topic,
+    local_clusters,
+    migrated_airflow,
+    secured_config,
+)
+
+from mirrorflow import sample_data
+from mirrorflow.clients import librdkafka_config
+from mirrorflow.local_kafka import SUPER_USER, LocalCluster, LocalTls, ScramSecurity
+from mirrorflow.offsets_store import OffsetsStore
+from mirrorflow.plan import metrics_file
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.airflow]
+
+FLOW = "primary->backup"
+TOPIC = "payments"
+PROVIDERS = [
+    "config.providers = file",
+    "config.providers.file.class = org.apache.kafka.common.config.provider.FileConfigProvider",
+]
+
+
+def _holding(secret: bytes, folder: Path) -> list[str]:
+    """Every file under ``folder`` whose bytes contain ``secret``."""
+    return [str(path) for path in sorted(folder.rglob("*")) if path.is_file() and secret in path.read_bytes()]
+
+
+def _sqlite_dump(path: Path) -> str:
+    connection = sqlite3.connect(path)
+    try:
+        return "\n".join(connection.iterdump())
+    finally:
+        connection.close()
+
+
+def _xcoms(airflow_db: Path) -> list[tuple[str, str, str]]:
+    """(task id, key, value as stored) of every XCom."""
+    connection = sqlite3.connect(airflow_db)
+    try:
+        rows = connection.execute("SELECT task_id, key, value FROM xcom").fetchall()
+    finally:
+        connection.close()
+    return [(str(task), str(key), str(value)) for task, key, value in rows]
+
+
+@pytest.fixture
+def clusters(tmp_path: Path) -> Iterator[tuple[dict[str, LocalCluster], ScramSecurity]]:
+    security = ScramSecurity.generate("mirror", tls=LocalTls.generate(tmp_path / "tls"))
+    with local_clusters(("primary", "backup"), tmp_path / "kafka", security=security) as started:
+        create_acls(started["primary"], security, [*MIRROR_SOURCE_ACLS, *MIRROR_HEARTBEAT_SOURCE_ACLS])
+        create_acls(started["backup"], security, [*MIRROR_TARGET_ACLS, *MIRROR_HEARTBEAT_TARGET_ACLS])
+        yield started, security
+
+
+def test_a_dag_run_over_sasl_ssl_with_the_password_by_reference_leaks_it_nowhere(
+    clusters: tuple[dict[str, LocalCluster], ScramSecurity], tmp_path: Path
+) -> None:
+    started, security = clusters
+    primary, backup = started["primary"], started["backup"]
+    password = security.passwords["mirror"]
+    admin_conf = librdkafka_config(security.client_properties(SUPER_USER))
+    create_source_topic(primary, security, TOPIC, 3, {})
+    producer = sample_data.producer(primary.bootstrap, admin_conf)
+    for partition in range(3):
+        records = (sample_data.sample_record(TOPIC, partition, i) for i in range(40))
+        sample_data.produce(producer, TOPIC, partition, records)
+    commit_group(primary.bootstrap, "billing", {(TOPIC, 0): 25, (TOPIC, 2): 40}, admin_conf)
+    creds = tmp_path / "secrets" / "mirror.properties"
+    creds.parent.mkdir()
+    creds.write_text(f"password = {password}\n")
+    client = {
+        **security.client_properties("mirror"),
+        "sasl.jaas.config": security.jaas_config("mirror", f"${{file:{creds}:password}}"),
+    }
+    config = secured_config(tmp_path, started, client, TOPIC, heartbeats=True, extra=PROVIDERS)
+    assert config.path is not None and password not in config.path.read_text()
+    home = tmp_path / "airflow"
+    env = migrated_airflow(home, config, tmp_path)
+    assert not [name for name, value in env.items() if password in value]
+
+    run = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
+
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-8000:]
+    assert (
+        assert_same_records(primary.bootstrap, TOPIC, backup.bootstrap, f"primary.{TOPIC}", 3, admin_conf)
+        == 120
+    )
+    store = OffsetsStore(config.offsets_db_url)
+    assert [(b.topic, b.partition, b.source_start, b.source_end) for b in store.batches(FLOW)] == [
+        ("heartbeats", 0, 0, 1),
+        (TOPIC, 0, 0, 40),
+        (TOPIC, 1, 0, 40),
+        (TOPIC, 2, 0, 40),
+    ]
+    # Every task ran and returned, and the task logs in the output hold spark-submit's output, with
+    # the settings of Spark's Kafka consumers (Kafka's client hides the JAAS config there).
+    xcoms = _xcoms(home / "airflow.db")
+    returned = {task: json.loads(value) for task, key, value in xcoms if key == "return_value"}
+    assert sorted(returned) == ["checkpoint", "commit", "plan", "release"]
+    assert (returned["commit"]["records"], returned["checkpoint"]["emitted"]) == (121, 2)
+    assert "copied 121 records for primary->backup" in output  # with the heartbeat
+    assert "sasl.jaas.config = [hidden]" in output
+    # The run's files are where the search below looks.
+    metrics = [metrics_file(config.state_dir, FLOW, kind).name for kind in ("checkpoint", "source")]
+    state_files = sorted(path.name for path in config.state_dir.rglob("*") if path.is_file())
+    assert state_files == sorted([*metrics, "offsets.db", "plan.json", "result.json"])
+
+    secret = password.encode()
+    assert password not in output
+    assert _holding(secret, home) == []
+    assert _holding(secret, config.state_dir) == []
+    assert not [(task, key) for task, key, value in xcoms if password in value]
+    offsets_db = config.state_dir / "offsets.db"
+    assert config.offsets_db_url == f"sqlite:///{offsets_db}"
+    assert password not in _sqlite_dump(offsets_db)
