@@ -5,7 +5,8 @@
 
 Planned source records deleted before they were read end the job successfully with a note instead of
 a result: a retry would only read the same lost range again, and the commit task fails the run with
-the exact lost ranges (``SourceDataLostError``), which Airflow does not retry.
+the exact lost ranges (``SourceDataLostError``), which Airflow does not retry. The job runs only while
+its run holds the flow's lock and ends itself before the lock expires (``copy_guard``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 from pyspark.sql import SparkSession
 
 from mirrorflow.config import load_config
+from mirrorflow.copy_guard import exit_at, lock_deadline
 from mirrorflow.errors import SourceDataLostError
 from mirrorflow.runner import load_plan, save_copy_data_loss, save_copy_result
 from mirrorflow.spark_copy import copy_plan
@@ -30,6 +32,9 @@ def main(argv: list[str] | None = None) -> None:
     config = load_config(args.config)
     flow = config.flow(args.flow)
     plan = load_plan(config, flow, args.run_id)
+    exit_at(
+        lock_deadline(config.offsets_db_url, flow.name, args.run_id), f"copy of {flow.name} {args.run_id}"
+    )
     spark = SparkSession.builder.appName(f"mirror {flow.name} {args.run_id}").getOrCreate()
     try:
         result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)

@@ -1,0 +1,46 @@
+"""CopyGuard: only the lock holder's copy runs, and it ends itself before the lock expires."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from mirrorflow.copy_guard import EXIT_CODE, MARGIN, lock_deadline
+from mirrorflow.errors import FlowLockedError
+from mirrorflow.offsets_store import OffsetsStore
+
+FLOW = "primary->backup"
+
+
+def test_the_deadline_is_the_lock_expiry_less_a_margin_for_the_holder_only(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'offsets.db'}"
+    with pytest.raises(FlowLockedError, match=r"run run-1 does not hold the flow's lock \(nobody does\)"):
+        lock_deadline(url, FLOW, "run-1")
+    with OffsetsStore(url) as store:
+        store.acquire_lock(FLOW, "run-1", ttl_seconds=3600)
+        expires = store.lock_info(FLOW).expires_at  # type: ignore[union-attr]
+
+    assert lock_deadline(url, FLOW, "run-1") == expires - MARGIN
+    with pytest.raises(FlowLockedError, match=r"run run-2 does not hold the flow's lock \(run run-1 does\)"):
+        lock_deadline(url, FLOW, "run-2")
+
+
+def test_the_process_ends_itself_at_the_deadline() -> None:
+    deadline = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+    code = (
+        "import sys, time; from datetime import datetime; from mirrorflow.copy_guard import exit_at; "
+        f"exit_at(datetime.fromisoformat({deadline!r}), 'copy'); time.sleep(60)"
+    )
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+
+    assert done.returncode == EXIT_CODE
+    assert done.stderr.startswith("copy: stopped at ")
+    assert time.monotonic() - began < 20
