@@ -3,9 +3,10 @@
     spark-submit --jars <connector jars> jobs/mirror_copy.py --config mm2.properties \
         --flow primary->backup --run-id <run id>
 
-Planned source records deleted before they were read end the job successfully with a note instead of
-a result: a retry would only read the same lost range again, and the commit task fails the run with
-the exact lost ranges (``SourceDataLostError``), which Airflow does not retry. The job runs only while
+An error a retry would meet again (planned source records deleted before they were read, someone
+else's records on the target, a login refused) ends the job successfully with a note instead of a
+result, and the commit task fails the run with it (for lost records: the exact lost ranges), which
+Airflow does not retry; transient errors fail the job, and Airflow retries it. The job runs only while
 its run holds the flow's lock and ends itself before the lock expires (``copy_guard``).
 """
 
@@ -17,8 +18,8 @@ from pyspark.sql import SparkSession
 
 from mirrorflow.config import load_config
 from mirrorflow.copy_guard import exit_at, lock_deadline
-from mirrorflow.errors import SourceDataLostError
-from mirrorflow.runner import load_plan, save_copy_data_loss, save_copy_result
+from mirrorflow.errors import MirrorError, TransientError
+from mirrorflow.runner import load_plan, save_copy_failure, save_copy_result
 from mirrorflow.spark_copy import copy_plan
 
 
@@ -38,9 +39,11 @@ def main(argv: list[str] | None = None) -> None:
     spark = SparkSession.builder.appName(f"mirror {flow.name} {args.run_id}").getOrCreate()
     try:
         result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
-    except SourceDataLostError as lost:
-        save_copy_data_loss(config, flow, args.run_id, lost)
-        print(f"copy of {flow.name} stopped: {lost}; the commit task fails the run")
+    except TransientError:
+        raise
+    except MirrorError as failed:
+        save_copy_failure(config, flow, args.run_id, failed)
+        print(f"copy of {flow.name} stopped: {failed}; the commit task fails the run")
         return
     finally:
         spark.stop()

@@ -48,6 +48,10 @@ class SourceTopicRecreatedError(TargetStateError):
     and remote topic belong to the old topic, so nothing of the new one may be copied on top."""
 
 
+class AuthorizationError(MirrorError):
+    """A cluster refused the mirror's login an operation it needs (see the README's grants)."""
+
+
 class WireFormatError(MirrorError):
     """Bytes in an MM2 internal topic that are not the record they should be."""
 
@@ -55,3 +59,10 @@ class WireFormatError(MirrorError):
 class CorruptStateError(MirrorError):
     """A row of the offsets database that mirrorflow never writes (edited by hand, or a damaged
     database): nothing may be planned, committed or translated from it until a person repairs it."""
+
+
+def error_class(name: str) -> type[MirrorError] | None:
+    """The error class of this module called ``name``, if there is one (to raise again an error
+    that crossed a process boundary as its class name and message)."""
+    found = globals().get(name)
+    return found if isinstance(found, type) and issubclass(found, MirrorError) else None

@@ -24,6 +24,7 @@ import json
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -33,13 +34,14 @@ import pyarrow.compute as pc
 from confluent_kafka import (
     TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
+    KafkaError,
     KafkaException,
     Message,
     Producer,
     TopicPartition,
 )
 
-from mirrorflow.errors import TargetStateError, TransientError
+from mirrorflow.errors import AuthorizationError, TargetStateError, TransientError
 from mirrorflow.metrics import Stats, Timestamps
 from mirrorflow.plan import PartitionPlan, PartitionResult
 
@@ -72,6 +74,7 @@ _PRODUCER_DEFAULTS = {
     "queue.buffering.max.messages": "500000",
 }
 _TIMEOUT_S = 30.0
+_REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
 
 
 @dataclass
@@ -114,6 +117,7 @@ class _Target:
 
     def __init__(self, conf: Mapping[str, str], first_topic: str) -> None:
         self.errors: list[str] = []
+        self.refused: list[str] = []
         self.produced = 0
         # Runs of records awaiting acknowledgement: (records produced up to their end, whose, when made).
         self._unacked: deque[tuple[int, _Progress, Timestamps]] = deque()
@@ -138,9 +142,12 @@ class _Target:
             self.close()
             raise TransientError(f"cannot read the metadata of {first_topic} on the target: {exc}") from exc
 
-    def _on_delivery(self, err: object, msg: Message) -> None:
-        if err is not None:
-            self.errors.append(f"{msg.topic()}-{msg.partition()}: {err}")
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            return
+        if err.code() in _REFUSED:
+            self.refused.append(f"{msg.topic()}-{msg.partition()}: {err.str()}")
+        self.errors.append(f"{msg.topic()}-{msg.partition()}: {err}")
 
     def end_offset(self, topic: str, partition: int) -> int:
         try:
@@ -209,6 +216,8 @@ class _Target:
         while remaining and time.monotonic() < deadline:
             remaining = self.producer.flush(0.05)
             self._settle()
+        if self.refused:
+            raise _refused_write(self.refused[0])
         if remaining or self.errors:
             raise TransientError(
                 f"{remaining} records to {len(copied)} remote partitions undelivered, errors: "
@@ -247,22 +256,46 @@ def write_partitions(
     target: _Target | None = None
     copied: list[_Progress] = []
     try:
-        for batch in batches:
-            for run in _partition_runs(batch):
-                key = (run.column("topic")[0].as_py(), run.column("partition")[0].as_py())
-                if not copied or (copied[-1].plan.topic, copied[-1].plan.partition) != key:
-                    if target is None:
-                        target = _Target(producer_conf, plans[key].remote_topic)
-                    copied.append(target.start(plans[key]))
-                assert target is not None
-                _write_batch(target, copied[-1], run)
-        if target is None:
-            return
-        target.finish(copied)
+        # A failed send is fatal to a gapless producer: produce, poll and flush raise it from then on.
+        with _producer_failures():
+            for batch in batches:
+                for run in _partition_runs(batch):
+                    key = (run.column("topic")[0].as_py(), run.column("partition")[0].as_py())
+                    if not copied or (copied[-1].plan.topic, copied[-1].plan.partition) != key:
+                        if target is None:
+                            target = _Target(producer_conf, plans[key].remote_topic)
+                        copied.append(target.start(plans[key]))
+                    assert target is not None
+                    _write_batch(target, copied[-1], run)
+            if target is None:
+                return
+            target.finish(copied)
     finally:
         if target is not None:
             target.close()
     yield pa.RecordBatch.from_pylist([p.result() for p in copied], schema=RESULT_SCHEMA)
+
+
+def _refused_write(detail: str) -> AuthorizationError:
+    return AuthorizationError(
+        f"the target cluster refused the mirror's login to write: {detail}. Grant it WRITE on the "
+        "remote topics (README: Secured clusters); nothing was committed."
+    )
+
+
+@contextmanager
+def _producer_failures() -> Iterator[None]:
+    """The producer's own errors, classified: a refused login is not retried, the rest is."""
+    try:
+        yield
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        detail = error.str() if error is not None else str(exc)
+        if (error is not None and error.code() in _REFUSED) or "authorization failed" in detail.lower():
+            raise _refused_write(detail) from exc
+        raise TransientError(
+            f"the producer to the target failed: {detail}; the plan can be re-run safely"
+        ) from exc
 
 
 def _partition_runs(batch: pa.RecordBatch) -> list[pa.RecordBatch]:

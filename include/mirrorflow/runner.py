@@ -13,6 +13,7 @@ without duplicating, commit is idempotent, release only releases this run's lock
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -28,7 +29,7 @@ from mirrorflow.acl_sync import missing_acls, target_acls
 from mirrorflow.clients import librdkafka_config
 from mirrorflow.cluster_admin import ClusterAdmin
 from mirrorflow.config import ON_SOURCE_DATA_LOSS, ClusterConfig, FlowConfig, MirrorConfig
-from mirrorflow.errors import PlanError, SourceDataLostError, TransientError
+from mirrorflow.errors import MirrorError, PlanError, SourceDataLostError, TransientError, error_class
 from mirrorflow.metrics import PartitionMetrics, source_metrics_text
 from mirrorflow.mirror_heartbeat import emit_heartbeats, freshness_seconds
 from mirrorflow.mirror_offset_sync import emit_offset_syncs
@@ -61,17 +62,17 @@ _READ_TIMEOUT_S = 60.0
 
 @dataclass(frozen=True)
 class RunFiles:
-    """A run's plan, and the outcome of its copy: a result, or the source data the copy found lost
-    (the copy writes one of the two and removes the other)."""
+    """A run's plan, and the outcome of its copy: a result, or the error that stopped it and that a
+    retry would meet again (the copy writes one of the two and removes the other)."""
 
     plan: Path
     result: Path
-    data_lost: Path
+    failure: Path
 
 
 def run_files(config: MirrorConfig, flow: FlowConfig, run_id: str) -> RunFiles:
     folder = run_dir(config.state_dir, flow.name, run_id)
-    return RunFiles(folder / "plan.json", folder / "result.json", folder / "source_data_lost.txt")
+    return RunFiles(folder / "plan.json", folder / "result.json", folder / "copy_failed.json")
 
 
 def plan_run(config: MirrorConfig, flow_name: str, run_id: str) -> Plan:
@@ -245,30 +246,48 @@ def save_copy_result(config: MirrorConfig, flow: FlowConfig, run_id: str, result
     """The copy's outcome for the commit task: what it copied."""
     files = run_files(config, flow, run_id)
     write_atomically(files.result, result.to_json())
-    files.data_lost.unlink(missing_ok=True)
+    files.failure.unlink(missing_ok=True)
 
 
-def save_copy_data_loss(
-    config: MirrorConfig, flow: FlowConfig, run_id: str, lost: SourceDataLostError
-) -> None:
-    """The copy's outcome for the commit task: planned source records were deleted before it read
-    them. The commit task fails the run with the lost ranges; the copy task itself succeeds, as a
-    retry would read the same planned ranges again."""
+def save_copy_failure(config: MirrorConfig, flow: FlowConfig, run_id: str, error: MirrorError) -> None:
+    """The copy's outcome for the commit task: an error a retry of the copy would meet again
+    (planned source records deleted, someone else's records on the target, a refused login). The
+    copy task itself succeeds, so that Airflow does not retry it; the commit task fails the run with
+    the error, which Airflow does not retry either."""
     files = run_files(config, flow, run_id)
-    write_atomically(files.data_lost, str(lost))
+    write_atomically(files.failure, json.dumps({"error": type(error).__name__, "message": str(error)}))
     files.result.unlink(missing_ok=True)
+
+
+def _copy_failure(flow: FlowConfig, plan: Plan, note: str) -> MirrorError:
+    """The error a copy saved, as raised by the commit task: lost source data with the ranges the
+    source no longer holds now."""
+    try:
+        saved = json.loads(note)
+        kind = error_class(saved["error"])
+        message = str(saved["message"])
+        if kind is None:
+            raise TypeError(f"no error class {saved['error']!r}")
+    except (ValueError, KeyError, TypeError) as exc:
+        return PlanError(
+            f"the copy's failure note of run {plan.run_id} is unreadable ({exc}); re-run the copy task"
+        )
+    if kind is SourceDataLostError:
+        return _lost_during_copy(flow, plan, message)
+    error: MirrorError = kind(message)
+    return error
 
 
 def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> Committed:
     """Commit what the copy acknowledged, the plan's source gaps and the run's metrics, in one
     transaction; export the flow's metrics; report records, bytes, latency, lag left and gaps, and
-    the mirrored heartbeat's age. A copy that found planned source records lost fails the run here
-    (``SourceDataLostError``), committing nothing."""
+    the mirrored heartbeat's age. A copy that stopped on an error a retry would meet again fails the
+    run here with that error (lost source records: with the exact lost ranges), committing nothing."""
     flow = config.flow(flow_name)
     plan = load_plan(config, flow, run_id)
     files = run_files(config, flow, run_id)
-    if plan.partitions and files.data_lost.exists():
-        raise _lost_during_copy(flow, plan, files.data_lost.read_text())
+    if plan.partitions and files.failure.exists():
+        raise _copy_failure(flow, plan, files.failure.read_text())
     result = (
         CopyResult.from_json(read_file(files.result, "copy result"), str(files.result))
         if plan.partitions

@@ -14,15 +14,17 @@ imports pyspark.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from functools import reduce
 
 import pyarrow as pa
 from py4j.protocol import Py4JJavaError
+from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame, SparkSession
 
 from mirrorflow.clients import librdkafka_config, spark_reader_options
-from mirrorflow.errors import SourceDataLostError
+from mirrorflow.errors import AuthorizationError, MirrorError, SourceDataLostError, error_class
 from mirrorflow.plan import CopyResult, PartitionPlan, PartitionResult, Plan
 from mirrorflow.record_writer import READ_COLUMNS, RESULT_SCHEMA, result_from_row, write_partitions
 
@@ -84,20 +86,45 @@ def copy_plan(
     )
     try:
         rows = records.mapInArrow(write, RESULT_DDL).collect()
-    except Py4JJavaError as error:
-        reason = _source_data_loss(error)
-        if reason is None:
+    except (Py4JJavaError, CapturedException) as error:
+        reason = _source_data_loss(error) if isinstance(error, Py4JJavaError) else None
+        if reason is not None:
+            raise SourceDataLostError(
+                f"flow {plan.flow} run {plan.run_id}: planned source records are no longer on the source: "
+                f"{reason}"
+            ) from error
+        classified = task_error(str(error))
+        if classified is None:
             raise
-        raise SourceDataLostError(
-            f"flow {plan.flow} run {plan.run_id}: planned source records are no longer on the source: "
-            f"{reason}"
-        ) from error
+        raise classified from error
     done = {(r.topic, r.partition): result_from_row(r.asDict()) for r in rows}
     results = tuple(
         done.get((p.topic, p.partition)) or PartitionResult(p.topic, p.partition, 0, 0, 0, p.target_start)
         for p in plan.partitions
     )
     return CopyResult(plan.flow, plan.run_id, results)
+
+
+# A copy task's own error, as Spark's failure quotes its traceback: "mirrorflow.errors.<Class>: <message>".
+_TASK_ERROR = re.compile(r"mirrorflow\.errors\.(\w+): ([^\n]*)")
+_REFUSED = re.compile(r"org\.apache\.kafka\.common\.errors\.(\w*AuthorizationException): ([^\n]*)")
+
+
+def task_error(failure: str) -> MirrorError | None:
+    """The classified error behind a failed Spark job: one a copy task raised (same class and
+    message), or a cluster refusing the reader's login; None for anything else."""
+    raised = _TASK_ERROR.search(failure)
+    kind = error_class(raised.group(1)) if raised else None
+    if raised and kind is not None:
+        error: MirrorError = kind(raised.group(2))
+        return error
+    refused = _REFUSED.search(failure)
+    if refused:
+        return AuthorizationError(
+            f"the source cluster refused the mirror's login: {refused.group(2)} ({refused.group(1)}). "
+            "Grant it READ on the mirrored topics (README: Secured clusters); nothing was committed."
+        )
+    return None
 
 
 def _source_data_loss(error: Py4JJavaError) -> str | None:

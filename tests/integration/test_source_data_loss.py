@@ -165,7 +165,7 @@ def test_records_deleted_between_plan_and_copy_fail_the_run_at_commit_naming_the
 
     with pytest.raises(SourceDataLostError) as lost:
         copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
-    runner.save_copy_data_loss(config, flow, "run-1", lost.value)
+    runner.save_copy_failure(config, flow, "run-1", lost.value)
     with pytest.raises(SourceDataLostError) as caught:
         runner.commit_run(config, FLOW, "run-1")
     runner.release_run(config, FLOW, "run-1")

@@ -81,9 +81,11 @@ from pyspark.sql import SparkSession
 from mirrorflow import sample_data
 from mirrorflow.clients import librdkafka_config
 from mirrorflow.config import MirrorConfig
+from mirrorflow.errors import AuthorizationError
 from mirrorflow.local_kafka import SUPER_USER, LocalCluster, ScramSecurity
 from mirrorflow.mirror_checkpoint import emit_checkpoints
 from mirrorflow.mirror_heartbeat import freshness_seconds
+from mirrorflow.offsets_store import OffsetsStore
 from mirrorflow.runner import plan_run, release_run
 
 pytestmark = [pytest.mark.integration]
@@ -260,3 +262,37 @@ def test_a_run_as_the_mirror_user_copies_records_heartbeats_and_checkpoints(
     ]
     age = freshness_seconds(config.flow(FLOW))
     assert age is not None and age < 300
+
+
+@pytest.mark.spark
+def test_a_refused_write_fails_the_copy_as_an_authorization_error_and_commits_nothing(
+    secured: Secured, tmp_path: Path, spark: SparkSession
+) -> None:
+    admin_conf = librdkafka_config(secured.security.client_properties(SUPER_USER))
+    create_source_topic(secured.primary, secured.security, "denied", 1, {})
+    sample_data.produce(
+        sample_data.producer(secured.primary.bootstrap, admin_conf),
+        "denied",
+        0,
+        (sample_data.sample_record("denied", 0, i) for i in range(5)),
+    )
+    # DENY wins over the prefixed ALLOW WRITE the mirror holds on the remote topics.
+    create_acls(
+        secured.backup,
+        secured.security,
+        [ACL("User:mirror", "*", ACLOperation.WRITE, DENY, topic_resource("primary.denied"))],
+    )
+    config = _config(secured, tmp_path, "denied")
+
+    with pytest.raises(AuthorizationError) as caught:
+        run_flow(config, FLOW, "run-1", spark)
+
+    assert str(caught.value).startswith(
+        "the target cluster refused the mirror's login to write: ProduceRequest for primary.denied [0] "
+    )
+    assert "Topic authorization failed" in str(caught.value)
+    assert str(caught.value).endswith(
+        "Grant it WRITE on the remote topics (README: Secured clusters); nothing was committed."
+    )
+    with OffsetsStore(config.offsets_db_url) as store:
+        assert store.batches(FLOW) == []
