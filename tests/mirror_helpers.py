@@ -6,9 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka import TopicPartition as KafkaTopicPartition
@@ -349,3 +350,36 @@ def migrated_airflow(home: Path, config: MirrorConfig, cwd: Path) -> dict[str, s
     migrated = airflow(env, cwd, "db", "migrate")
     assert migrated.returncode == 0, migrated.stderr[-3000:]
     return env
+
+
+class Process(NamedTuple):
+    pid: int
+    group: int
+    cmdline: str
+    environ: str
+
+
+def live_processes() -> list[Process]:
+    """Every process of this machine that has not exited (zombies left out)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # Fields after the parenthesised command name: state, parent, process group.
+            state, _parent, group = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = (entry / "environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue  # exited meanwhile
+        if state != "Z":
+            found.append(Process(int(entry.name), int(group), cmdline, environ))
+    return found
+
+
+def assert_all_gone(select: Callable[[Process], bool], what: str, timeout: float = 20.0) -> None:
+    """No live process matches ``select`` once ``timeout`` seconds have passed (they may be exiting)."""
+    deadline = time.monotonic() + timeout
+    while (left := [p for p in live_processes() if select(p)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"{what} survive: {[f'{p.pid}: {p.cmdline[:200]}' for p in left]}"

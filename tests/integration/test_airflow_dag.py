@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from mirror_helpers import AIRFLOW, airflow, assert_same_records, create_topic, migrated_airflow
+from mirror_helpers import (
+    AIRFLOW,
+    airflow,
+    assert_all_gone,
+    assert_same_records,
+    create_topic,
+    migrated_airflow,
+)
 
 from mirrorflow import sample_data
 from mirrorflow.config import MirrorConfig
@@ -100,23 +107,6 @@ def test_a_missing_spark_connection_fails_the_plan_before_anything_happens(
     assert store.lock_holder("primary->backup") is None
 
 
-def _processes_mentioning(text: str) -> list[str]:
-    """Live processes with ``text`` in their command line or environment: everything the Airflow run
-    started, Spark's Python workers included, inherits the ``MIRROR_CONFIG`` it was given."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                environ = (entry / "environ").read_bytes().decode(errors="replace")
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if state != "Z" and (text in cmdline or text in environ):
-                found.append(f"{entry.name}: {cmdline[:200]}")
-    return found
-
-
 def test_a_copy_that_times_out_is_killed_whole_and_commits_nothing(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],
@@ -140,11 +130,8 @@ def test_a_copy_that_times_out_is_killed_whole_and_commits_nothing(
     assert timed_out.returncode != 0
     assert "AirflowTaskTimeout" in timed_out.stdout + timed_out.stderr
     # The driver JVM, the Python driver and the Python workers are all gone.
-    marker = f"MIRROR_CONFIG={config.path}"
-    deadline = time.monotonic() + 20
-    while _processes_mentioning(marker) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert _processes_mentioning(marker) == []
+    marker = f"MIRROR_CONFIG={config.path}"  # inherited by everything the run started
+    assert_all_gone(lambda p: marker in p.cmdline or marker in p.environ, "processes of the run")
     assert store.batches("primary->backup") == []
     assert {p.next_source_offset for p in store.progress("primary->backup").values()} == {0}
     assert store.lock_holder("primary->backup") is None
@@ -192,11 +179,8 @@ def test_a_killed_airflow_run_leaves_its_lock_and_the_next_run_after_release_cop
     os.killpg(run.pid, signal.SIGKILL)
     run.wait(timeout=30)
     watch.close()
-    marker = f"MIRROR_CONFIG={config.path}"
-    deadline = time.monotonic() + 20
-    while _processes_mentioning(marker) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert _processes_mentioning(marker) == []
+    marker = f"MIRROR_CONFIG={config.path}"  # inherited by everything the run started
+    assert_all_gone(lambda p: marker in p.cmdline or marker in p.environ, "processes of the run")
     assert store.batches("primary->backup") == []
     dead_run = store.lock_holder("primary->backup")
     assert dead_run is not None  # its teardown never ran

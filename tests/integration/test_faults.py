@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from mirror_helpers import create_topic, local_clusters, run_flow
+from mirror_helpers import assert_all_gone, create_topic, local_clusters, run_flow
 from pyspark.sql import SparkSession
 
 from mirrorflow import local_kafka, runner, sample_data
@@ -152,25 +152,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    deadline = time.monotonic() + 10
-    while _group_members(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _group_members(proc.pid), f"processes of the killed copy survive: {_group_members(proc.pid)}"
-
-
-def _group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            # Fields after the parenthesised command: state, ppid, pgrp.
-            fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                members.append(int(entry.name))
-    return members
+    assert_all_gone(lambda p: p.group == proc.pid, "processes of the killed copy")
 
 
 def _kill_copy(kill: Kill, config: MirrorConfig, plan: Plan, targets: _Targets, log: Path) -> None:
