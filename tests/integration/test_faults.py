@@ -175,7 +175,7 @@ def _kill_copy(kill: Kill, config: MirrorConfig, plan: Plan, targets: _Targets, 
     written = targets.written() - start
     if kill.fraction is None:
         assert written == 0, f"{kill.name}: {written} records written before the kill"
-    elif kill.fraction <= 0.75:
+    elif kill.fraction <= 0.5:  # later kills may land after the last record (the invariant still holds)
         assert 0 < written < planned, f"{kill.name}: {written} of {planned} records written at the kill"
 
 
