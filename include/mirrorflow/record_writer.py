@@ -175,7 +175,7 @@ class _Target:
             self._consumer.unassign()
         for i, want in enumerate(expected):
             got = _record_of(found[i]) if i < len(found) else None
-            if got is None or got != (want if got[3] is not None else (*want[:3], None)):
+            if not _same(got, want):
                 source_offset = int(batch.column("offset")[i].as_py())
                 raise TargetStateError(
                     f"remote partition {plan.remote_topic}-{plan.partition} offset {offset + i} holds "
@@ -243,7 +243,11 @@ class _Target:
             )
 
     def close(self) -> None:
+        """Also drops whatever the producer still holds: after a failure, nothing of this attempt may
+        reach the target later, behind the back of a retry."""
         self._consumer.close()
+        self.producer.purge(in_queue=True, in_flight=True, blocking=True)
+        self.producer.poll(0)
 
 
 def write_partitions(
@@ -379,6 +383,11 @@ def _records(batch: pa.RecordBatch) -> list[Comparable]:
         (row["key"], row["value"], [(h["key"], h["value"]) for h in row["headers"] or ()], ms)
         for row, ms in zip(batch.select(["key", "value", "headers"]).to_pylist(), millis, strict=True)
     ]
+
+
+def _same(got: Comparable | None, want: Comparable) -> bool:
+    """A target record is the planned one; a broker-set timestamp (None) is not compared."""
+    return got is not None and got == (want if got[3] is not None else (*want[:3], None))
 
 
 def _record_of(msg: Message) -> Comparable:
