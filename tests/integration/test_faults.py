@@ -306,16 +306,7 @@ def _pause(cluster: LocalCluster) -> None:
 @pytest.mark.parametrize(
     ("side", "fault"),
     [
-        pytest.param(
-            "backup",
-            _restart,
-            id="target-restarted",
-            # Known open bug, stated in the README: in about 2 of 5 runs a remote partition of this
-            # single-replica target ended with all records once but a run of them out of order.
-            marks=pytest.mark.xfail(
-                strict=False, reason="records can land out of order across a target restart"
-            ),
-        ),
+        pytest.param("backup", _restart, id="target-restarted"),
         pytest.param("primary", _pause, id="source-unreachable"),
     ],
 )
