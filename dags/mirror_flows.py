@@ -3,6 +3,12 @@
 plan (setup) -> copy (Spark) -> commit -> checkpoint -> release (teardown). Reading the config is the
 only work done at parse time; an invalid config shows up as this file's import error, naming the bad
 key.
+
+A manual run copies what the source holds when it plans; a scheduled or backfill run copies the
+records before its data interval's end (resolved per partition by timestamp), so a backfill copies
+history one interval per run, and re-running an interval already copied copies nothing. The trigger
+form narrows a run (topics, records per partition), plans without writing (dry run) and chooses
+where partitions never mirrored start.
 """
 
 from __future__ import annotations
@@ -10,10 +16,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, Param, task
 
 from mirrorflow.config import TASK_RETRY_DELAY_SECONDS, load_config
 from mirrorflow.dag_spec import flow_dag_spec, spark_jars
+from mirrorflow.run_options import TRIGGER_PARAMS
 from mirrorflow_airflow import tasks
 
 CONFIG = load_config()
@@ -33,6 +40,10 @@ for _flow in CONFIG.flows:
             "retry_delay": timedelta(seconds=TASK_RETRY_DELAY_SECONDS),
         },
         user_defined_macros={"spark_jars": spark_jars},
+        params={
+            name: Param(default, description=description, **schema)
+            for name, (default, schema, description) in TRIGGER_PARAMS.items()
+        },
         doc_md=__doc__,
     ) as _dag:
         _plan = task.short_circuit(task_id="plan", ignore_downstream_trigger_rules=False)(tasks.plan)(

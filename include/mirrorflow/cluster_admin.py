@@ -107,6 +107,36 @@ class ClusterAdmin:
         found = self._admin.list_partition_offsets(specs, isolation_level=IsolationLevel.READ_COMMITTED)
         return {(tp.topic, tp.partition): int(o.offset) for tp, o in found.items()}
 
+    def offsets_at(self, partitions: Iterable[TP], timestamp_ms: int) -> dict[TP, int | None]:
+        """Per partition, the offset of its first record with a timestamp at or after
+        ``timestamp_ms``; None where there is no such record."""
+        specs = {TopicPartition(t, p): timestamp_ms for t, p in partitions}
+        if not specs:
+            return {}
+        found = self._admin.list_partition_offsets(specs)
+        return {
+            (tp.topic, tp.partition): (int(o.offset) if o.offset >= 0 else None) for tp, o in found.items()
+        }
+
+    def partition_sizes(self, topics: Iterable[str]) -> dict[TP, int]:
+        """Bytes each partition of ``topics`` takes on disk (its largest replica). Empty when the
+        login may not describe log dirs (DESCRIBE on the cluster): sizes only inform estimates."""
+        names = sorted(topics)
+        if not names:
+            return {}
+        try:
+            brokers = self._admin.describe_log_dirs(names)
+        except KafkaError:
+            return {}
+        sizes: dict[TP, int] = {}
+        for broker in brokers:
+            for log_dir in broker["log_dirs"]:
+                for topic in log_dir["topics"]:
+                    for p in topic["partitions"]:
+                        key = (topic["name"], p["partition_index"])
+                        sizes[key] = max(sizes.get(key, 0), int(p["partition_size"]))
+        return sizes
+
     def topic_configs(self, topics: Iterable[str]) -> dict[str, dict[str, str]]:
         """Each topic's configs set on the topic itself: not defaults, not inherited from the broker,
         not sensitive (their values are never returned)."""

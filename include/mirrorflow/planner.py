@@ -4,10 +4,13 @@ Invariants:
 - A partition with committed progress resumes exactly where the last commit left it, on the source
   and on the target: records an interrupted attempt already wrote past that point are recognised by
   the copy (target end offset minus ``target_start``) and never written twice.
-- A partition seen for the first time starts at the source's log start offset (MirrorMaker 2 copies
-  from the earliest record) and at the target's current end offset; its starting point is anchored in
-  the offsets table before any record is copied, and its topic's id is recorded with it.
-- No range ends past the source's last stable offset at plan time, nor is longer than the per-run cap.
+- A partition seen for the first time starts at the run's start position (by default the source's
+  log start offset: MirrorMaker 2 copies from the earliest record) and at the target's current end
+  offset; its starting point is anchored in the offsets table before any record is copied, and its
+  topic's id is recorded with it.
+- No range ends past the source's last stable offset at plan time, nor past the run's bound (a
+  scheduled run's interval end), nor is longer than the per-run cap. A bound at or before committed
+  progress plans nothing: re-running an interval already copied is a no-op.
 - Committed progress the source no longer holds is never skipped silently: the run fails naming every
   lost range, or (``mirrorflow.on.source.data.loss = skip``) the plan carries each gap, and the
   partition resumes after it, where neither the lost records nor an interrupted attempt's copies of
@@ -60,6 +63,10 @@ class PlannerInput:
     # Source topic ids now (topics whose broker reports one), and as recorded when first mirrored.
     topic_ids: Mapping[str, str] = field(default_factory=dict)
     known_topic_ids: Mapping[str, str] = field(default_factory=dict)
+    # Where partitions without progress start (default: the log start), within [log start, end].
+    starts: Mapping[TopicPartition, int] = field(default_factory=dict)
+    # The source offset each partition's range may not pass (a scheduled run's interval end).
+    bounds: Mapping[TopicPartition, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -129,7 +136,10 @@ def make_plan(inp: PlannerInput) -> PlannerOutput:
         position = inp.progress.get((topic, partition))
         if position is None:
             position = PartitionProgress(
-                topic, partition, offsets.log_start, inp.target_ends[(remote, partition)]
+                topic,
+                partition,
+                inp.starts.get((topic, partition), offsets.log_start),
+                inp.target_ends[(remote, partition)],
             )
             anchors.append(position)
         gap = gaps.get((topic, partition))
@@ -140,7 +150,11 @@ def make_plan(inp: PlannerInput) -> PlannerOutput:
                 topic, partition, remote, offsets.log_start, offsets.end, position.next_source_offset
             )
         )
-        end = min(offsets.end, position.next_source_offset + inp.max_records_per_partition)
+        end = min(
+            offsets.end,
+            inp.bounds.get((topic, partition), offsets.end),
+            position.next_source_offset + inp.max_records_per_partition,
+        )
         if end > position.next_source_offset:
             parts.append(
                 PartitionPlan(

@@ -20,17 +20,28 @@ from mirrorflow.config import FlowConfig
 @dataclass(frozen=True)
 class RemoteTopics:
     """The flow's selected source topics with their partition counts, ids (where the source has
-    topic ids) and remote names."""
+    topic ids) and remote names, and what the target needs to match them: remote topics to create,
+    to grow to the source's partition count, and configs to change."""
 
     partitions: Mapping[str, int]
     topic_ids: Mapping[str, str]
     remote_names: Mapping[str, str]
-    created: tuple[str, ...]
+    created: Mapping[str, NewTopic]
+    grown: Mapping[str, tuple[int, int]]
     reconfigured: Mapping[str, Mapping[str, str | None]]
 
+    def absent_partitions(self) -> frozenset[tuple[str, int]]:
+        """Remote partitions that do not exist until the changes are made."""
+        created = {(r, p) for r, new in self.created.items() for p in range(new.partitions)}
+        grown = {(r, p) for r, (old, new) in self.grown.items() for p in range(old, new)}
+        return frozenset(created | grown)
 
-def select_topics(flow: FlowConfig, source: ClusterAdmin) -> dict[str, TopicDescription]:
-    selected = [t for t in source.topics() if flow.should_replicate_topic(t)]
+
+def select_topics(
+    flow: FlowConfig, source: ClusterAdmin, only: frozenset[str] = frozenset()
+) -> dict[str, TopicDescription]:
+    """The source topics the flow selects; with ``only``, just those of them."""
+    selected = [t for t in source.topics() if flow.should_replicate_topic(t) and (not only or t in only)]
     return source.describe_topics(selected)
 
 
@@ -54,8 +65,11 @@ def config_changes(
     return changes
 
 
-def ensure_remote_topics(flow: FlowConfig, source: ClusterAdmin, target: ClusterAdmin) -> RemoteTopics:
-    selected = select_topics(flow, source)
+def remote_topic_changes(
+    flow: FlowConfig, source: ClusterAdmin, target: ClusterAdmin, only: frozenset[str] = frozenset()
+) -> RemoteTopics:
+    """What the target needs for the selected topics (``only``: just those), without changing it."""
+    selected = select_topics(flow, source, only)
     partitions = {t: d.partitions for t, d in selected.items()}
     remote = {t: flow.replication_policy.format_remote_topic(flow.source.alias, t) for t in partitions}
     existing = {
@@ -64,23 +78,37 @@ def ensure_remote_topics(flow: FlowConfig, source: ClusterAdmin, target: Cluster
     missing = sorted(t for t in partitions if remote[t] not in existing)
     kept = sorted(t for t in partitions if remote[t] in existing) if flow.sync_topic_configs else []
     configs = source.topic_configs([*missing, *kept])
-    target.create_topics(
-        {
+    remote_configs = target.topic_configs(remote[t] for t in kept)
+    return RemoteTopics(
+        partitions=partitions,
+        topic_ids={t: d.topic_id for t, d in selected.items() if d.topic_id is not None},
+        remote_names=remote,
+        created={
             remote[t]: NewTopic(
                 partitions[t], flow.replication_factor, synced_configs(flow, configs.get(t, {}))
             )
             for t in missing
-        }
+        },
+        grown={
+            remote[t]: (existing[remote[t]], n)
+            for t, n in partitions.items()
+            if remote[t] in existing and existing[remote[t]] < n
+        },
+        reconfigured={
+            remote[t]: c
+            for t in kept
+            if (c := config_changes(flow, configs.get(t, {}), remote_configs.get(remote[t], {})))
+        },
     )
-    for topic, count in partitions.items():
-        if remote[topic] in existing and existing[remote[topic]] < count:
-            target.add_partitions(remote[topic], count)
-    remote_configs = target.topic_configs(remote[t] for t in kept)
-    changes = {
-        remote[t]: c
-        for t in kept
-        if (c := config_changes(flow, configs.get(t, {}), remote_configs.get(remote[t], {})))
-    }
-    target.alter_topic_configs(changes)
-    topic_ids = {t: d.topic_id for t, d in selected.items() if d.topic_id is not None}
-    return RemoteTopics(partitions, topic_ids, remote, tuple(remote[t] for t in missing), changes)
+
+
+def ensure_remote_topics(
+    flow: FlowConfig, source: ClusterAdmin, target: ClusterAdmin, only: frozenset[str] = frozenset()
+) -> RemoteTopics:
+    """Make the target match the selected topics (``only``: just those); returns what it changed."""
+    topics = remote_topic_changes(flow, source, target, only)
+    target.create_topics(topics.created)
+    for remote, (_, count) in topics.grown.items():
+        target.add_partitions(remote, count)
+    target.alter_topic_configs(topics.reconfigured)
+    return topics

@@ -3,7 +3,7 @@ age and replication latency, the lag left, and the source gaps the run skipped."
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import reduce
 from typing import Any
@@ -125,14 +125,18 @@ class RunReport:
             _merged(p.replication_latency for p in self.partitions),
         )
         rows.append(("total", "", *_figures(total)))
-        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        lines = [
-            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows]
-        ]
+        lines = text_table(head, rows)
         if self.gaps:
             lines.append("source records lost before they were mirrored, skipped:")
             lines.extend(f"  {g}" for g in self.gaps)
         return "\n".join(lines)
+
+
+def text_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """Lines of a left-aligned plain-text table, for task logs."""
+    table = [head, *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
 
 
 def _figures(p: PartitionReport) -> tuple[str, ...]:

@@ -25,10 +25,11 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError
 
-from mirrorflow.acl_sync import missing_acls, target_acls
+from mirrorflow.acl_sync import TopicAcl, missing_acls, target_acls
 from mirrorflow.clients import librdkafka_config
 from mirrorflow.cluster_admin import ClusterAdmin
 from mirrorflow.config import ON_SOURCE_DATA_LOSS, ClusterConfig, FlowConfig, MirrorConfig
+from mirrorflow.dry_run import DryRun, dry_run_of
 from mirrorflow.errors import MirrorError, PlanError, SourceDataLostError, TransientError, error_class
 from mirrorflow.metrics import PartitionMetrics, source_metrics_text
 from mirrorflow.mirror_heartbeat import emit_heartbeats, freshness_seconds
@@ -46,14 +47,16 @@ from mirrorflow.plan import (
 )
 from mirrorflow.planner import (
     PlannerInput,
+    PlannerOutput,
     SourceOffsets,
     count_copied_past_gap,
     find_gaps,
     lost_data_choice,
     make_plan,
 )
-from mirrorflow.remote_topics import ensure_remote_topics
+from mirrorflow.remote_topics import RemoteTopics, ensure_remote_topics, remote_topic_changes
 from mirrorflow.report import PartitionReport, RunReport, build_report
+from mirrorflow.run_options import DEFAULT_OPTIONS, ParamError, RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -75,51 +78,29 @@ def run_files(config: MirrorConfig, flow: FlowConfig, run_id: str) -> RunFiles:
     return RunFiles(folder / "plan.json", folder / "result.json", folder / "copy_failed.json")
 
 
-def plan_run(config: MirrorConfig, flow_name: str, run_id: str) -> Plan:
-    """Plan the run and write the plan file. Holds the flow's lock from here until ``release_run``."""
+def plan_run(
+    config: MirrorConfig, flow_name: str, run_id: str, options: RunOptions = DEFAULT_OPTIONS
+) -> Plan:
+    """Plan the run and write the plan file. Holds the flow's lock from here until ``release_run``.
+    Invalid options fail before anything is written."""
     flow = config.flow(flow_name)
     store = OffsetsStore(config.offsets_db_url)
-    # A crashed run's lock is taken over once it expires: after every copy attempt has timed out.
-    store.acquire_lock(flow.name, run_id, flow.settings.lock_ttl_seconds)
-    try:
-        # Before planning, so that this run mirrors the source's new heartbeat too.
-        emit_heartbeats(flow)
-        with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
-            topics = ensure_remote_topics(flow, source, target)
+    with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
+        _check_topic_subset(flow, source, options)
+        # A crashed run's lock is taken over once it expires: after every copy attempt has timed out.
+        store.acquire_lock(flow.name, run_id, flow.settings.lock_ttl_seconds)
+        try:
+            # Before planning, so that this run mirrors the source's new heartbeat too.
+            emit_heartbeats(flow)
+            topics = ensure_remote_topics(flow, source, target, options.topics)
             if flow.sync_topic_acls:
                 _sync_acls(flow, source, target, topics.remote_names)
-            tps = [(t, p) for t, n in topics.partitions.items() for p in range(n)]
-            starts = source.offsets(tps, OffsetSpec.EARLIEST)
-            ends = source.offsets(tps, OffsetSpec.LATEST)
-            remote_tps = [(topics.remote_names[t], p) for t, p in tps]
-            target_ends = target.offsets(remote_tps, OffsetSpec.LATEST)
-        inp = PlannerInput(
-            flow=flow.name,
-            run_id=run_id,
-            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-            source={tp: SourceOffsets(starts[tp], ends[tp]) for tp in tps},
-            remote_topics=topics.remote_names,
-            target_ends=target_ends,
-            progress=store.progress(flow.name),
-            max_records_per_partition=flow.settings.max_records_per_partition,
-            ride_along=frozenset(
-                t for t in topics.partitions if flow.replication_policy.is_heartbeats_topic(t)
-            ),
-            skip_lost=flow.settings.on_source_data_loss == "skip",
-            topic_ids=topics.topic_ids,
-            known_topic_ids=store.topic_ids(flow.name),
-        )
-        copied_past_gap = {
-            (g.topic, g.partition): _copied_past_gap(flow, g, topics.remote_names[g.topic], ends)
-            for g in find_gaps(inp)
-            if g.target_end > g.target_start
-        }
-        planned = make_plan(replace(inp, copied_past_gap=copied_past_gap))
-        store.anchor(flow.name, run_id, planned.anchors, planned.topics)
-        write_atomically(run_files(config, flow, run_id).plan, planned.plan.to_json())
-    except BaseException:
-        store.release_lock(flow.name, run_id)
-        raise
+            planned = _plan(flow, run_id, options, source, target, topics, store, frozenset())
+            store.anchor(flow.name, run_id, planned.anchors, planned.topics)
+            write_atomically(run_files(config, flow, run_id).plan, planned.plan.to_json())
+        except BaseException:
+            store.release_lock(flow.name, run_id)
+            raise
     plan = planned.plan
     for gap in plan.gaps:
         log.warning(
@@ -148,6 +129,113 @@ def plan_run(config: MirrorConfig, flow_name: str, run_id: str) -> Plan:
         plan.max_records,
     )
     return plan
+
+
+def dry_run(config: MirrorConfig, flow_name: str, run_id: str, options: RunOptions) -> DryRun:
+    """What ``plan_run`` with these options would plan and change now; writes nothing."""
+    flow = config.flow(flow_name)
+    store = OffsetsStore(config.offsets_db_url)
+    with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
+        _check_topic_subset(flow, source, options)
+        topics = remote_topic_changes(flow, source, target, options.topics)
+        acls = _missing_acls(flow, source, target, topics.remote_names) if flow.sync_topic_acls else []
+        planned = _plan(flow, run_id, options, source, target, topics, store, topics.absent_partitions())
+        sizes = source.partition_sizes(topics.partitions)
+    new = frozenset((a.topic, a.partition) for a in planned.anchors)
+    return dry_run_of(planned.plan, topics, new, sizes, [str(a) for a in acls or []])
+
+
+def _check_topic_subset(flow: FlowConfig, source: ClusterAdmin, options: RunOptions) -> None:
+    if not options.topics:
+        return
+    # The heartbeats topic may not exist yet: the run creates it before it plans.
+    names = source.topics() | {flow.replication_policy.heartbeats_topic()}
+    selectable = {t for t in names if flow.should_replicate_topic(t)}
+    unknown = sorted(options.topics - selectable)
+    if unknown:
+        raise ParamError(
+            "topics",
+            f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not among the topics flow "
+            f"{flow.name} selects on cluster {flow.source.alias} ({_listing(selectable)}); check the "
+            "spelling, the flow's topics / topics.exclude, and that the topic exists",
+        )
+
+
+def _listing(names: set[str], limit: int = 20) -> str:
+    shown = sorted(names)[:limit]
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return (", ".join(shown) + more) if shown else "none"
+
+
+def _plan(
+    flow: FlowConfig,
+    run_id: str,
+    options: RunOptions,
+    source: ClusterAdmin,
+    target: ClusterAdmin,
+    topics: RemoteTopics,
+    store: OffsetsStore,
+    absent: frozenset[tuple[str, int]],
+) -> PlannerOutput:
+    """The planner's input read from both clusters and the offsets table, and its output.
+    ``absent``: remote partitions that do not exist yet (they end at offset 0)."""
+    tps = [(t, p) for t, n in topics.partitions.items() for p in range(n)]
+    starts = source.offsets(tps, OffsetSpec.EARLIEST)
+    ends = source.offsets(tps, OffsetSpec.LATEST)
+    remote_tps = [(topics.remote_names[t], p) for t, p in tps]
+    target_ends = {
+        **{tp: 0 for tp in absent},
+        **target.offsets([tp for tp in remote_tps if tp not in absent], OffsetSpec.LATEST),
+    }
+    progress = store.progress(flow.name)
+    new = [tp for tp in tps if tp not in progress]
+    inp = PlannerInput(
+        flow=flow.name,
+        run_id=run_id,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        source={tp: SourceOffsets(starts[tp], ends[tp]) for tp in tps},
+        remote_topics=topics.remote_names,
+        target_ends=target_ends,
+        progress=progress,
+        max_records_per_partition=options.max_records_per_partition
+        or flow.settings.max_records_per_partition,
+        ride_along=frozenset(t for t in topics.partitions if flow.replication_policy.is_heartbeats_topic(t)),
+        skip_lost=flow.settings.on_source_data_loss == "skip",
+        topic_ids=topics.topic_ids,
+        known_topic_ids=store.topic_ids(flow.name),
+        starts=_start_offsets(source, options, new, ends),
+        bounds=_bounds(source, options, tps),
+    )
+    copied_past_gap = {
+        (g.topic, g.partition): _copied_past_gap(flow, g, topics.remote_names[g.topic], ends)
+        for g in find_gaps(inp)
+        if g.target_end > g.target_start
+    }
+    return make_plan(replace(inp, copied_past_gap=copied_past_gap))
+
+
+def _start_offsets(
+    source: ClusterAdmin, options: RunOptions, new: list[tuple[str, int]], ends: Mapping[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """Where partitions never mirrored start, unless at the log start (``earliest``)."""
+    if options.start == "latest":
+        return {tp: ends[tp] for tp in new}
+    if options.start_timestamp_ms is not None:
+        found = source.offsets_at(new, options.start_timestamp_ms)
+        # No record at or after the time yet: start after the last one.
+        return {tp: ends[tp] if (o := found[tp]) is None else min(o, ends[tp]) for tp in new}
+    return {}
+
+
+def _bounds(
+    source: ClusterAdmin, options: RunOptions, tps: list[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
+    """A scheduled or backfill run copies only records before its interval's end: each partition
+    up to its first record at or after that time (none yet: no bound but the last stable offset)."""
+    if options.until_timestamp_ms is None:
+        return {}
+    found = source.offsets_at(tps, options.until_timestamp_ms)
+    return {tp: offset for tp, offset in found.items() if offset is not None}
 
 
 def _copied_past_gap(
@@ -207,23 +295,27 @@ def _digest(m: Message) -> bytes:
     return hashlib.blake2b(repr((m.key(), m.value(), m.headers() or [], m.timestamp()[1])).encode()).digest()
 
 
+def _missing_acls(
+    flow: FlowConfig, source: ClusterAdmin, target: ClusterAdmin, remote_names: Mapping[str, str]
+) -> list[TopicAcl] | None:
+    """The remote topics' ACLs the target lacks; None when the target has no authorizer."""
+    acls = source.topic_acls()
+    if acls is None:
+        return []  # no authorizer on the source: nothing to sync (as MM2)
+    wanted = target_acls(acls, remote_names)
+    existing = target.topic_acls() if wanted else []
+    return None if existing is None else missing_acls(wanted, existing)
+
+
 def _sync_acls(
     flow: FlowConfig, source: ClusterAdmin, target: ClusterAdmin, remote_names: Mapping[str, str]
 ) -> None:
-    acls = source.topic_acls()
-    if acls is None:
-        return  # no authorizer on the source: nothing to sync (as MM2)
-    wanted = target_acls(acls, remote_names)
-    existing = target.topic_acls() if wanted else []
-    if existing is None:
+    created = _missing_acls(flow, source, target, remote_names)
+    if created is None:
         log.warning(
-            "flow %s: %d topic ACLs not synced: cluster %s has no authorizer",
-            flow.name,
-            len(wanted),
-            flow.target.alias,
+            "flow %s: topic ACLs not synced: cluster %s has no authorizer", flow.name, flow.target.alias
         )
         return
-    created = missing_acls(wanted, existing)
     target.create_topic_acls(created)
     for acl in created:
         log.info("ACL synced to %s: %s", flow.target.alias, acl)

@@ -8,16 +8,24 @@ retrying cannot fix it, so the task fails at once with the actionable message.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from airflow.sdk import Connection, get_current_context
-from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
+from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException, AirflowSkipException
 
 from mirrorflow import runner
 from mirrorflow.config import load_config
 from mirrorflow.errors import MirrorError, TransientError
 from mirrorflow.mirror_checkpoint import emit_checkpoints
+from mirrorflow.run_options import RunOptions, run_options
+
+log = logging.getLogger(__name__)
+
+# Runs that copy up to their data interval's end; any other (manual, asset-triggered) copies up to
+# the source's offsets at plan time.
+_INTERVAL_RUN_TYPES = frozenset({"scheduled", "backfill"})
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -40,6 +48,13 @@ def _run_id() -> str:
     return str(get_current_context()["run_id"])
 
 
+def _options() -> RunOptions:
+    """The run's trigger params and, for a scheduled or backfill run, its data interval end."""
+    context = get_current_context()
+    interval_run = str(context["dag_run"].run_type) in _INTERVAL_RUN_TYPES
+    return run_options(context["params"], context.get("data_interval_end") if interval_run else None)
+
+
 def _require_spark_connection(conn_id: str) -> None:
     """Without its connection, SparkSubmitOperator silently submits to YARN: refuse before planning."""
     try:
@@ -54,14 +69,27 @@ def _require_spark_connection(conn_id: str) -> None:
 
 @classified
 def plan(flow: str) -> bool:
-    """Returns whether there is anything to copy (False skips the copy task)."""
+    """Returns whether there is anything to copy (False skips the copy task). A dry run logs and
+    returns (as the ``dry_run`` XCom) what the run would copy and change, and writes nothing."""
     config = load_config()
+    options = _options()
+    if options.dry_run:
+        shown = runner.dry_run(config, flow, _run_id(), options)
+        log.info("%s", shown.table())
+        get_current_context()["ti"].xcom_push(key="dry_run", value=shown.as_dict())
+        return False
     _require_spark_connection(config.flow(flow).settings.spark_conn_id)
-    return bool(runner.plan_run(config, flow, _run_id()).partitions)
+    return bool(runner.plan_run(config, flow, _run_id(), options).partitions)
+
+
+def _skip_dry_run() -> None:
+    if _options().dry_run:
+        raise AirflowSkipException("dry run: nothing was copied, so nothing is committed")
 
 
 @classified
 def commit(flow: str) -> dict[str, Any]:
+    _skip_dry_run()
     committed = runner.commit_run(load_config(), flow, _run_id())
     return {**committed.report.as_dict(), "heartbeat_age_s": committed.heartbeat_age_s}
 

@@ -129,6 +129,20 @@ def test_dag_wiring(
     assert commit.trigger_rule == "none_failed"
     assert checkpoint.trigger_rule == "all_success"
 
+    # The trigger form: every param typed, described, and valid at its default.
+    params = dag.params.dump()
+    assert params == {
+        "topics": [],
+        "max_records_per_partition": None,
+        "dry_run": False,
+        "start": "earliest",
+        "start_timestamp": None,
+    }
+    for name in params:
+        param = dag.params.get_param(name)
+        assert param.schema["type"] and param.description
+        param.resolve(params[name])
+
     assert isinstance(copy, SparkSubmitOperator)
     assert copy._conn_id == conn_id
     assert copy.execution_timeout == timedelta(hours=6)

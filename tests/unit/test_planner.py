@@ -345,3 +345,36 @@ def test_a_changed_topic_id_stops_the_plan_naming_both_ids_and_the_recovery() ->
         "mirrorflow.offsets_store forget-topic --flow 'primary->backup' --topic orders), then run the "
         "flow again."
     )
+
+
+def test_a_run_start_places_new_partitions_only() -> None:
+    inp = planner_input(
+        {("orders", 0): (40, 100), ("orders", 1): (0, 50)},
+        {("primary.orders", 0): 7, ("primary.orders", 1): 30},
+        progress={("orders", 1): (20, 30)},
+    )
+
+    out = make_plan(replace(inp, starts={("orders", 0): 90, ("orders", 1): 45}))
+
+    assert out.anchors == (PartitionProgress("orders", 0, 90, 7),)
+    assert [(p.partition, p.source_start, p.source_end, p.target_start) for p in out.plan.partitions] == [
+        (0, 90, 100, 7),
+        (1, 20, 50, 30),
+    ]
+
+
+def test_a_bound_ends_ranges_early_and_one_behind_progress_plans_nothing() -> None:
+    inp = planner_input(
+        {("orders", 0): (0, 100), ("orders", 1): (0, 50), ("payments", 0): (0, 10)},
+        {("primary.orders", 0): 60, ("primary.orders", 1): 30, ("primary.payments", 0): 0},
+        progress={("orders", 0): (60, 60), ("orders", 1): (30, 30)},
+    )
+
+    out = make_plan(replace(inp, bounds={("orders", 0): 75, ("orders", 1): 12}))
+
+    assert [(p.topic, p.partition, p.source_start, p.source_end) for p in out.plan.partitions] == [
+        ("orders", 0, 60, 75),
+        ("payments", 0, 0, 10),
+    ]
+    # The lag still counts up to the source's end: a bounded run is not caught up.
+    assert [s.lag for s in out.plan.states] == [40, 20, 10]
