@@ -3,13 +3,18 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-unit soak lint format bench kafka-up kafka-down kafka-status clean
+.PHONY: setup demo airflow test test-unit soak lint format bench kafka-up kafka-down kafka-status clean
 
 setup:
 	@bash scripts/setup.sh
 
 demo: setup
 	@$(PY) scripts/demo.py
+
+# Airflow's UI and scheduler (airflow standalone) on the local clusters, wired as docker-compose.yaml
+# wires its Airflow; AIRFLOW_PORT (default 8080). Ctrl-C stops it; the clusters keep running.
+airflow: setup
+	@$(PY) -m mirrorflow.local_airflow
 
 test: setup
 	@bash scripts/test.sh $(PYTEST_ARGS)

@@ -3,9 +3,11 @@ through Airflow, and give the mirror user of secured clusters its least-privileg
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+import urllib.error
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +30,7 @@ from pyspark.sql import SparkSession
 from mirrorflow import local_kafka, runner, sample_data
 from mirrorflow.config import MirrorConfig, load_config
 from mirrorflow.devenv import airflow_env
+from mirrorflow.local_airflow import LocalAirflow, free_port
 from mirrorflow.local_kafka import SUPER_USER, LocalCluster, ScramSecurity
 from mirrorflow.plan import write_atomically
 from mirrorflow.report import RunReport
@@ -350,6 +353,34 @@ def migrated_airflow(home: Path, config: MirrorConfig, cwd: Path) -> dict[str, s
     migrated = airflow(env, cwd, "db", "migrate")
     assert migrated.returncode == 0, migrated.stderr[-3000:]
     return env
+
+
+@contextmanager
+def running_airflow(home: Path, config: MirrorConfig, **env: str) -> Iterator[LocalAirflow]:
+    """`airflow standalone` (API server, scheduler, DAG processor, triggerer) on a free port, wired to
+    ``config``, with ``env`` overriding Airflow settings; stopped, with every process of it, after."""
+    assert config.path is not None
+    airflow = LocalAirflow(home, config.path, config.state_dir, free_port(), {**os.environ, **env})
+    airflow.env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    airflow.start()
+    try:
+        yield airflow
+    finally:
+        airflow.stop()
+        assert_all_gone(lambda p: str(home) in p.cmdline, "Airflow processes")
+
+
+def wait_for_dag(airflow: LocalAirflow, dag_id: str, timeout: float = 120.0) -> None:
+    """Until the DAG processor has parsed the DAG; then unpause it (new DAGs start paused)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            airflow.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+            return
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404 or time.monotonic() > deadline:
+                raise
+        time.sleep(1)
 
 
 class Process(NamedTuple):

@@ -51,7 +51,9 @@ def _run_id() -> str:
 def _options() -> RunOptions:
     """The run's trigger params and, for a scheduled or backfill run, its data interval end."""
     context = get_current_context()
-    interval_run = str(context["dag_run"].run_type) in _INTERVAL_RUN_TYPES
+    run_type = context["dag_run"].run_type
+    # A str enum: str() of it is "DagRunType.BACKFILL" and its hash is not its value's.
+    interval_run = getattr(run_type, "value", run_type) in _INTERVAL_RUN_TYPES
     return run_options(context["params"], context.get("data_interval_end") if interval_run else None)
 
 
@@ -79,6 +81,11 @@ def plan(flow: str) -> bool:
         get_current_context()["ti"].xcom_push(key="dry_run", value=shown.as_dict())
         return False
     _require_spark_connection(config.flow(flow).settings.spark_conn_id)
+    if options.until_timestamp_ms is not None:
+        log.info(
+            "copying records before this run's data interval end, %s",
+            get_current_context()["data_interval_end"],
+        )
     return bool(runner.plan_run(config, flow, _run_id(), options).partitions)
 
 

@@ -1,0 +1,105 @@
+"""Scheduled and backfill runs through a running Airflow (`airflow standalone`): each run copies
+the records before its data interval's end, and re-running intervals already copied copies nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mirror_helpers import AIRFLOW, assert_same_records, create_topic, running_airflow, wait_for_dag
+
+from mirrorflow import sample_data
+from mirrorflow.config import MirrorConfig
+from mirrorflow.local_airflow import LocalAirflow
+from mirrorflow.local_kafka import LocalCluster
+from mirrorflow.offsets_store import OffsetsStore
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow]
+
+FLOW = "primary->backup"
+DAG = "mirror_primary_to_backup"
+# Records per partition produced on each day of March 2025, in day order.
+DAYS = {1: 5, 2: 4, 3: 3}
+
+
+def _produce_days(bootstrap: str, topic: str, partitions: int) -> None:
+    producer = sample_data.producer(bootstrap)
+    for p in range(partitions):
+        records, index = [], 0
+        for day, count in DAYS.items():
+            for i in range(count):
+                at = datetime(2025, 3, day, 6, tzinfo=UTC) + timedelta(minutes=i)
+                records.append(
+                    replace(sample_data.sample_record(topic, p, index), timestamp=int(at.timestamp() * 1000))
+                )
+                index += 1
+        sample_data.produce(producer, topic, p, records)
+
+
+def _backfill(airflow: LocalAirflow, *args: str) -> list[dict[str, Any]]:
+    """`airflow backfill create` from the 2nd to the 4th of March, one run at a time; waits until the
+    backfill completes and returns its runs, oldest first."""
+    created = subprocess.run(
+        [AIRFLOW, "backfill", "create", "--dag-id", DAG,
+         "--from-date", "2025-03-02", "--to-date", "2025-03-04", "--max-active-runs", "1", *args],
+        env=airflow.env, cwd=airflow.home, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stdout[-3000:] + created.stderr[-3000:]
+    deadline = time.monotonic() + 600
+    while True:
+        backfills = airflow.api("GET", f"/api/v2/backfills?dag_id={DAG}")["backfills"]
+        if backfills and all(b["completed_at"] for b in backfills):
+            break
+        assert time.monotonic() < deadline, f"backfill not complete after 600 s: {json.dumps(backfills)}"
+        time.sleep(2)
+    runs = airflow.api("GET", f"/api/v2/dags/{DAG}/dagRuns?run_type=backfill&order_by=logical_date")
+    return list(runs["dag_runs"])
+
+
+def test_a_backfill_copies_one_interval_per_run_and_a_rerun_copies_nothing(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic = unique_name
+    create_topic(primary.bootstrap, topic, 2)
+    _produce_days(primary.bootstrap, topic, 2)
+    config = write_config(
+        f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n"
+        "primary->backup.mirrorflow.schedule = @daily\n"
+    )
+    store = OffsetsStore(config.offsets_db_url)
+
+    # The scheduler creates no scheduled runs of its own here, so every run is the backfill's.
+    with running_airflow(
+        tmp_path / "airflow", config, AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE="False"
+    ) as airflow:
+        wait_for_dag(airflow, DAG)
+
+        runs = _backfill(airflow)
+        assert [(r["logical_date"][:10], r["state"]) for r in runs] == [
+            ("2025-03-02", "success"), ("2025-03-03", "success"), ("2025-03-04", "success"),
+        ]  # fmt: skip
+        by_run = {r["dag_run_id"]: r["logical_date"][:10] for r in runs}
+        for p in range(2):
+            # Each run copied its own day, in day order: 5 records of the 1st, 4 of the 2nd, 3 of the 3rd.
+            assert [
+                (by_run[b.run_id], b.source_start, b.source_end) for b in store.batches(FLOW, topic, p)
+            ] == [("2025-03-02", 0, 5), ("2025-03-03", 5, 9), ("2025-03-04", 9, 12)]
+        assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 2) == 24
+
+        # The same intervals again, completed runs included: every run succeeds and copies nothing.
+        again = _backfill(airflow, "--reprocess-behavior", "completed")
+        assert [r["state"] for r in again] == ["success"] * 3
+        assert len(store.batches(FLOW, topic)) == 6
+        assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 2) == 24
+        assert store.lock_holder(FLOW) is None
