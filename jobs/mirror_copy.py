@@ -18,8 +18,7 @@ from pyspark.sql import SparkSession
 
 from mirrorflow.config import load_config
 from mirrorflow.copy_guard import exit_at, lock_deadline
-from mirrorflow.errors import MirrorError, TransientError
-from mirrorflow.runner import load_plan, save_copy_failure, save_copy_result
+from mirrorflow.runner import execute_copy, load_plan
 from mirrorflow.spark_copy import copy_plan
 
 
@@ -38,17 +37,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     spark = SparkSession.builder.appName(f"mirror {flow.name} {args.run_id}").getOrCreate()
     try:
-        result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
-    except TransientError:
-        raise
-    except MirrorError as failed:
-        save_copy_failure(config, flow, args.run_id, failed)
-        print(f"copy of {flow.name} stopped: {failed}; the commit task fails the run")
-        return
+        print(
+            execute_copy(
+                config, flow, plan, lambda: copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+            )
+        )
     finally:
         spark.stop()
-    save_copy_result(config, flow, args.run_id, result)
-    print(f"copied {sum(r.records - r.skipped for r in result.partitions)} records for {flow.name}")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ from mirrorflow.config import MirrorConfig, load_config
 from mirrorflow.devenv import airflow_env
 from mirrorflow.local_airflow import LocalAirflow, free_port
 from mirrorflow.local_kafka import SUPER_USER, LocalCluster, ScramSecurity
-from mirrorflow.plan import write_atomically
 from mirrorflow.report import RunReport
 from mirrorflow.spark_copy import copy_plan
 
@@ -42,9 +41,10 @@ def run_flow(config: MirrorConfig, flow_name: str, run_id: str, spark: SparkSess
     flow = config.flow(flow_name)
     try:
         plan = runner.plan_run(config, flow.name, run_id)
-        if plan.partitions:
-            result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
-            write_atomically(runner.run_files(config, flow, run_id).result, result.to_json())
+        if plan.partitions and not plan.in_process:
+            runner.execute_copy(
+                config, flow, plan, lambda: copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+            )
         return runner.commit_run(config, flow.name, run_id).report
     finally:
         runner.release_run(config, flow.name, run_id)

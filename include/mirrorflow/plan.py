@@ -107,6 +107,8 @@ class Plan:
     partitions: tuple[PartitionPlan, ...]
     states: tuple[PartitionState, ...] = field(default=())
     gaps: tuple[SourceGap, ...] = field(default=())
+    # Only heartbeats are planned: the plan task copies them itself, without starting Spark.
+    in_process: bool = False
 
     def __post_init__(self) -> None:
         seen: set[tuple[str, int]] = set()
@@ -161,6 +163,7 @@ class Plan:
                 states=tuple(PartitionState(**s) for s in raw["states"]),
                 # Absent from plans written before gaps were recorded: those have none.
                 gaps=tuple(SourceGap(**g) for g in raw.get("gaps", ())),
+                in_process=bool(raw.get("in_process", False)),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise PlanError(f"{source}: not a valid plan ({exc}); re-run the plan task") from exc

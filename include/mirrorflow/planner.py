@@ -51,8 +51,8 @@ class PlannerInput:
     target_ends: Mapping[TopicPartition, int]
     progress: Mapping[TopicPartition, PartitionProgress]
     max_records_per_partition: int
-    # Topics copied only by a run that copies something else: a new heartbeat alone must not
-    # start Spark, so runs with nothing new stay cheap; heartbeats ride along with the next data.
+    # Topics of a few records each (heartbeats): a plan of only these is copied in process, since
+    # starting Spark for them would make every run with nothing else new cost ~10 s more.
     ride_along: frozenset[str] = frozenset()
     # mirrorflow.on.source.data.loss = skip: continue after lost source records instead of failing.
     skip_lost: bool = False
@@ -166,9 +166,15 @@ def make_plan(inp: PlannerInput) -> PlannerOutput:
                     target_start=position.next_target_offset,
                 )
             )
-    if all(p.topic in inp.ride_along for p in parts):
-        parts = []
-    plan = Plan(inp.flow, inp.run_id, inp.created_at, tuple(parts), tuple(states), tuple(gaps.values()))
+    plan = Plan(
+        inp.flow,
+        inp.run_id,
+        inp.created_at,
+        tuple(parts),
+        tuple(states),
+        tuple(gaps.values()),
+        in_process=bool(parts) and all(p.topic in inp.ride_along for p in parts),
+    )
     topics = tuple(
         TopicIdentity(topic, topic_id, inp.remote_topics[topic])
         for topic, topic_id in sorted(inp.topic_ids.items())

@@ -23,7 +23,7 @@ import itertools
 import json
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import cast
@@ -43,7 +43,7 @@ from confluent_kafka import (
 
 from mirrorflow.errors import AuthorizationError, TargetStateError, TransientError
 from mirrorflow.metrics import Stats, Timestamps
-from mirrorflow.plan import PartitionPlan, PartitionResult
+from mirrorflow.plan import CopyResult, PartitionPlan, PartitionResult, Plan
 
 # Columns the writer reads, as produced by Spark's Kafka source.
 READ_COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp", "headers")
@@ -426,4 +426,18 @@ def result_from_row(row: Mapping[str, object]) -> PartitionResult:
         record_age=Stats.from_list(metrics["record_age"]),
         replication_latency=Stats.from_list(metrics["replication_latency"]),
         write_ms=int(metrics["write_ms"]),
+    )
+
+
+def copy_result(plan: Plan, rows: Iterable[Mapping[str, object]]) -> CopyResult:
+    """The copy's result from the writer's result rows: a planned partition without a row (its range
+    held no committed record) copied nothing."""
+    done = {(r.topic, r.partition): r for r in map(result_from_row, rows)}
+    return CopyResult(
+        plan.flow,
+        plan.run_id,
+        tuple(
+            done.get((p.topic, p.partition)) or PartitionResult(p.topic, p.partition, 0, 0, 0, p.target_start)
+            for p in plan.partitions
+        ),
     )

@@ -13,24 +13,26 @@ without duplicating, commit is idempotent, release only releases this run's lock
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import closing
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Message
 from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError
 
 from mirrorflow.acl_sync import TopicAcl, missing_acls, target_acls
-from mirrorflow.clients import librdkafka_config
 from mirrorflow.cluster_admin import ClusterAdmin
 from mirrorflow.config import ON_SOURCE_DATA_LOSS, ClusterConfig, FlowConfig, MirrorConfig
 from mirrorflow.dry_run import DryRun, dry_run_of
 from mirrorflow.errors import MirrorError, PlanError, SourceDataLostError, TransientError, error_class
+from mirrorflow.inprocess_copy import copy_in_process
 from mirrorflow.metrics import PartitionMetrics, source_metrics_text
 from mirrorflow.mirror_heartbeat import emit_heartbeats, freshness_seconds
 from mirrorflow.mirror_offset_sync import emit_offset_syncs
@@ -54,13 +56,12 @@ from mirrorflow.planner import (
     lost_data_choice,
     make_plan,
 )
+from mirrorflow.range_reader import read_range
 from mirrorflow.remote_topics import RemoteTopics, ensure_remote_topics, remote_topic_changes
 from mirrorflow.report import PartitionReport, RunReport, build_report
 from mirrorflow.run_options import DEFAULT_OPTIONS, ParamError, RunOptions
 
 log = logging.getLogger(__name__)
-
-_READ_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def plan_run(
     flow = config.flow(flow_name)
     store = OffsetsStore(config.offsets_db_url)
     with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
-        _check_topic_subset(flow, source, options)
+        check_topic_subset(flow, source, options)
         # A crashed run's lock is taken over once it expires: after every copy attempt has timed out.
         store.acquire_lock(flow.name, run_id, flow.settings.lock_ttl_seconds)
         try:
@@ -98,6 +99,8 @@ def plan_run(
             planned = _plan(flow, run_id, options, source, target, topics, store, frozenset())
             store.anchor(flow.name, run_id, planned.anchors, planned.topics)
             write_atomically(run_files(config, flow, run_id).plan, planned.plan.to_json())
+            if planned.plan.in_process:
+                execute_copy(config, flow, planned.plan, lambda: copy_in_process(flow, planned.plan))
         except BaseException:
             store.release_lock(flow.name, run_id)
             raise
@@ -136,7 +139,7 @@ def dry_run(config: MirrorConfig, flow_name: str, run_id: str, options: RunOptio
     flow = config.flow(flow_name)
     store = OffsetsStore(config.offsets_db_url)
     with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
-        _check_topic_subset(flow, source, options)
+        check_topic_subset(flow, source, options)
         topics = remote_topic_changes(flow, source, target, options.topics)
         acls = _missing_acls(flow, source, target, topics.remote_names) if flow.sync_topic_acls else []
         planned = _plan(flow, run_id, options, source, target, topics, store, topics.absent_partitions())
@@ -145,7 +148,7 @@ def dry_run(config: MirrorConfig, flow_name: str, run_id: str, options: RunOptio
     return dry_run_of(planned.plan, topics, new, sizes, [str(a) for a in acls or []])
 
 
-def _check_topic_subset(flow: FlowConfig, source: ClusterAdmin, options: RunOptions) -> None:
+def check_topic_subset(flow: FlowConfig, source: ClusterAdmin, options: RunOptions) -> None:
     if not options.topics:
         return
     # The heartbeats topic may not exist yet: the run creates it before it plans.
@@ -204,7 +207,7 @@ def _plan(
         topic_ids=topics.topic_ids,
         known_topic_ids=store.topic_ids(flow.name),
         starts=_start_offsets(source, options, new, ends),
-        bounds=_bounds(source, options, tps),
+        bounds=_bounds(flow, source, options, tps),
     )
     copied_past_gap = {
         (g.topic, g.partition): _copied_past_gap(flow, g, topics.remote_names[g.topic], ends)
@@ -228,13 +231,16 @@ def _start_offsets(
 
 
 def _bounds(
-    source: ClusterAdmin, options: RunOptions, tps: list[tuple[str, int]]
+    flow: FlowConfig, source: ClusterAdmin, options: RunOptions, tps: list[tuple[str, int]]
 ) -> dict[tuple[str, int], int]:
     """A scheduled or backfill run copies only records before its interval's end: each partition
-    up to its first record at or after that time (none yet: no bound but the last stable offset)."""
+    up to its first record at or after that time (none yet: no bound but the last stable offset).
+    Heartbeats are the mirror's health, not data of an interval: they are always copied up to now,
+    so that a scheduled run's freshness is that of the heartbeat it just emitted."""
     if options.until_timestamp_ms is None:
         return {}
-    found = source.offsets_at(tps, options.until_timestamp_ms)
+    data = [tp for tp in tps if not flow.replication_policy.is_heartbeats_topic(tp[0])]
+    found = source.offsets_at(data, options.until_timestamp_ms)
     return {tp: offset for tp, offset in found.items() if offset is not None}
 
 
@@ -257,38 +263,8 @@ def _record_digests(
 ) -> list[bytes]:
     """Digests of key, value, headers and timestamp (what the copy keeps) of the committed records
     of a partition from offset ``start`` on, before offset ``stop``, at most ``limit``, oldest first."""
-    consumer = Consumer(
-        {
-            **librdkafka_config(cluster.consumer),
-            "group.id": "mirrorflow-gap-check",
-            "enable.auto.commit": "false",
-            "isolation.level": "read_committed",
-        }
-    )
-    tp = TopicPartition(topic, partition, start)
-    digests: list[bytes] = []
-    try:
-        consumer.assign([tp])
-        deadline = time.monotonic() + _READ_TIMEOUT_S
-        # The position is invalid (negative) until the first fetch; it passes aborted records and
-        # transaction markers, which consume() never returns.
-        while len(digests) < limit and consumer.position([tp])[0].offset < stop:
-            if time.monotonic() > deadline:
-                raise TransientError(
-                    f"reading {topic}-{partition} on cluster {cluster.alias} from offset {start} did not "
-                    f"reach offset {stop} in {_READ_TIMEOUT_S:.0f} s"
-                )
-            for m in consumer.consume(min(limit - len(digests), 1000), timeout=1):
-                if m.error():
-                    raise KafkaException(m.error())
-                offset = m.offset()
-                if offset is not None and offset < stop:
-                    digests.append(_digest(m))
-    except KafkaException as exc:
-        raise TransientError(f"cannot read {topic}-{partition} on cluster {cluster.alias}: {exc}") from exc
-    finally:
-        consumer.close()
-    return digests
+    with closing(read_range(cluster.consumer, cluster.alias, topic, partition, start, stop)) as records:
+        return [_digest(m) for m in itertools.islice(records, limit)]
 
 
 def _digest(m: Message) -> bytes:
@@ -334,21 +310,26 @@ class Committed:
     heartbeat_age_s: float | None
 
 
-def save_copy_result(config: MirrorConfig, flow: FlowConfig, run_id: str, result: CopyResult) -> None:
-    """The copy's outcome for the commit task: what it copied."""
-    files = run_files(config, flow, run_id)
+def execute_copy(config: MirrorConfig, flow: FlowConfig, plan: Plan, copy: Callable[[], CopyResult]) -> str:
+    """Run ``copy`` and save its outcome for the commit task; returns what happened, in words.
+
+    An error a retry would meet again (planned source records deleted, someone else's records on the
+    target, a refused login) is saved as a note instead of a result, and the step itself succeeds,
+    so that Airflow does not retry it; the commit task fails the run with the error, which Airflow
+    does not retry either. Transient errors propagate, to be retried."""
+    files = run_files(config, flow, plan.run_id)
+    try:
+        result = copy()
+    except TransientError:
+        raise
+    except MirrorError as failed:
+        note = json.dumps({"error": type(failed).__name__, "message": str(failed)})
+        write_atomically(files.failure, note)
+        files.result.unlink(missing_ok=True)
+        return f"copy of {flow.name} stopped: {failed}; the commit task fails the run"
     write_atomically(files.result, result.to_json())
     files.failure.unlink(missing_ok=True)
-
-
-def save_copy_failure(config: MirrorConfig, flow: FlowConfig, run_id: str, error: MirrorError) -> None:
-    """The copy's outcome for the commit task: an error a retry of the copy would meet again
-    (planned source records deleted, someone else's records on the target, a refused login). The
-    copy task itself succeeds, so that Airflow does not retry it; the commit task fails the run with
-    the error, which Airflow does not retry either."""
-    files = run_files(config, flow, run_id)
-    write_atomically(files.failure, json.dumps({"error": type(error).__name__, "message": str(error)}))
-    files.result.unlink(missing_ok=True)
+    return f"copied {sum(r.records - r.skipped for r in result.partitions)} records for {flow.name}"
 
 
 def _copy_failure(flow: FlowConfig, plan: Plan, note: str) -> MirrorError:

@@ -25,8 +25,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from mirrorflow.clients import librdkafka_config, spark_reader_options
 from mirrorflow.errors import AuthorizationError, MirrorError, SourceDataLostError, error_class
-from mirrorflow.plan import CopyResult, PartitionPlan, PartitionResult, Plan
-from mirrorflow.record_writer import READ_COLUMNS, RESULT_SCHEMA, result_from_row, write_partitions
+from mirrorflow.plan import CopyResult, PartitionPlan, Plan
+from mirrorflow.record_writer import READ_COLUMNS, RESULT_SCHEMA, copy_result, write_partitions
 
 _SPARK_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "bigint"}
 RESULT_DDL = ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in RESULT_SCHEMA)
@@ -87,7 +87,7 @@ def copy_plan(
     try:
         rows = records.mapInArrow(write, RESULT_DDL).collect()
     except (Py4JJavaError, CapturedException) as error:
-        reason = _source_data_loss(error) if isinstance(error, Py4JJavaError) else None
+        reason = source_data_loss(error) if isinstance(error, Py4JJavaError) else None
         if reason is not None:
             raise SourceDataLostError(
                 f"flow {plan.flow} run {plan.run_id}: planned source records are no longer on the source: "
@@ -97,12 +97,7 @@ def copy_plan(
         if classified is None:
             raise
         raise classified from error
-    done = {(r.topic, r.partition): result_from_row(r.asDict()) for r in rows}
-    results = tuple(
-        done.get((p.topic, p.partition)) or PartitionResult(p.topic, p.partition, 0, 0, 0, p.target_start)
-        for p in plan.partitions
-    )
-    return CopyResult(plan.flow, plan.run_id, results)
+    return copy_result(plan, (r.asDict() for r in rows))
 
 
 # A copy task's own error, as Spark's failure quotes its traceback: "mirrorflow.errors.<Class>: <message>".
@@ -127,7 +122,7 @@ def task_error(failure: str) -> MirrorError | None:
     return None
 
 
-def _source_data_loss(error: Py4JJavaError) -> str | None:
+def source_data_loss(error: Py4JJavaError) -> str | None:
     """Spark's reason when the job failed because planned records are gone from the source (its
     Kafka reader's error condition ``KAFKA_DATA_LOSS.*``, with ``failOnDataLoss``), else None."""
     cause = error.java_exception

@@ -124,14 +124,14 @@ def test_partitions_with_nothing_new_get_a_state_but_no_range() -> None:
     assert out.anchors == (PartitionProgress("orders", 1, 20, 3),)
 
 
-def test_ride_along_topics_are_copied_only_with_something_else() -> None:
+def test_a_plan_of_ride_along_topics_alone_is_copied_in_process() -> None:
     source = {("orders", 0): (0, 10), ("payments", 0): (0, 5)}
     target_ends = {("primary.orders", 0): 10, ("primary.payments", 0): 0}
     progress = {("orders", 0): (10, 10), ("payments", 0): (0, 0)}
 
     alone = plan(source, target_ends, progress, ride_along=frozenset({"payments"}))
-    assert alone.plan.partitions == ()
-    assert [s.lag for s in alone.plan.states] == [0, 5]  # still reported as lag
+    assert alone.plan.partitions == (PartitionPlan("payments", 0, 0, 5, "primary.payments", 0),)
+    assert alone.plan.in_process is True
 
     source[("orders", 0)] = (0, 12)
     along = plan(source, target_ends, progress, ride_along=frozenset({"payments"}))
@@ -139,6 +139,11 @@ def test_ride_along_topics_are_copied_only_with_something_else() -> None:
         ("orders", 10, 12),
         ("payments", 0, 5),
     ]
+    assert along.plan.in_process is False
+    caught_up = plan(
+        source, {**target_ends, ("primary.payments", 0): 5}, {**progress, ("payments", 0): (5, 5)}
+    )
+    assert caught_up.plan.in_process is False
 
 
 def test_data_loss_names_every_lost_range_and_what_to_do() -> None:
@@ -276,7 +281,9 @@ def test_a_gap_is_carried_even_when_nothing_is_copied() -> None:
         skip_lost=True,
     )
 
-    assert out.plan.partitions == ()  # nothing after the orders gap; payments only ride along
+    # Nothing after the orders gap; the ride-along records after the payments gap are copied in process.
+    assert out.plan.partitions == (PartitionPlan("payments", 0, 5, 9, "primary.payments", 0),)
+    assert out.plan.in_process is True
     assert out.plan.gaps == (SourceGap("orders", 0, 30, 80, 30, 30), SourceGap("payments", 0, 0, 5, 0, 0))
     assert [s.lag for s in out.plan.states] == [0, 4]
 
