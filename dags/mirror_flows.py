@@ -1,8 +1,8 @@
 """One DAG per enabled flow of the MirrorMaker 2 config named by MIRROR_CONFIG.
 
-plan (setup) -> copy (Spark) -> commit -> checkpoint -> release (teardown). Reading the config is the
-only work done at parse time; an invalid config shows up as this file's import error, naming the bad
-key.
+plan (setup) -> copy (Spark) -> commit -> checkpoint -> freshness -> release (teardown). Reading the
+config (and importing the flow's alert notifier, if any) is the only work done at parse time; an
+invalid config shows up as this file's import error, naming the bad key.
 
 A manual run copies what the source holds when it plans; a scheduled or backfill run copies the
 records before its data interval's end (resolved per partition by timestamp), so a backfill copies
@@ -20,6 +20,7 @@ from airflow.sdk import DAG, Param, task
 
 from mirrorflow.config import TASK_RETRY_DELAY_SECONDS, load_config
 from mirrorflow.dag_spec import flow_dag_spec, spark_jars
+from mirrorflow.freshness import resolve_notifier
 from mirrorflow.run_options import TRIGGER_PARAMS
 from mirrorflow_airflow import tasks
 
@@ -64,7 +65,10 @@ for _flow in CONFIG.flows:
         )
         _commit = task(task_id="commit", trigger_rule="none_failed")(tasks.commit)(_flow.name)
         _checkpoint = task(task_id="checkpoint")(tasks.checkpoint)(_flow.name)
+        _freshness = task(task_id="freshness", on_failure_callback=resolve_notifier(_flow.settings))(
+            tasks.freshness
+        )(_flow.name)
         _release = task(task_id="release")(tasks.release)(_flow.name)
         # Airflow resolves a task output to its task here; its stubs only name operators.
-        _plan >> _copy >> _commit >> _checkpoint >> _release.as_teardown(setups=_plan)  # type: ignore[arg-type]
+        _plan >> _copy >> _commit >> _checkpoint >> _freshness >> _release.as_teardown(setups=_plan)  # type: ignore[arg-type]
     globals()[_spec.dag_id] = _dag

@@ -78,6 +78,9 @@ _SPARK_CONN_ID = "mirrorflow.spark.conn.id"
 _COPY_TIMEOUT = "mirrorflow.copy.timeout.seconds"
 _TASK_RETRIES = "mirrorflow.task.retries"
 _SPARK_CONF_PREFIX = "mirrorflow.spark.conf."
+ALERT_LAG_MAX_RECORDS = "mirrorflow.alert.lag.max.records"
+ALERT_HEARTBEAT_AGE_MAX_SECONDS = "mirrorflow.alert.heartbeat.age.max.seconds"
+ALERT_NOTIFIER = "mirrorflow.alert.notifier"
 _STATE_DIR = "mirrorflow.state.dir"
 _OFFSETS_DB_URL = "mirrorflow.offsets.db.url"
 _FLOW_SETTINGS = (
@@ -87,6 +90,9 @@ _FLOW_SETTINGS = (
     _COPY_TIMEOUT,
     _TASK_RETRIES,
     ON_SOURCE_DATA_LOSS,
+    ALERT_LAG_MAX_RECORDS,
+    ALERT_HEARTBEAT_AGE_MAX_SECONDS,
+    ALERT_NOTIFIER,
 )
 _TOP_LEVEL_ONLY_SETTINGS = (_STATE_DIR, _OFFSETS_DB_URL)
 _KNOWN_SETTINGS = (*_FLOW_SETTINGS, _SPARK_CONF_PREFIX + "<spark key>", *_TOP_LEVEL_ONLY_SETTINGS)
@@ -97,6 +103,7 @@ _Layers = Sequence[tuple[str, Mapping[str, str]]]
 _CLIENT_ROLES = ("consumer", "producer", "admin")
 _ROLE_PREFIXES = tuple(f"{role}." for role in _CLIENT_ROLES)
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+_REFERENCE = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
 _LIST_SEPARATOR = re.compile(r"\s*,\s*")
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
 # Values of such keys are masked in repr() so that configs can be logged.
@@ -193,6 +200,22 @@ class PropertyView(Mapping[str, str]):
             )
         return int(value)
 
+    def get_optional_int(self, key: str, *, zero_allowed: bool = False) -> int | None:
+        """A whole number (at least 1, or 0 with ``zero_allowed``), or None when absent or empty."""
+        return self.get_positive_int(key, 1, zero_allowed=zero_allowed) if self.get(key) else None
+
+    def get_reference(self, key: str) -> str | None:
+        """``module.path:attribute`` naming a Python object, or None when absent or empty."""
+        value = (self.get(key) or "").strip()
+        if not value:
+            return None
+        if not _REFERENCE.fullmatch(value):
+            raise ConfigError(
+                f"expected module.path:attribute, got {self._shown(key)}; e.g. my_alerts:notify_on_call",
+                key=self.written_as(key),
+            )
+        return value
+
     def get_choice(self, key: str, choices: tuple[str, ...]) -> str:
         """One of ``choices`` in any case (the first when absent); anything else is an error."""
         value = self.get(key, choices[0]).strip().lower()
@@ -239,7 +262,10 @@ class MirrorSettings:
     A copy attempt is stopped (its Spark job killed) after ``copy_timeout_seconds``; every task is
     retried ``task_retries`` times. ``on_source_data_loss`` is ``fail`` (a run whose next source
     records were deleted before they were mirrored fails, naming them) or ``skip`` (it continues
-    after them and records the gap).
+    after them and records the gap). A run whose lag left on some partition exceeds
+    ``alert_lag_max_records``, or whose newest mirrored heartbeat is older than
+    ``alert_heartbeat_age_max_seconds``, fails its freshness task (None: no such alert), which calls
+    ``alert_notifier`` (``module:attribute`` of an Airflow notifier or callback) when set.
     """
 
     schedule: str | None = None
@@ -249,6 +275,9 @@ class MirrorSettings:
     copy_timeout_seconds: int = COPY_TIMEOUT_SECONDS_DEFAULT
     task_retries: int = TASK_RETRIES_DEFAULT
     on_source_data_loss: str = ON_SOURCE_DATA_LOSS_CHOICES[0]
+    alert_lag_max_records: int | None = None
+    alert_heartbeat_age_max_seconds: int | None = None
+    alert_notifier: str | None = None
 
     @property
     def lock_ttl_seconds(self) -> int:
@@ -582,6 +611,9 @@ def _flow_config(
             copy_timeout_seconds=props.get_positive_int(_COPY_TIMEOUT, COPY_TIMEOUT_SECONDS_DEFAULT),
             task_retries=props.get_positive_int(_TASK_RETRIES, TASK_RETRIES_DEFAULT, zero_allowed=True),
             on_source_data_loss=props.get_choice(ON_SOURCE_DATA_LOSS, ON_SOURCE_DATA_LOSS_CHOICES),
+            alert_lag_max_records=props.get_optional_int(ALERT_LAG_MAX_RECORDS, zero_allowed=True),
+            alert_heartbeat_age_max_seconds=props.get_optional_int(ALERT_HEARTBEAT_AGE_MAX_SECONDS),
+            alert_notifier=props.get_reference(ALERT_NOTIFIER),
         ),
         properties=props,
     )

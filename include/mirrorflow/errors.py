@@ -56,6 +56,10 @@ class WireFormatError(MirrorError):
     """Bytes in an MM2 internal topic that are not the record they should be."""
 
 
+class StaleMirrorError(MirrorError):
+    """The mirror is further behind than the flow's alert thresholds allow (lag or heartbeat age)."""
+
+
 class CorruptStateError(MirrorError):
     """A row of the offsets database that mirrorflow never writes (edited by hand, or a damaged
     database): nothing may be planned, committed or translated from it until a person repairs it."""

@@ -17,7 +17,8 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundExceptio
 
 from mirrorflow import runner
 from mirrorflow.config import load_config
-from mirrorflow.errors import MirrorError, TransientError
+from mirrorflow.errors import MirrorError, StaleMirrorError, TransientError
+from mirrorflow.freshness import staleness
 from mirrorflow.mirror_checkpoint import emit_checkpoints
 from mirrorflow.run_options import RunOptions, run_options
 
@@ -71,7 +72,8 @@ def _require_spark_connection(conn_id: str) -> None:
 
 @classified
 def plan(flow: str) -> bool:
-    """Returns whether there is anything to copy (False skips the copy task). A dry run logs and
+    """Returns whether Spark has anything to copy (False skips the copy task; heartbeats alone are
+    copied here, in process). A dry run logs and
     returns (as the ``dry_run`` XCom) what the run would copy and change, and writes nothing."""
     config = load_config()
     options = _options()
@@ -86,7 +88,8 @@ def plan(flow: str) -> bool:
             "copying records before this run's data interval end, %s",
             get_current_context()["data_interval_end"],
         )
-    return bool(runner.plan_run(config, flow, _run_id(), options).partitions)
+    planned = runner.plan_run(config, flow, _run_id(), options)
+    return bool(planned.partitions) and not planned.in_process
 
 
 def _skip_dry_run() -> None:
@@ -96,9 +99,26 @@ def _skip_dry_run() -> None:
 
 @classified
 def commit(flow: str) -> dict[str, Any]:
+    """The run's report, with how stale the flow is by its alert thresholds (None: fresh)."""
     _skip_dry_run()
-    committed = runner.commit_run(load_config(), flow, _run_id())
-    return {**committed.report.as_dict(), "heartbeat_age_s": committed.heartbeat_age_s}
+    config = load_config()
+    committed = runner.commit_run(config, flow, _run_id())
+    lags = {(p.topic, p.partition): p.lag for p in committed.report.partitions}
+    stale = staleness(flow, config.flow(flow).settings, lags, committed.heartbeat_age_s)
+    return {**committed.report.as_dict(), "heartbeat_age_s": committed.heartbeat_age_s, "stale": stale}
+
+
+@classified
+def freshness(flow: str) -> None:
+    """Fails the run when its commit found the flow staler than its alert thresholds; Airflow then
+    calls the flow's notifier. Backfill runs catch up on purpose: they are not checked."""
+    context = get_current_context()
+    run_type = context["dag_run"].run_type
+    if getattr(run_type, "value", run_type) == "backfill":
+        raise AirflowSkipException("backfill runs lag by design: freshness is not checked")
+    stale = context["ti"].xcom_pull(task_ids="commit")["stale"]
+    if stale:
+        raise StaleMirrorError(stale)
 
 
 @classified

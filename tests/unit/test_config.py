@@ -217,6 +217,21 @@ primary->backup.mirrorflow.task.retries = 0
     }
 
 
+def test_alert_settings() -> None:
+    assert (MirrorSettings().alert_lag_max_records, MirrorSettings().alert_heartbeat_age_max_seconds) == (
+        None,
+        None,
+    )
+    settings = parse(
+        "mirrorflow.alert.lag.max.records = 0\n"
+        "primary->backup.mirrorflow.alert.heartbeat.age.max.seconds = 900\n"
+        "mirrorflow.alert.notifier = ops.alerts:pager.notify\n"
+    ).settings
+    assert settings.alert_lag_max_records == 0
+    assert settings.alert_heartbeat_age_max_seconds == 900
+    assert settings.alert_notifier == "ops.alerts:pager.notify"
+
+
 def test_flow_can_reset_schedule_to_manual() -> None:
     flow = parse("mirrorflow.schedule = @daily\nprimary->backup.mirrorflow.schedule =\n")
     assert flow.settings.schedule is None
@@ -354,6 +369,12 @@ def test_clashing_dag_ids() -> None:
         (BASE + "primary->backup.mirrorflow.state.dir = /x\n", "primary->backup.mirrorflow.state.dir"),
         (BASE + "primary.mirrorflow.schedule = @daily\n", "primary.mirrorflow.schedule"),
         (BASE + "clusters = again\n", "clusters"),
+        (BASE + "mirrorflow.alert.lag.max.records = -1\n", "mirrorflow.alert.lag.max.records"),
+        (
+            BASE + "primary->backup.mirrorflow.alert.heartbeat.age.max.seconds = 0\n",
+            "primary->backup.mirrorflow.alert.heartbeat.age.max.seconds",
+        ),
+        (BASE + "mirrorflow.alert.notifier = alerts.notify\n", "mirrorflow.alert.notifier"),
     ],
 )
 def test_validation_names_the_key(text: str, key: str) -> None:
@@ -379,7 +400,9 @@ def test_validation_messages_say_what_to_do() -> None:
             "mirrorflow.max.records: unknown mirrorflow setting; known settings: mirrorflow.schedule, "
             "mirrorflow.max.records.per.partition, mirrorflow.spark.conn.id, "
             "mirrorflow.copy.timeout.seconds, mirrorflow.task.retries, mirrorflow.on.source.data.loss, "
-            "mirrorflow.spark.conf.<spark key>, mirrorflow.state.dir, mirrorflow.offsets.db.url"
+            "mirrorflow.alert.lag.max.records, mirrorflow.alert.heartbeat.age.max.seconds, "
+            "mirrorflow.alert.notifier, mirrorflow.spark.conf.<spark key>, mirrorflow.state.dir, "
+            "mirrorflow.offsets.db.url"
         ),
         BASE + "mirrorflow.task.retries = many\n": (
             "mirrorflow.task.retries: expected a whole number of at least 0, got 'many'; set e.g. 2"
