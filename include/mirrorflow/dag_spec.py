@@ -20,9 +20,12 @@ SPARK_CONF_DEFAULTS: Mapping[str, str] = {
 }
 
 
+START_DATE = datetime(2024, 1, 1)
+
+
 @dataclass(frozen=True)
-class CopyTaskSpec:
-    """Keyword arguments of the flow's SparkSubmitOperator."""
+class SparkJobSpec:
+    """Keyword arguments of a SparkSubmitOperator (or SparkSubmitHook) running one of ``jobs/``."""
 
     application: str
     application_args: tuple[str, ...]
@@ -38,36 +41,37 @@ class FlowDagSpec:
     schedule: str | None
     start_date: datetime
     description: str
-    copy: CopyTaskSpec
+    copy: SparkJobSpec
 
 
 def flow_dag_spec(config: MirrorConfig, flow: FlowConfig, run_id_template: str) -> FlowDagSpec:
-    python = sys.executable
     return FlowDagSpec(
         dag_id=flow.dag_id,
         flow=flow.name,
         schedule=flow.settings.schedule,
-        start_date=datetime(2024, 1, 1),
+        start_date=START_DATE,
         description=f"Mirror topics from {flow.source.alias} to {flow.target.alias} (flow {flow.name})",
-        copy=CopyTaskSpec(
-            application=str(REPO_ROOT / "jobs" / "mirror_copy.py"),
-            application_args=(
-                "--config",
-                str(config.path),
-                "--flow",
-                flow.name,
-                "--run-id",
-                run_id_template,
-            ),
-            conf={**SPARK_CONF_DEFAULTS, **flow.settings.spark_conf},
-            env_vars={
-                "PYSPARK_PYTHON": python,
-                "PYSPARK_DRIVER_PYTHON": python,
-                # spark-submit is found on PATH: the one installed with pyspark next to this Python.
-                "PATH": os.pathsep.join([str(Path(python).parent), os.environ.get("PATH", "")]),
-            },
-            name=f"mirror {flow.name}",
-        ),
+        copy=spark_job_spec(config, flow, "mirror_copy.py", run_id_template, f"mirror {flow.name}"),
+    )
+
+
+def spark_job_spec(
+    config: MirrorConfig, flow: FlowConfig, script: str, run_id: str, name: str
+) -> SparkJobSpec:
+    """spark-submit arguments of one of ``jobs/`` for a run of the flow: the flow's Spark settings,
+    and this Python (with mirrorflow installed) for the driver and the workers."""
+    python = sys.executable
+    return SparkJobSpec(
+        application=str(REPO_ROOT / "jobs" / script),
+        application_args=("--config", str(config.path), "--flow", flow.name, "--run-id", run_id),
+        conf={**SPARK_CONF_DEFAULTS, **flow.settings.spark_conf},
+        env_vars={
+            "PYSPARK_PYTHON": python,
+            "PYSPARK_DRIVER_PYTHON": python,
+            # spark-submit is found on PATH: the one installed with pyspark next to this Python.
+            "PATH": os.pathsep.join([str(Path(python).parent), os.environ.get("PATH", "")]),
+        },
+        name=name,
     )
 
 

@@ -96,6 +96,21 @@ def offsets_to_sync(
     return sync, sorted(active)
 
 
+def translators_for(store: OffsetsStore, flow: str) -> tuple[dict[TP, OffsetTranslator], dict[str, str]]:
+    """An exact translator per mirrored partition (from the batch log and its gaps), and each
+    mirrored topic's remote name. A partition with gaps but no batch yet has nothing mirrored to
+    point at: it has no translator."""
+    batches = store.batches(flow)
+    by_tp: dict[TP, list[Batch]] = {}
+    for b in batches:
+        by_tp.setdefault((b.topic, b.partition), []).append(b.as_batch())
+    gaps: dict[TP, list[SourceGap]] = {}
+    for g in store.gaps(flow):
+        gaps.setdefault((g.topic, g.partition), []).append(g)
+    translators = {tp: OffsetTranslator(bs, gaps.get(tp, ())) for tp, bs in by_tp.items()}
+    return translators, {b.topic: b.remote_topic for b in batches}
+
+
 def emit_checkpoints(config: MirrorConfig, flow_name: str) -> CheckpointReport:
     """Translate and emit what moved since the last call (nothing when emit.checkpoints.enabled is
     false)."""
@@ -103,16 +118,7 @@ def emit_checkpoints(config: MirrorConfig, flow_name: str) -> CheckpointReport:
     if not flow.emit_checkpoints:
         return CheckpointReport(0, (), 0)
     store = OffsetsStore(config.offsets_db_url)
-    batches = store.batches(flow.name)
-    by_tp: dict[TP, list[Batch]] = {}
-    for b in batches:
-        by_tp.setdefault((b.topic, b.partition), []).append(b.as_batch())
-    gaps: dict[TP, list[SourceGap]] = {}
-    for g in store.gaps(flow.name):
-        gaps.setdefault((g.topic, g.partition), []).append(g)
-    # A partition with gaps but no batch yet has nothing mirrored to point at: no checkpoint.
-    translators = {tp: OffsetTranslator(bs, gaps.get(tp, ())) for tp, bs in by_tp.items()}
-    remote_names = {b.topic: b.remote_topic for b in batches}
+    translators, remote_names = translators_for(store, flow.name)
     with ClusterAdmin(flow.source) as source:
         groups = [g for g in source.consumer_groups() if flow.group_filter.should_replicate_group(g)]
         read_at = time.monotonic()

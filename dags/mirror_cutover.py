@@ -1,0 +1,43 @@
+"""A manual migration cutover DAG per enabled flow of the config named by MIRROR_CONFIG.
+
+preflight -> drain (runs of the flow until no selected partition lags) -> verify (a Spark job compares
+both sides' records per partition: counts and an order-sensitive digest) -> groups (consumer-group
+positions translated and committed on the target) -> report (Markdown and JSON in the run's folder,
+written whatever happened, shown on the Mirror status page). Stop the producers to the source first.
+A dry run does everything but commit the groups' offsets.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import DAG, Param, task
+
+from mirrorflow.config import load_config
+from mirrorflow.cutover import CUTOVER_PARAMS
+from mirrorflow.dag_spec import START_DATE
+from mirrorflow_airflow import cutover_tasks
+
+CONFIG = load_config()
+
+for _flow in CONFIG.flows:
+    with DAG(
+        dag_id=f"{_flow.dag_id}_cutover",
+        description=f"Migration cutover of flow {_flow.name}: drain, verify, move consumer groups",
+        schedule=None,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        tags=["mirror", "cutover", _flow.source.alias, _flow.target.alias],
+        params={
+            name: Param(default, description=description, **schema)
+            for name, (default, schema, description) in CUTOVER_PARAMS.items()
+        },
+        doc_md=__doc__,
+    ) as _dag:
+        # No retries: a cutover is watched by a person, and every failure must show at once.
+        _steps = [
+            task(task_id=name, retries=0)(getattr(cutover_tasks, name))(_flow.name)
+            for name in ("preflight", "drain", "verify", "groups")
+        ]
+        _report = task(task_id="report", retries=0, trigger_rule="all_done")(cutover_tasks.report)(_flow.name)
+        _steps[0] >> _steps[1] >> _steps[2] >> _steps[3] >> _report  # type: ignore[operator]
+    globals()[_dag.dag_id] = _dag
