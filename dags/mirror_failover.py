@@ -1,0 +1,49 @@
+"""One manual failover DAG per enabled flow of the MirrorMaker 2 config named by MIRROR_CONFIG.
+
+`mirror_<source>_to_<target>_failover` sets the consumer groups on the target from the newest MM2
+checkpoints already on the target (`<source>.checkpoints.internal`), without contacting the source:
+for when the source cluster is lost. Active groups are left alone, no group is moved backwards,
+checkpoints of remote partitions that no longer exist are listed; the report (task log, XCom,
+`failover.md` and `failover.json` in the run's folder) lists all of it. Trigger params: `groups`
+(empty: every group the flow checkpoints) and `dry_run` (commit nothing). Reading the config is the
+only work done at parse time.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import DAG, Param, task
+
+from mirrorflow.config import TASK_RETRY_DELAY_SECONDS, load_config
+from mirrorflow.dag_spec import START_DATE
+from mirrorflow.failover import FAILOVER_PARAMS, failover_dag_id
+from mirrorflow_airflow import failover_tasks
+
+CONFIG = load_config()
+
+for _flow in CONFIG.flows:
+    _dag_id = failover_dag_id(_flow)
+    with DAG(
+        dag_id=_dag_id,
+        description=(
+            f"Fail over the consumer groups of flow {_flow.name} to {_flow.target.alias} from the newest "
+            "checkpoints there; manual only"
+        ),
+        schedule=None,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        tags=["mirror", "failover", _flow.source.alias, _flow.target.alias],
+        default_args={
+            "retries": _flow.settings.task_retries,
+            "retry_delay": timedelta(seconds=TASK_RETRY_DELAY_SECONDS),
+        },
+        params={
+            name: Param(default, description=description, **schema)
+            for name, (default, schema, description) in FAILOVER_PARAMS.items()
+        },
+        doc_md=__doc__,
+    ) as _dag:
+        task(task_id="failover")(failover_tasks.failover)(_flow.name)
+    globals()[_dag_id] = _dag
