@@ -55,29 +55,40 @@ bash scripts/fetch_compose_schema.sh
 postgres_bin() {
   "$VENV/bin/python" -c 'from mirrorflow.local_postgres import server_binaries; print(server_binaries())'
 }
-if ! PG_BIN=$(postgres_bin 2>/dev/null); then
-  missing="setup: PostgreSQL server programs (initdb, pg_ctl, postgres) not found"
-  if [ "$(id -u)" -eq 0 ]; then
-    as_root=()
-  elif command -v sudo >/dev/null; then
-    as_root=(sudo)
-  else
-    echo "$missing, and installing them needs root or sudo: run 'apt-get install postgresql' as root" >&2
+# Debian packages, installed only when missing, as root or through sudo.
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+apt_install() {  # what it is for, packages...
+  local why=$1
+  shift
+  if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null; then
+    echo "setup: $why needs $*; installing them needs root or sudo: run 'apt-get install $*' as root" >&2
     exit 1
   fi
   if ! command -v apt-get >/dev/null; then
-    echo "$missing, and there is no apt-get: install a PostgreSQL server and put its bin folder on PATH" >&2
+    echo "setup: $why needs $*, and there is no apt-get: install them and put them on PATH" >&2
     exit 1
   fi
-  echo "setup: installing Debian's postgresql package (server for the offsets-database tests)"
-  "${as_root[@]}" apt-get update -q
-  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql
+  echo "setup: installing Debian's $* ($why)"
+  as_root apt-get update -q
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"
+}
+
+if ! PG_BIN=$(postgres_bin 2>/dev/null); then
+  apt_install "the offsets-database tests' PostgreSQL server" postgresql
+  # The package starts a cluster where it can: stop every one it started.
   pg_lsclusters --no-header | while read -r version cluster _port status _rest; do
     if [[ $status == online* ]]; then
-      "${as_root[@]}" pg_ctlcluster "$version" "$cluster" stop
+      as_root pg_ctlcluster "$version" "$cluster" stop
     fi
   done
   PG_BIN=$(postgres_bin)
+fi
+
+# Headless Chromium for the status page's browser test (Debian's package: no browser download).
+if [ ! -x /usr/bin/chromium ]; then
+  apt_install "the status page's browser test" chromium
 fi
 echo "setup: ready (pyspark $PYSPARK_PIN, Kafka $KAFKA_VERSION, Spark Kafka connector $SPARK_VERSION," \
   "PostgreSQL server in $PG_BIN)"

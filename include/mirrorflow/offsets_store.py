@@ -47,7 +47,7 @@ import shlex
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -930,6 +930,11 @@ class OffsetsStore:
 
     def _now(self) -> datetime:
         return _as_utc(self._clock())
+
+    def read(self) -> AbstractContextManager[Connection]:
+        """A read transaction over the tables (``*_table``), for reports this class does not make
+        (the status page's aggregates); database outages become ``TransientError``."""
+        return self._transaction(write=False)
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[Connection]:

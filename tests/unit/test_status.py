@@ -1,0 +1,383 @@
+"""The status page's view model over a real SQLite offsets table filled through its public API, run
+folders written as the runner writes them, and heartbeat readers standing in for Kafka."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from mirrorflow import runner
+from mirrorflow.config import FlowConfig, MirrorConfig, load_config
+from mirrorflow.errors import SourceDataLostError, TransientError
+from mirrorflow.metrics import Stats
+from mirrorflow.offsets_store import Batch, GroupPosition, OffsetsStore, PartitionProgress, RecordedGap
+from mirrorflow.plan import CopyResult, PartitionPlan, Plan, SourceGap, write_atomically
+from mirrorflow.report import PartitionReport
+from mirrorflow.status import (
+    AirflowRun,
+    CheckpointStatus,
+    Freshness,
+    PartitionStatus,
+    RunStatus,
+    as_json,
+    flow_statuses,
+)
+
+FLOW = "primary->backup"
+T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+LOST = "flow primary->backup run run-3: source records were deleted before they were copied"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def at(self, seconds: int) -> None:
+        self.now = T0 + timedelta(seconds=seconds)
+
+
+def _config(folder: Path, *extra: str) -> MirrorConfig:
+    path = folder / "mm2.properties"
+    path.write_text(
+        "\n".join(
+            [
+                "clusters = primary, backup, dr",
+                "primary.bootstrap.servers = 127.0.0.1:1",
+                "backup.bootstrap.servers = 127.0.0.1:2",
+                "dr.bootstrap.servers = 127.0.0.1:3",
+                "primary->backup.enabled = true",
+                f"mirrorflow.state.dir = {folder / 'state'}",
+                *extra,
+            ]
+        )
+        + "\n"
+    )
+    return load_config(path, env={})
+
+
+def _plan_file(config: MirrorConfig, run_id: str, at: int, partitions: tuple[PartitionPlan, ...]) -> Plan:
+    """The plan as the plan task writes it into the run's folder."""
+    plan = Plan(FLOW, run_id, (T0 + timedelta(seconds=at)).isoformat(timespec="seconds"), partitions)
+    write_atomically(runner.run_files(config, config.flow(FLOW), run_id).plan, plan.to_json())
+    return plan
+
+
+def _lost() -> CopyResult:
+    raise SourceDataLostError(LOST)
+
+
+def _fill(config: MirrorConfig) -> None:
+    """run-1 copies orders-0 fully and orders-1 capped; run-2 skips a gap of orders-1 and copies the
+    rest, then a group's checkpoints are emitted; run-3's copy finds source data lost; run-4 holds
+    the lock, with nothing to copy."""
+    clock = Clock()
+    store = OffsetsStore(config.offsets_db_url, clock=clock)
+    flow = config.flow(FLOW)
+    _plan_file(
+        config,
+        "run-1",
+        0,
+        (
+            PartitionPlan("orders", 0, 0, 100, "primary.orders", 0),
+            PartitionPlan("orders", 1, 0, 50, "primary.orders", 0),
+        ),
+    )
+    store.acquire_lock(FLOW, "run-1", 600)
+    store.anchor(FLOW, "run-1", [PartitionProgress("orders", 0, 0, 0), PartitionProgress("orders", 1, 0, 0)])
+    clock.at(60)
+    store.commit(
+        FLOW,
+        "run-1",
+        [
+            Batch("orders", 0, "primary.orders", 0, 100, 0, 100, 100, 1000),
+            Batch("orders", 1, "primary.orders", 0, 50, 0, 50, 50, 500),
+        ],
+        [
+            PartitionReport(
+                "orders", 0, "primary.orders", records=100, bytes=1000,
+                replication_latency=Stats(100, 5, 40, 2000, 10), write_ms=500,
+            ),
+            PartitionReport(
+                "orders", 1, "primary.orders", records=50, skipped=10, bytes=500, lag=30,
+                replication_latency=Stats(40, 4, 30, 400, 6), write_ms=250,
+            ),
+        ],
+    )  # fmt: skip
+    store.release_lock(FLOW, "run-1")
+
+    _plan_file(config, "run-2", 3600, (PartitionPlan("orders", 1, 60, 80, "primary.orders", 50),))
+    clock.at(3600)
+    store.acquire_lock(FLOW, "run-2", 600)
+    clock.at(3660)
+    store.commit(
+        FLOW,
+        "run-2",
+        [Batch("orders", 1, "primary.orders", 60, 80, 50, 70, 20, 200)],
+        [
+            PartitionReport(
+                "orders", 1, "primary.orders", records=20, bytes=200,
+                replication_latency=Stats(20, 3, 9, 100, 4), write_ms=100,
+            )
+        ],
+        [SourceGap("orders", 1, 50, 60, 50, 50)],
+    )  # fmt: skip
+    clock.at(3670)
+    store.record_checkpoints(
+        FLOW,
+        [
+            GroupPosition("billing", "orders", 0, "primary.orders", 100, 100),
+            GroupPosition("billing", "orders", 1, "primary.orders", 65, 55),
+        ],
+        latency_ms=12,
+    )
+    store.release_lock(FLOW, "run-2")
+
+    lost = _plan_file(config, "run-3", 7200, (PartitionPlan("orders", 1, 80, 90, "primary.orders", 70),))
+    runner.execute_copy(config, flow, lost, _lost)  # notes the error for the commit task
+
+    _plan_file(config, "run-4", 7300, ())
+    clock.at(7300)
+    store.acquire_lock(FLOW, "run-4", 600)
+    store.close()
+
+
+def _at(seconds: int) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+RUN_1 = RunStatus(
+    "run-1", "committed", _at(0), _at(60), planned_partitions=2, records=150, bytes=1500, skipped=10,
+    write_ms=500, lag=30, gaps=0,
+)  # fmt: skip
+RUN_2 = RunStatus(
+    "run-2", "committed", _at(3600), _at(3660), planned_partitions=1, records=20, bytes=200, skipped=0,
+    write_ms=100, lag=0, gaps=1,
+)  # fmt: skip
+RUN_3 = RunStatus(
+    "run-3", "failed", _at(7200), None, planned_partitions=1, records=0, bytes=0, skipped=0, write_ms=0,
+    lag=None, gaps=0, error=f"SourceDataLostError: {LOST}",
+)  # fmt: skip
+RUN_4 = RunStatus(
+    "run-4", "running", _at(7300), None, planned_partitions=0, records=0, bytes=0, skipped=0, write_ms=0,
+    lag=None, gaps=0,
+)  # fmt: skip
+
+
+def test_a_flow_that_ran_shows_its_partitions_runs_checkpoints_gaps_and_errors(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    _fill(config)
+
+    (status,) = flow_statuses(config, heartbeat=lambda flow: 12.5)
+
+    assert (status.name, status.dag_id, status.source, status.target) == (
+        FLOW, "mirror_primary_to_backup", "primary", "backup",
+    )  # fmt: skip
+    assert status.partitions == (
+        PartitionStatus(
+            "orders", 0, "primary.orders", next_source_offset=100, next_target_offset=100, records=100,
+            bytes=1000, lag=0, lag_run_id="run-1", replication_latency_max_ms=40, lost_offsets=0,
+        ),
+        # The gap [50, 60) moved progress without records; latency is the last write's (run-2).
+        PartitionStatus(
+            "orders", 1, "primary.orders", next_source_offset=80, next_target_offset=70, records=70,
+            bytes=700, lag=0, lag_run_id="run-2", replication_latency_max_ms=9, lost_offsets=10,
+        ),
+    )  # fmt: skip
+    assert (status.records, status.bytes, status.lag) == (170, 1700, 0)
+    assert status.topics == (("orders", "primary.orders"),)
+    assert status.runs == (RUN_4, RUN_3, RUN_2, RUN_1)
+    # Partitions are written in parallel: the run's written records over its longest write.
+    assert RUN_1.records_per_second == 280.0
+    assert RUN_3.records_per_second is None
+    assert status.locked_by == "run-4"
+    assert status.freshness == Freshness("measured", age_seconds=12.5)
+    assert status.freshness.text == "12.5 s"
+    assert status.checkpoints_enabled
+    assert status.checkpoints == (
+        CheckpointStatus("billing", "orders", 0, "primary.orders", 100, 100, _at(3670), latency_ms=12),
+        CheckpointStatus("billing", "orders", 1, "primary.orders", 65, 55, _at(3670), latency_ms=12),
+    )
+    assert status.gaps == (RecordedGap("orders", 1, 50, 60, 50, 50, run_id="run-2", recorded_at=_at(3660)),)
+    assert status.errors == ()
+    assert status.failed_runs == (RUN_3,)
+
+
+def test_airflow_states_win_and_runs_it_alone_knows_are_listed_with_their_failed_tasks(
+    tmp_path: Path,
+) -> None:
+    config = _config(tmp_path)
+    _fill(config)
+    airflow = {
+        FLOW: [
+            AirflowRun("manual__5", "failed", _at(8000), _at(8010), failed_tasks=("plan",)),
+            AirflowRun("run-4", "running", _at(7290)),
+            # The copy's note says more than the task that failed on it.
+            AirflowRun("run-3", "failed", _at(7190), _at(7250), failed_tasks=("commit",)),
+            AirflowRun("run-2", "success", _at(3590), _at(3700)),
+        ]
+    }
+
+    (status,) = flow_statuses(config, airflow, heartbeat=lambda flow: 1.0)
+
+    assert status.runs == (
+        RunStatus(
+            "manual__5", "failed", _at(8000), None, planned_partitions=None, records=0, bytes=0, skipped=0,
+            write_ms=0, lag=None, gaps=0, error="failed task: plan", failed_tasks=("plan",),
+        ),
+        RunStatus(
+            "run-4", "running", _at(7290), None, planned_partitions=0, records=0, bytes=0, skipped=0,
+            write_ms=0, lag=None, gaps=0,
+        ),
+        RunStatus(
+            "run-3", "failed", _at(7190), None, planned_partitions=1, records=0, bytes=0, skipped=0,
+            write_ms=0, lag=None, gaps=0, error=f"SourceDataLostError: {LOST}", failed_tasks=("commit",),
+        ),
+        RunStatus(
+            "run-2", "success", _at(3590), _at(3660), planned_partitions=1, records=20, bytes=200,
+            skipped=0, write_ms=100, lag=0, gaps=1,
+        ),
+        RUN_1,
+    )  # fmt: skip
+
+
+def test_run_limit_keeps_the_newest_runs(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    _fill(config)
+
+    (status,) = flow_statuses(config, heartbeat=None, run_limit=2)
+
+    assert [r.run_id for r in status.runs] == ["run-4", "run-3"]
+    assert status.freshness == Freshness("unknown", detail="not measured")
+
+
+def test_without_an_offsets_database_yet_nothing_is_created(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    _plan_file(config, "run-1", 0, ())
+
+    (status,) = flow_statuses(config, heartbeat=lambda flow: None)
+
+    assert status.partitions == () and status.checkpoints == () and status.gaps == ()
+    assert status.runs == (
+        RunStatus(
+            "run-1", "nothing to copy", _at(0), None, planned_partitions=0, records=0, bytes=0, skipped=0,
+            write_ms=0, lag=None, gaps=0,
+        ),
+    )  # fmt: skip
+    assert status.errors == ()
+    assert status.freshness.text == "no heartbeat mirrored yet"
+    assert not (config.state_dir / "offsets.db").exists()
+
+
+def test_an_unreachable_offsets_database_is_an_error_of_the_flow_and_its_runs_still_show(
+    tmp_path: Path,
+) -> None:
+    config = _config(
+        tmp_path, "mirrorflow.offsets.db.url = postgresql+psycopg2://mirror:secret@127.0.0.1:1/offsets"
+    )
+    _plan_file(config, "run-1", 0, (PartitionPlan("orders", 0, 0, 5, "primary.orders", 0),))
+
+    (status,) = flow_statuses(config, heartbeat=lambda flow: None)
+
+    (error,) = status.errors
+    assert error.startswith(
+        "TransientError: offsets database postgresql+psycopg2://mirror:***@127.0.0.1:1/offsets is unavailable"
+    )
+    assert "secret" not in error
+    assert [(r.run_id, r.state) for r in status.runs] == [("run-1", "not committed")]
+
+
+def test_unreadable_run_folders_are_named_and_the_rest_is_shown(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    _fill(config)
+    broken = runner.run_files(config, config.flow(FLOW), "run-9").plan
+    write_atomically(broken, "{not json")
+
+    (status,) = flow_statuses(config, heartbeat=lambda flow: 1.0)
+
+    (error,) = status.errors
+    assert error.startswith(f"cannot read {broken}: {broken}: not a valid plan")
+    assert [r.run_id for r in status.runs] == ["run-4", "run-3", "run-2", "run-1"]
+
+
+def test_freshness_is_measured_absent_disabled_or_unknown_never_waited_for_long(tmp_path: Path) -> None:
+    config = _config(
+        tmp_path,
+        "backup->primary.enabled = true",
+        "primary->dr.enabled = true",
+        "dr->backup.enabled = true",
+        "backup->dr.enabled = true",
+        "backup->dr.emit.heartbeats.enabled = false",
+    )
+    release = threading.Event()
+
+    def read(flow: FlowConfig) -> float | None:
+        if flow.name == "primary->backup":
+            return 3.25
+        if flow.name == "backup->primary":
+            return None
+        if flow.name == "primary->dr":
+            raise TransientError("cannot read primary.heartbeats on dr: broker down")
+        release.wait(30)  # dr->backup: a cluster that does not answer
+        return 1.0
+
+    started = time.monotonic()
+    try:
+        statuses = flow_statuses(config, heartbeat=read, heartbeat_timeout=0.5)
+    finally:
+        release.set()
+
+    assert time.monotonic() - started < 5
+    assert {s.name: s.freshness for s in statuses} == {
+        "primary->backup": Freshness("measured", age_seconds=3.25),
+        "backup->primary": Freshness("none yet"),
+        "primary->dr": Freshness(
+            "unknown", detail="TransientError: cannot read primary.heartbeats on dr: broker down"
+        ),
+        "dr->backup": Freshness("unknown", detail="no answer within 0.5 s"),
+        "backup->dr": Freshness("disabled"),
+    }
+    assert {s.name: s.freshness.text for s in statuses} == {
+        "primary->backup": "3.2 s",
+        "backup->primary": "no heartbeat mirrored yet",
+        "primary->dr": "unknown (TransientError: cannot read primary.heartbeats on dr: broker down)",
+        "dr->backup": "unknown (no answer within 0.5 s)",
+        "backup->dr": "heartbeats disabled (emit.heartbeats.enabled = false)",
+    }
+
+
+def test_only_the_flows_asked_for_are_read(tmp_path: Path) -> None:
+    config = _config(tmp_path, "backup->primary.enabled = true")
+
+    statuses = flow_statuses(config, flows={"backup->primary"}, heartbeat=lambda flow: 1.0)
+
+    assert [s.name for s in statuses] == ["backup->primary"]
+
+
+def test_as_json_spells_out_times_totals_and_rates(tmp_path: Path) -> None:
+    config = _config(tmp_path, "emit.checkpoints.enabled = false")
+    _fill(config)
+
+    document = as_json(flow_statuses(config, heartbeat=lambda flow: 2.0))
+
+    (flow,) = json.loads(json.dumps(document))["flows"]
+    assert (flow["name"], flow["records"], flow["bytes"], flow["lag"]) == (FLOW, 170, 1700, 0)
+    assert flow["checkpoints_enabled"] is False
+    assert flow["freshness"] == {"state": "measured", "age_seconds": 2.0, "detail": "", "text": "2.0 s"}
+    assert flow["runs"][3] == {
+        "run_id": "run-1", "state": "committed", "started_at": "2030-01-02T03:04:05+00:00",
+        "committed_at": "2030-01-02T03:05:05+00:00", "planned_partitions": 2, "records": 150, "bytes": 1500,
+        "skipped": 10, "write_ms": 500, "lag": 30, "gaps": 0, "error": None, "failed_tasks": [],
+        "records_per_second": 280.0,
+    }  # fmt: skip
+    assert flow["gaps"] == [
+        {
+            "topic": "orders", "partition": 1, "source_start": 50, "source_end": 60, "target_start": 50,
+            "target_end": 50, "run_id": "run-2", "recorded_at": "2030-01-02T04:05:05+00:00",
+        }
+    ]  # fmt: skip
