@@ -9,12 +9,13 @@ A dry run does everything but commit the groups' offsets.
 
 from __future__ import annotations
 
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, task
 
 from mirrorflow.config import load_config
 from mirrorflow.cutover import CUTOVER_PARAMS
 from mirrorflow.dag_spec import START_DATE
 from mirrorflow_airflow import cutover_tasks
+from mirrorflow_airflow.params import trigger_form
 
 CONFIG = load_config()
 
@@ -27,10 +28,7 @@ for _flow in CONFIG.flows:
         catchup=False,
         max_active_runs=1,
         tags=["mirror", "cutover", _flow.source.alias, _flow.target.alias],
-        params={
-            name: Param(default, description=description, **schema)
-            for name, (default, schema, description) in CUTOVER_PARAMS.items()
-        },
+        params=trigger_form(CUTOVER_PARAMS),
         doc_md=__doc__,
     ) as _dag:
         # No retries: a cutover is watched by a person, and every failure must show at once.

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, task
 
 from mirrorflow.config import TASK_RETRY_DELAY_SECONDS, load_config
 from mirrorflow.dag_spec import START_DATE
 from mirrorflow.failover import FAILOVER_PARAMS, failover_dag_id
 from mirrorflow_airflow import failover_tasks
+from mirrorflow_airflow.params import trigger_form
 
 CONFIG = load_config()
 
@@ -39,10 +40,7 @@ for _flow in CONFIG.flows:
             "retries": _flow.settings.task_retries,
             "retry_delay": timedelta(seconds=TASK_RETRY_DELAY_SECONDS),
         },
-        params={
-            name: Param(default, description=description, **schema)
-            for name, (default, schema, description) in FAILOVER_PARAMS.items()
-        },
+        params=trigger_form(FAILOVER_PARAMS),
         doc_md=__doc__,
     ) as _dag:
         task(task_id="failover")(failover_tasks.failover)(_flow.name)

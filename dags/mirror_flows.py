@@ -16,13 +16,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, task
 
 from mirrorflow.config import TASK_RETRY_DELAY_SECONDS, load_config
 from mirrorflow.dag_spec import flow_dag_spec, spark_jars
 from mirrorflow.freshness import resolve_notifier
 from mirrorflow.run_options import TRIGGER_PARAMS
 from mirrorflow_airflow import tasks
+from mirrorflow_airflow.params import trigger_form
 
 CONFIG = load_config()
 
@@ -41,10 +42,7 @@ for _flow in CONFIG.flows:
             "retry_delay": timedelta(seconds=TASK_RETRY_DELAY_SECONDS),
         },
         user_defined_macros={"spark_jars": spark_jars},
-        params={
-            name: Param(default, description=description, **schema)
-            for name, (default, schema, description) in TRIGGER_PARAMS.items()
-        },
+        params=trigger_form(TRIGGER_PARAMS),
         doc_md=__doc__,
     ) as _dag:
         _plan = task.short_circuit(task_id="plan", ignore_downstream_trigger_rules=False)(tasks.plan)(

@@ -12,25 +12,17 @@ its run holds the flow's lock and ends itself before the lock expires (``copy_gu
 
 from __future__ import annotations
 
-import argparse
-
 from pyspark.sql import SparkSession
 
-from mirrorflow.config import load_config
 from mirrorflow.copy_guard import exit_at, lock_deadline
+from mirrorflow.dag_spec import job_arguments
 from mirrorflow.runner import execute_copy, load_plan
 from mirrorflow.spark_copy import copy_plan
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--flow", required=True)
-    parser.add_argument("--run-id", required=True)
-    args = parser.parse_args(argv)
-
-    config = load_config(args.config)
-    flow = config.flow(args.flow)
+    args = job_arguments(argv, __doc__)
+    config, flow = args.config, args.flow
     plan = load_plan(config, flow, args.run_id)
     exit_at(
         lock_deadline(config.offsets_db_url, flow.name, args.run_id), f"copy of {flow.name} {args.run_id}"

@@ -12,23 +12,15 @@ It reads both clusters and writes to neither, so it needs no lock of the flow.
 
 from __future__ import annotations
 
-import argparse
-
 from pyspark.sql import SparkSession
 
-from mirrorflow.config import load_config
+from mirrorflow.dag_spec import job_arguments
 from mirrorflow.verify import load_verify_plan, save_verify_result, verify_ranges
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--flow", required=True)
-    parser.add_argument("--run-id", required=True)
-    args = parser.parse_args(argv)
-
-    config = load_config(args.config)
-    flow = config.flow(args.flow)
+    args = job_arguments(argv, __doc__)
+    config, flow = args.config, args.flow
     # Before Spark starts: a missing or foreign plan fails in a second.
     plan = load_verify_plan(config, flow, args.run_id)
     spark = SparkSession.builder.appName(f"verify {flow.name} {args.run_id}").getOrCreate()

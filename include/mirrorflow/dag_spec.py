@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Mapping
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from mirrorflow.config import FlowConfig, MirrorConfig
+from mirrorflow.config import FlowConfig, MirrorConfig, load_config
 from mirrorflow.paths import REPO_ROOT, spark_kafka_jars
 
 # Defaults for the copy job; `mirrorflow.spark.conf.*` in the config overrides any of them.
@@ -73,6 +74,24 @@ def spark_job_spec(
         },
         name=name,
     )
+
+
+@dataclass(frozen=True)
+class JobArguments:
+    config: MirrorConfig
+    flow: FlowConfig
+    run_id: str
+
+
+def job_arguments(argv: list[str] | None, description: str | None) -> JobArguments:
+    """What ``spark_job_spec`` hands one of ``jobs/``: the config loaded, its flow, the run id."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--flow", required=True)
+    parser.add_argument("--run-id", required=True)
+    args = parser.parse_args(argv)
+    config = load_config(args.config)
+    return JobArguments(config, config.flow(args.flow), args.run_id)
 
 
 def spark_jars() -> str:

@@ -35,16 +35,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from kafka.admin import OffsetSpec
 
 from mirrorflow.checkpoint import Checkpoint
-from mirrorflow.clients import librdkafka_config
 from mirrorflow.cluster_admin import TP, ClusterAdmin
 from mirrorflow.config import ClusterConfig, FlowConfig, MirrorConfig
-from mirrorflow.errors import MirrorError, TargetStateError, TransientError
+from mirrorflow.errors import MirrorError, TargetStateError
 from mirrorflow.plan import write_atomically
-from mirrorflow.run_options import ParamError
+from mirrorflow.range_reader import read_partition
+from mirrorflow.run_options import ParamError, ParamTable
 from mirrorflow.wire import Reader
 
 __all__ = [
@@ -69,10 +68,9 @@ log = logging.getLogger(__name__)
 # Target group states in which nobody consumes (``Dead``: the group does not exist).
 IDLE_STATES = frozenset({"Empty", "Dead"})
 REPORT_FILES = ("failover.md", "failover.json")
-_READ_TIMEOUT_S = 60.0
 
 # The trigger form of the failover DAG: name -> (default, JSON schema, description).
-FAILOVER_PARAMS: Mapping[str, tuple[Any, Mapping[str, Any], str]] = {
+FAILOVER_PARAMS: ParamTable = {
     "groups": (
         [],
         {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True},
@@ -511,39 +509,7 @@ def _log(report: FailoverReport) -> None:
 
 def _read_partition(cluster: ClusterConfig, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
     """Every record of partition 0 of ``topic``, in offset order, up to its end when read."""
-    consumer = Consumer(
-        {
-            **librdkafka_config(cluster.consumer),
-            "group.id": "mirrorflow-failover",
-            "enable.auto.commit": False,
-            # As MM2's MirrorClient reads checkpoints (Java's default); they are never transactional.
-            "isolation.level": "read_uncommitted",
-        }
-    )
-    out: list[tuple[int, bytes | None, bytes | None]] = []
-    try:
-        tp = TopicPartition(topic, 0)
-        low, end = consumer.get_watermark_offsets(tp, timeout=_READ_TIMEOUT_S)
-        if end <= low:
-            return out
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + _READ_TIMEOUT_S
-        # The position is invalid (negative) until the first fetch; it passes offsets compacted away.
-        while consumer.position([tp])[0].offset < end:
-            if time.monotonic() > deadline:
-                raise TransientError(
-                    f"reading {topic} on cluster {cluster.alias} did not reach offset {end} in "
-                    f"{_READ_TIMEOUT_S:.0f} s"
-                )
-            # consume() waits for all 1000 or the timeout: short, so that a small topic is read quickly.
-            for m in consumer.consume(1000, timeout=0.2):
-                if m.error() is not None:
-                    raise KafkaException(m.error())
-                offset = m.offset()
-                if offset is not None:
-                    out.append((offset, m.key(), m.value()))
-    except KafkaException as exc:
-        raise TransientError(f"cannot read {topic} on cluster {cluster.alias}: {exc}") from exc
-    finally:
-        consumer.close()
-    return out
+    return [
+        (m.offset() or 0, m.key(), m.value())
+        for m in read_partition(cluster.consumer, cluster.alias, topic, 0)
+    ]

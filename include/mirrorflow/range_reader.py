@@ -42,7 +42,8 @@ def read_range(
                     f"reading {topic}-{partition} on cluster {cluster} from offset {start} did not reach "
                     f"offset {stop} in {_READ_TIMEOUT_S:.0f} s"
                 )
-            for m in consumer.consume(1000, timeout=1):
+            # consume() waits for all 1000 or the timeout: short, so that a few records are read quickly.
+            for m in consumer.consume(1000, timeout=0.2):
                 error = m.error()
                 if error is not None and error.code() == KafkaError._AUTO_OFFSET_RESET:
                     raise SourceDataLostError(
@@ -58,3 +59,17 @@ def read_range(
         raise TransientError(f"cannot read {topic}-{partition} on cluster {cluster}: {exc}") from exc
     finally:
         consumer.close()
+
+
+def read_partition(
+    consumer_props: Mapping[str, str], cluster: str, topic: str, partition: int
+) -> list[Message]:
+    """Every committed record of ``topic``-``partition``, from its log start to its end when called."""
+    consumer = Consumer({**librdkafka_config(consumer_props), "group.id": "mirrorflow-range-reader"})
+    try:
+        low, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=_READ_TIMEOUT_S)
+    except KafkaException as exc:
+        raise TransientError(f"cannot read {topic}-{partition} on cluster {cluster}: {exc}") from exc
+    finally:
+        consumer.close()
+    return list(read_range(consumer_props, cluster, topic, partition, low, end)) if end > low else []

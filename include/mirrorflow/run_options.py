@@ -17,8 +17,10 @@ from mirrorflow.errors import ConfigError
 
 START_CHOICES = ("earliest", "latest", "timestamp")
 
-# The trigger form: name -> (default, JSON schema, description). Airflow renders each as a field.
-TRIGGER_PARAMS: Mapping[str, tuple[Any, Mapping[str, Any], str]] = {
+# A DAG's trigger form: name -> (default, JSON schema, description). Airflow renders each as a field.
+ParamTable = Mapping[str, tuple[Any, Mapping[str, Any], str]]
+
+TRIGGER_PARAMS: ParamTable = {
     "topics": (
         [],
         {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True},
