@@ -30,14 +30,14 @@ from mirrorflow.mirror_checkpoint import next_positions, offsets_to_sync, transl
 from mirrorflow.offsets_store import OffsetsStore
 from mirrorflow.plan import Plan, run_dir, write_atomically
 from mirrorflow.remote_topics import remote_topic_changes
-from mirrorflow.run_options import ParamError, RunOptions
+from mirrorflow.run_options import ParamError, ParamTable, RunOptions
 from mirrorflow.verify import VerifyResult
 
 DRAIN_TIMEOUT_SECONDS_DEFAULT = 1800
 _LOCK_WAIT_SECONDS = 5.0
 
 # The cutover DAG's trigger form: name -> (default, JSON schema, description).
-CUTOVER_PARAMS: Mapping[str, tuple[Any, Mapping[str, Any], str]] = {
+CUTOVER_PARAMS: ParamTable = {
     "topics": (
         [],
         {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True},
@@ -327,7 +327,8 @@ def _drain_md(drained: Mapping[str, Any]) -> list[str]:
     return [
         "## Drain",
         "",
-        f"{drained['runs']} runs copied {drained['records']} records in {drained['seconds']} s; "
+        f"{drained['runs']} run{'' if drained['runs'] == 1 else 's'} copied {drained['records']} records "
+        f"in {drained['seconds']} s; "
         "lag is zero on every selected partition.",
     ]
 

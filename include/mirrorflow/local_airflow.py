@@ -179,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     if local_kafka.main(["up"]) != 0:
         return 1
     airflow = LocalAirflow(REPO_ROOT / ".state" / "airflow", config.path, config.state_dir, args.port)
+    # Airflow runs in its own process group: stop it however this process is asked to end.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
     airflow.start()
     print(
         f"Airflow is up at {airflow.url} (user {USER}, password {airflow.password}); log: {airflow.log_file}"
@@ -192,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         airflow.stop()
     return 0
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,12 @@ from mirrorflow import sample_data
 from mirrorflow.cluster_admin import ClusterAdmin
 from mirrorflow.config import MirrorConfig
 from mirrorflow.local_kafka import LocalCluster
+from mirrorflow.paths import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
 DAG = "mirror_primary_to_backup_cutover"
+ARTIFACTS = REPO_ROOT / ".state" / "test-artifacts"
 
 
 def _cutover(
@@ -39,7 +41,9 @@ def test_a_cutover_drains_verifies_and_moves_groups_exactly(
     tmp_path: Path,
 ) -> None:
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
-    topic, app, audit = unique_name, f"{unique_name}-app", f"{unique_name}-audit"
+    # Short names: the report of this run is the example in the docs. The suffix keeps them unique.
+    suffix = "-".join(unique_name.rsplit("-", 2)[1:])
+    topic, app, audit = f"orders-{suffix}", f"billing-{suffix}", f"audit-{suffix}"
     create_topic(primary.bootstrap, topic, 2)
     sample_data.produce_samples(primary.bootstrap, topic, 2, 0, 30)
     commit_group(primary.bootstrap, app, {(topic, 0): 10, (topic, 1): 30})
@@ -47,7 +51,7 @@ def test_a_cutover_drains_verifies_and_moves_groups_exactly(
     config = write_config(
         "primary->backup.enabled = true\n"
         f"primary->backup.topics = {topic}\n"
-        f"primary->backup.groups = {unique_name}-.*\n"
+        f"primary->backup.groups = .*-{suffix}\n"
         "primary->backup.replication.policy.class = IdentityReplicationPolicy\n"
     )
     env = migrated_airflow(tmp_path / "airflow", config, tmp_path)
@@ -65,14 +69,19 @@ def test_a_cutover_drains_verifies_and_moves_groups_exactly(
     with ClusterAdmin(config.flow("primary->backup").target) as target:
         assert target.group_offsets([audit, app]) == {app: {}, audit: {}}
 
+    # Records produced until the cutover are drained by it.
+    sample_data.produce_samples(primary.bootstrap, topic, 2, 30, 5)
+
     # The cutover: both groups resume on the target exactly where they stopped on the source.
     done, done_md = _cutover(env, tmp_path, config, {})
+    assert done["steps"]["preflight"]["result"]["lag"] == {f"{topic}-0": 5, f"{topic}-1": 5}
+    assert done["steps"]["drain"]["result"]["records"] == 10
     assert done["outcome"] == "complete"
     verified = done["steps"]["verify"]["result"]
     assert (verified["ranges"], verified["mismatches"]) == (2, 0)
     assert [(v["source_records"], v["target_records"], v["matches"]) for v in verified["verdicts"]] == [
-        (30, 30, True),
-        (30, 30, True),
+        (35, 35, True),
+        (35, 35, True),
     ]
     assert done["steps"]["groups"]["result"]["committed"] == {
         app: {f"{topic}-0": 10, f"{topic}-1": 30},
@@ -86,7 +95,10 @@ def test_a_cutover_drains_verifies_and_moves_groups_exactly(
             app: {(topic, 0): 10, (topic, 1): 30},
             audit: {(topic, 0): 5},
         }
-    assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, topic, 2) == 60
+    assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, topic, 2) == 70
+    # Kept as a test artifact: docs/cutover-report-example.md is one.
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "cutover_report.md").write_text(done_md)
     assert done_md.splitlines()[0] == "# Cutover of flow primary->backup: complete"
     assert "| verify | success |" in done_md
     assert "2 ranges compared, 0 differ." in done_md

@@ -99,7 +99,7 @@ def test_a_complete_dry_run_shows_what_it_would_commit() -> None:
     assert cutover_report("a->b", "manual__1", False, steps)["outcome"] == "complete"
     text = markdown(report)
     assert "Run `manual__1` (dry run: no group offsets committed)." in text
-    assert "1 runs copied 7 records in 12.0 s; lag is zero on every selected partition." in text
+    assert "1 run copied 7 records in 12.0 s; lag is zero on every selected partition." in text
     assert (
         "| orders-0 [0, 7) -> orders-0 [0, 7) | 7 | 7 | `abababababababab` | `abababababababab` | yes |"
         in text
