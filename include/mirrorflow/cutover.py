@@ -30,6 +30,7 @@ from mirrorflow.mirror_checkpoint import next_positions, offsets_to_sync, transl
 from mirrorflow.offsets_store import OffsetsStore
 from mirrorflow.plan import Plan, run_dir, write_atomically
 from mirrorflow.remote_topics import remote_topic_changes
+from mirrorflow.report import markdown_table
 from mirrorflow.run_options import ParamError, ParamTable, RunOptions
 from mirrorflow.verify import VerifyResult
 
@@ -379,14 +380,4 @@ def _groups_md(groups: Mapping[str, Any]) -> list[str]:
 
 
 def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    if not rows:
-        return ["(none)"]
-    return [
-        f"| {' | '.join(head)} |",
-        f"|{'---|' * len(head)}",
-        *(f"| {' | '.join(_cell(c) for c in r)} |" for r in rows),
-    ]
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return markdown_table(head, rows) if rows else ["(none)"]

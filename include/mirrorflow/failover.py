@@ -41,8 +41,10 @@ from mirrorflow.checkpoint import Checkpoint
 from mirrorflow.cluster_admin import TP, ClusterAdmin
 from mirrorflow.config import ClusterConfig, FlowConfig, MirrorConfig
 from mirrorflow.errors import MirrorError, TargetStateError
+from mirrorflow.mirror_checkpoint import IDLE_STATES
 from mirrorflow.plan import write_atomically
 from mirrorflow.range_reader import read_partition
+from mirrorflow.report import markdown_table
 from mirrorflow.run_options import ParamError, ParamTable
 from mirrorflow.wire import Reader
 
@@ -65,8 +67,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Target group states in which nobody consumes (``Dead``: the group does not exist).
-IDLE_STATES = frozenset({"Empty", "Dead"})
 REPORT_FILES = ("failover.md", "failover.json")
 
 # The trigger form of the failover DAG: name -> (default, JSON schema, description).
@@ -392,18 +392,9 @@ def _or_none(value: int | None) -> str:
     return "none" if value is None else str(value)
 
 
-def _cell(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
 def _section(title: str, head: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     lines = ["", f"## {title} ({len(rows)})", ""]
-    if not rows:
-        return [*lines, "none"]
-    lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + "|".join("---" for _ in head) + "|")
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
-    return lines
+    return [*lines, *(markdown_table(head, rows) if rows else ["none"])]
 
 
 def write_report(report: FailoverReport, folder: Path) -> tuple[Path, Path]:

@@ -34,8 +34,9 @@ from mirrorflow.plan import SourceGap, metrics_file, write_atomically
 log = logging.getLogger(__name__)
 
 
-# Target group states in which nobody consumes: offsets may be committed for them.
-_IDLE_STATES = frozenset({"Empty", "Dead"})
+# Target group states in which nobody consumes (``Dead``: the group does not exist): offsets may
+# be committed for them.
+IDLE_STATES = frozenset({"Empty", "Dead"})
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def offsets_to_sync(
     sync: dict[str, dict[TP, int]] = {}
     active: set[str] = set()
     for p in positions:
-        if states.get(p.group_id, "Dead") not in _IDLE_STATES:
+        if states.get(p.group_id, "Dead") not in IDLE_STATES:
             active.add(p.group_id)
             continue
         tp = (p.remote_topic, p.partition)

@@ -139,6 +139,19 @@ def text_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
 
 
+def markdown_table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """Lines of a Markdown table; cells are escaped (pipes, backslashes, line breaks)."""
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" for _ in head) + "|",
+        *("| " + " | ".join(_markdown_cell(v) for v in row) + " |" for row in rows),
+    ]
+
+
+def _markdown_cell(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
 def _figures(p: PartitionReport) -> tuple[str, ...]:
     lat = p.replication_latency
     return (
