@@ -169,7 +169,9 @@ CONFIG_CASES = [
         "primary->backup.mirrorflow.shedule: unknown mirrorflow setting; known settings: "
         "mirrorflow.schedule, mirrorflow.max.records.per.partition, mirrorflow.spark.conn.id, "
         "mirrorflow.copy.timeout.seconds, mirrorflow.task.retries, mirrorflow.on.source.data.loss, "
-        "mirrorflow.spark.conf.<spark key>, mirrorflow.state.dir, mirrorflow.offsets.db.url",
+        "mirrorflow.alert.lag.max.records, mirrorflow.alert.heartbeat.age.max.seconds, "
+        "mirrorflow.alert.notifier, mirrorflow.spark.conf.<spark key>, mirrorflow.state.dir, "
+        "mirrorflow.offsets.db.url",
     ),
     ConfigCase(
         "top-level-setting-per-flow",
