@@ -25,13 +25,14 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from mirror_helpers import assert_all_gone, create_topic, local_clusters, run_flow
+from mirror_helpers import Process, assert_all_gone, create_topic, live_processes, local_clusters, run_flow
 from pyspark.sql import SparkSession
 
 from mirrorflow import local_kafka, runner, sample_data
@@ -142,17 +143,36 @@ def _spark_submit(config: MirrorConfig, run_id: str, log: Path) -> subprocess.Po
         "--master", "local[2]", *conf, "--conf", "spark.driver.host=127.0.0.1",
         "--jars", spark_jars(), "--name", spec.name, spec.application, *spec.application_args,
     ]  # fmt: skip
-    env = {**os.environ, **spec.env_vars, "SPARK_LOCAL_IP": "127.0.0.1"}
+    mark = uuid.uuid4().hex
+    env = {**os.environ, **spec.env_vars, "SPARK_LOCAL_IP": "127.0.0.1", _JOB_MARK: mark}
     with log.open("ab") as out:
-        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    _MARKS[proc.pid] = f"{_JOB_MARK}={mark}\0"
+    return proc
+
+
+# In the environment of every process of a copy job started here. PySpark's worker daemon moves
+# itself and its workers (which hold the producers) to a process group of their own.
+_JOB_MARK = "MIRROR_FAULT_TEST_JOB"
+_MARKS: dict[int, str] = {}
+
+
+def _of_job(p: Process, proc: subprocess.Popen[bytes]) -> bool:
+    mark = _MARKS.get(proc.pid)
+    return p.group == proc.pid or (mark is not None and mark in p.environ)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the whole process group (JVM and Python workers) and check nothing of it survives."""
+    """SIGKILL the whole job (JVM, driver, PySpark's daemon and workers) at once, as a machine that
+    dies would, and check nothing of it survives: a worker left writing would race the recovery."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
+    for p in live_processes():
+        if _of_job(p, proc):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    assert_all_gone(lambda p: p.group == proc.pid, "processes of the killed copy")
+    assert_all_gone(lambda p: _of_job(p, proc), "processes of the killed copy")
 
 
 def _kill_copy(kill: Kill, config: MirrorConfig, plan: Plan, targets: _Targets, log: Path) -> None:
@@ -218,7 +238,12 @@ def test_a_killed_copy_or_commit_then_carrying_on_leaves_every_record_exactly_on
     topic, remote = unique_name, f"primary.{unique_name}"
     create_topic(primary.bootstrap, topic, PARTITIONS)
     _produce(primary.bootstrap, topic, 0, RECORDS)
-    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n")
+    config = write_config(
+        f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n"
+        # Smaller Arrow batches than Spark's 10,000 records: the copy's progress on the target grows
+        # in finer steps, so the watcher sees a kill point before the copy has passed it.
+        f"mirrorflow.spark.conf.spark.sql.execution.arrow.maxRecordsPerBatch = {RECORDS // 30}\n"
+    )
     flow = config.flow(FLOW)
     targets = _Targets(backup.bootstrap, remote)
     try:
