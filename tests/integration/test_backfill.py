@@ -103,3 +103,42 @@ def test_a_backfill_copies_one_interval_per_run_and_a_rerun_copies_nothing(
         assert len(store.batches(FLOW, topic)) == 6
         assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 2) == 24
         assert store.lock_holder(FLOW) is None
+
+
+def test_a_scheduled_run_copies_the_records_before_its_time(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic = unique_name
+    create_topic(primary.bootstrap, topic, 1)
+    # The scheduler's run of a @daily DAG unpaused today is at today's midnight (UTC): it copies the
+    # four records of last night, not the two of this morning.
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    times = [midnight - timedelta(minutes=4 - i) for i in range(4)] + [datetime.now(UTC)] * 2
+    records = [
+        replace(sample_data.sample_record(topic, 0, i), timestamp=int(at.timestamp() * 1000))
+        for i, at in enumerate(times)
+    ]
+    sample_data.produce(sample_data.producer(primary.bootstrap), topic, 0, records)
+    config = write_config(
+        f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n"
+        "primary->backup.mirrorflow.schedule = @daily\n"
+    )
+    store = OffsetsStore(config.offsets_db_url)
+
+    with running_airflow(tmp_path / "airflow", config) as airflow:
+        wait_for_dag(airflow, DAG)
+        deadline = time.monotonic() + 600
+        while True:
+            runs = airflow.api("GET", f"/api/v2/dags/{DAG}/dagRuns?run_type=scheduled")["dag_runs"]
+            if runs and runs[0]["state"] in ("success", "failed"):
+                break
+            assert time.monotonic() < deadline, f"no scheduled run finished in 600 s: {json.dumps(runs)}"
+            time.sleep(2)
+
+    assert [(r["logical_date"][:10], r["state"]) for r in runs] == [(midnight.date().isoformat(), "success")]
+    assert [(b.source_start, b.source_end) for b in store.batches(FLOW, topic)] == [(0, 4)]
+    assert sample_data.read_partition(backup.bootstrap, f"primary.{topic}", 0) == records[:4]
