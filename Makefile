@@ -14,7 +14,7 @@ demo: setup
 # Airflow's UI and scheduler (airflow standalone) on the local clusters, wired as docker-compose.yaml
 # wires its Airflow; AIRFLOW_PORT (default 8080). Ctrl-C stops it; the clusters keep running.
 airflow: setup
-	@$(PY) -m mirrorflow.local_airflow
+	@$(PY) -m mirrorflow_dev.local_airflow
 
 test: setup
 	@bash scripts/test.sh $(PYTEST_ARGS)
@@ -37,13 +37,13 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 
 kafka-up: setup
-	@$(PY) -m mirrorflow.local_kafka up
+	@$(PY) -m mirrorflow_dev.local_kafka up
 
 kafka-down:
-	@$(PY) -m mirrorflow.local_kafka down
+	@$(PY) -m mirrorflow_dev.local_kafka down
 
 kafka-status:
-	@$(PY) -m mirrorflow.local_kafka status
+	@$(PY) -m mirrorflow_dev.local_kafka status
 
 clean: kafka-down
 	rm -rf .state

@@ -38,8 +38,9 @@ from workload import (
     steady_rate,
 )
 
-from mirrorflow import local_kafka, paths
-from mirrorflow.devenv import airflow_env
+from mirrorflow import paths
+from mirrorflow_dev import local_kafka
+from mirrorflow_dev.devenv import airflow_env
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 # spark-class ships with pyspark; the venv's bin/ has a copy that finds the same SPARK_HOME.

@@ -15,7 +15,8 @@ from contenders import OURS, OURS_STANDALONE, Result
 from scenarios import ScenarioResult
 from workload import HEADERS, KEY_SIZE, VALUE_SIZE
 
-from mirrorflow import local_kafka, paths
+from mirrorflow import paths
+from mirrorflow_dev import local_kafka
 
 PACKAGES = [
     "apache-airflow",

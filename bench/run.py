@@ -56,8 +56,8 @@ import scenarios
 from contenders import Context, Result
 from workload import PARTITIONS, PRODUCER_TUNING, create_topics, end_offsets, fingerprint, produce_w1
 
-from mirrorflow import local_kafka
-from mirrorflow.local_kafka import LocalCluster
+from mirrorflow_dev import local_kafka
+from mirrorflow_dev.local_kafka import LocalCluster
 
 TOPICS = ("w1-orders", "w1-payments")
 CONTENDERS: dict[str, tuple[str, Callable[[Context], Result]]] = {

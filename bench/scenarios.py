@@ -33,9 +33,9 @@ from workload import (
     produce_w1,
 )
 
-from mirrorflow import local_kafka
-from mirrorflow.devenv import airflow_env
-from mirrorflow.local_kafka import LocalCluster
+from mirrorflow_dev import local_kafka
+from mirrorflow_dev.devenv import airflow_env
+from mirrorflow_dev.local_kafka import LocalCluster
 
 DAG_ID = "mirror_source_to_target"
 SCALE_PARTITIONS = 4

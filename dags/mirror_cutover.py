@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, task
 
-from mirrorflow.config import load_config
-from mirrorflow.cutover import CUTOVER_PARAMS
-from mirrorflow.dag_spec import START_DATE
+from mirrorflow.app.cutover import CUTOVER_PARAMS
+from mirrorflow.app.dag_spec import START_DATE
+from mirrorflow.config.model import load_config
 from mirrorflow_airflow import cutover_tasks
 from mirrorflow_airflow.params import trigger_form
 

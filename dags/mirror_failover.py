@@ -15,9 +15,9 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, task
 
-from mirrorflow.config import TASK_RETRY_DELAY_SECONDS, load_config
-from mirrorflow.dag_spec import START_DATE
-from mirrorflow.failover import FAILOVER_PARAMS, failover_dag_id
+from mirrorflow.app.dag_spec import START_DATE
+from mirrorflow.app.failover import FAILOVER_PARAMS, failover_dag_id
+from mirrorflow.config.model import TASK_RETRY_DELAY_SECONDS, load_config
 from mirrorflow_airflow import failover_tasks
 from mirrorflow_airflow.params import trigger_form
 

@@ -18,10 +18,10 @@ from datetime import timedelta
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, task
 
-from mirrorflow.config import TASK_RETRY_DELAY_SECONDS, load_config
-from mirrorflow.dag_spec import flow_dag_spec, spark_jars
-from mirrorflow.freshness import resolve_notifier
-from mirrorflow.run_options import TRIGGER_PARAMS
+from mirrorflow.app.dag_spec import flow_dag_spec, spark_jars
+from mirrorflow.app.freshness import resolve_notifier
+from mirrorflow.config.model import TASK_RETRY_DELAY_SECONDS, load_config
+from mirrorflow.config.run_options import TRIGGER_PARAMS
 from mirrorflow_airflow import tasks
 from mirrorflow_airflow.params import trigger_form
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from mirrorflow.copy_guard import exit_at, lock_deadline
-from mirrorflow.dag_spec import job_arguments
-from mirrorflow.runner import execute_copy, load_plan
-from mirrorflow.spark_copy import copy_plan
+from mirrorflow.app.copy_guard import exit_at, lock_deadline
+from mirrorflow.app.dag_spec import job_arguments
+from mirrorflow.app.runner import execute_copy, load_plan
+from mirrorflow.copy.spark_copy import copy_plan
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from mirrorflow.dag_spec import job_arguments
-from mirrorflow.verify import load_verify_plan, save_verify_result, verify_ranges
+from mirrorflow.app.dag_spec import job_arguments
+from mirrorflow.app.verify import load_verify_plan, save_verify_result, verify_ranges
 
 
 def main(argv: list[str] | None = None) -> None:

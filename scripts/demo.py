@@ -12,13 +12,13 @@ from pathlib import Path
 
 from kafka.admin import OffsetSpec
 
-from mirrorflow import local_kafka, sample_data
-from mirrorflow.cluster_admin import ClusterAdmin, NewTopic
-from mirrorflow.config import FlowConfig, MirrorConfig, load_config
-from mirrorflow.devenv import airflow_env
-from mirrorflow.mirror_heartbeat import freshness_seconds
-from mirrorflow.offsets_store import OffsetsStore
-from mirrorflow.plan import metrics_file
+from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
+from mirrorflow.core.plan import metrics_file
+from mirrorflow.kafka.admin import ClusterAdmin, NewTopic
+from mirrorflow.kafka.heartbeats import freshness_seconds
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow_dev import local_kafka, sample_data
+from mirrorflow_dev.devenv import airflow_env
 
 FLOW = "primary->backup"
 # topic -> (partitions, configs). Names ending in -internal are never mirrored (MM2's rule).

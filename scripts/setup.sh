@@ -49,11 +49,11 @@ resolve_jars jvm/spark-kafka "$JVM_CACHE/spark-kafka-$SPARK_VERSION"
 bash scripts/fetch_compose_schema.sh
 
 # PostgreSQL server programs (initdb, pg_ctl, postgres) for the throwaway test server of
-# mirrorflow.local_postgres, which also decides whether they are present. Debian's package is
+# mirrorflow_dev.local_postgres, which also decides whether they are present. Debian's package is
 # installed only when they are missing. It creates a cluster and starts it where it can (init
 # script or systemd): every cluster it started is stopped again, so setup never leaves one running.
 postgres_bin() {
-  "$VENV/bin/python" -c 'from mirrorflow.local_postgres import server_binaries; print(server_binaries())'
+  "$VENV/bin/python" -c 'from mirrorflow_dev.local_postgres import server_binaries; print(server_binaries())'
 }
 # Debian packages, installed only when missing, as root or through sudo.
 as_root() {

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 import pytest
 from mirror_helpers import local_clusters
 
-from mirrorflow import local_kafka, local_postgres, paths
-from mirrorflow.config import MirrorConfig, load_config
-from mirrorflow.local_kafka import LocalCluster
-from mirrorflow.local_postgres import LocalPostgres
+from mirrorflow import paths
+from mirrorflow.config.model import MirrorConfig, load_config
+from mirrorflow_dev import local_kafka, local_postgres
+from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.local_postgres import LocalPostgres
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -27,13 +27,14 @@ from kafka.admin import (
 from kafka.errors import TopicAlreadyExistsError
 from pyspark.sql import SparkSession
 
-from mirrorflow import local_kafka, runner, sample_data
-from mirrorflow.config import MirrorConfig, load_config
-from mirrorflow.devenv import airflow_env
-from mirrorflow.local_airflow import LocalAirflow, free_port
-from mirrorflow.local_kafka import SUPER_USER, LocalCluster, ScramSecurity
-from mirrorflow.report import RunReport
-from mirrorflow.spark_copy import copy_plan
+from mirrorflow.app import runner
+from mirrorflow.config.model import MirrorConfig, load_config
+from mirrorflow.copy.spark_copy import copy_plan
+from mirrorflow.core.report import RunReport
+from mirrorflow_dev import local_kafka, sample_data
+from mirrorflow_dev.devenv import airflow_env
+from mirrorflow_dev.local_airflow import LocalAirflow, free_port
+from mirrorflow_dev.local_kafka import SUPER_USER, LocalCluster, ScramSecurity
 
 
 def run_flow(config: MirrorConfig, flow_name: str, run_id: str, spark: SparkSession) -> RunReport:

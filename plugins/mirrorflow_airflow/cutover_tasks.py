@@ -17,11 +17,11 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import get_current_context
 from airflow.sdk.exceptions import AirflowFailException
 
-from mirrorflow import cutover
-from mirrorflow.config import FlowConfig, MirrorConfig, load_config
-from mirrorflow.dag_spec import spark_jars, spark_job_spec
-from mirrorflow.plan import Plan
-from mirrorflow.verify import load_verify_result, plan_verification
+from mirrorflow.app import cutover
+from mirrorflow.app.dag_spec import spark_jars, spark_job_spec
+from mirrorflow.app.verify import load_verify_result, plan_verification
+from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
+from mirrorflow.core.plan import Plan
 from mirrorflow_airflow.tasks import classified
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ from typing import Any
 
 from airflow.sdk import get_current_context
 
-from mirrorflow.config import load_config
-from mirrorflow.failover import failover_options, run_failover, write_report
-from mirrorflow.plan import run_dir
+from mirrorflow.app.failover import failover_options, run_failover, write_report
+from mirrorflow.config.model import load_config
+from mirrorflow.core.plan import run_dir
 from mirrorflow_airflow.tasks import classified
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param
 
-from mirrorflow.run_options import ParamTable
+from mirrorflow.config.run_options import ParamTable
 
 
 def trigger_form(table: ParamTable) -> dict[str, Param]:

@@ -2,7 +2,7 @@
 external view in Airflow's navigation that embeds it.
 
 Per flow it shows the totals, the freshness, recent runs with a throughput chart, each partition's
-position and lag, checkpoints, the source gaps skipped and errors (``mirrorflow.status`` builds the
+position and lag, checkpoints, the source gaps skipped and errors (``mirrorflow.app.status`` builds the
 figures; this module adds Airflow's DAG runs and renders them). ``/mirrorflow/`` is server-side HTML
 (inline CSS and SVG, no script); ``/mirrorflow/api/flows`` is JSON. Airflow embeds the page in a
 sandboxed iframe that may not navigate the UI around it, so the page holds no links into Airflow.
@@ -28,10 +28,10 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from mirrorflow.config import MirrorConfig, load_config
-from mirrorflow.cutover import report_files
+from mirrorflow.app.cutover import report_files
+from mirrorflow.app.status import RUN_LIMIT, AirflowRun, FlowStatus, RunStatus, as_json, flow_statuses
+from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.errors import MirrorError
-from mirrorflow.status import RUN_LIMIT, AirflowRun, FlowStatus, RunStatus, as_json, flow_statuses
 
 URL_PREFIX = "/mirrorflow"
 TITLE = "Mirror status"

@@ -15,12 +15,12 @@ from typing import Any, ParamSpec, TypeVar
 from airflow.sdk import Connection, get_current_context
 from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException, AirflowSkipException
 
-from mirrorflow import runner
-from mirrorflow.config import load_config
+from mirrorflow.app import runner
+from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.app.freshness import staleness
+from mirrorflow.config.model import load_config
+from mirrorflow.config.run_options import RunOptions, run_options
 from mirrorflow.errors import MirrorError, StaleMirrorError, TransientError
-from mirrorflow.freshness import staleness
-from mirrorflow.mirror_checkpoint import emit_checkpoints
-from mirrorflow.run_options import RunOptions, run_options
 
 log = logging.getLogger(__name__)
 

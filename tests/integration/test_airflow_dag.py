@@ -21,11 +21,11 @@ from mirror_helpers import (
     migrated_airflow,
 )
 
-from mirrorflow import sample_data
-from mirrorflow.config import MirrorConfig
-from mirrorflow.local_kafka import LocalCluster
-from mirrorflow.offsets_store import OffsetsStore
-from mirrorflow.plan import metrics_file
+from mirrorflow.config.model import MirrorConfig
+from mirrorflow.core.plan import metrics_file
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -189,11 +189,11 @@ def test_a_killed_airflow_run_leaves_its_lock_and_the_next_run_after_release_cop
 
     assert blocked.returncode != 0
     assert f"flow primary->backup is locked by run {dead_run}" in blocked.stdout + blocked.stderr
-    assert "python -m mirrorflow.offsets_store release-lock --flow 'primary->backup'" in (
+    assert "python -m mirrorflow.store release-lock --flow 'primary->backup'" in (
         blocked.stdout + blocked.stderr
     )
     released = subprocess.run(
-        [sys.executable, "-m", "mirrorflow.offsets_store", "release-lock", "--flow", "primary->backup",
+        [sys.executable, "-m", "mirrorflow.store", "release-lock", "--flow", "primary->backup",
          "--db", config.offsets_db_url],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

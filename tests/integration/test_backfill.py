@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from mirror_helpers import AIRFLOW, assert_same_records, create_topic, running_airflow, wait_for_dag
 
-from mirrorflow import sample_data
-from mirrorflow.config import MirrorConfig
-from mirrorflow.local_airflow import LocalAirflow
-from mirrorflow.local_kafka import LocalCluster
-from mirrorflow.offsets_store import OffsetsStore
+from mirrorflow.config.model import MirrorConfig
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_airflow import LocalAirflow
+from mirrorflow_dev.local_kafka import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 

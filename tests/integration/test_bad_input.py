@@ -30,8 +30,11 @@ from dag_parsing import import_error_line, parse_dags
 from mirror_helpers import create_topic
 from sqlalchemy import create_engine, select, text
 
-from mirrorflow import offsets_store, runner, sample_data
-from mirrorflow.config import MirrorConfig, load_config
+from mirrorflow.app import runner
+from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.config.model import MirrorConfig, load_config
+from mirrorflow.core.plan import CopyResult, Plan
+from mirrorflow.core.progress import Batch, PartitionProgress
 from mirrorflow.errors import (
     ConfigError,
     CorruptStateError,
@@ -40,10 +43,10 @@ from mirrorflow.errors import (
     TargetStateError,
     TransientError,
 )
-from mirrorflow.local_kafka import LocalCluster, free_ports
-from mirrorflow.mirror_checkpoint import emit_checkpoints
-from mirrorflow.offsets_store import Batch, OffsetsStore, PartitionProgress
-from mirrorflow.plan import CopyResult, Plan
+from mirrorflow.store import offsets_store
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster, free_ports
 
 FLOW = "primary->backup"
 RUN = "manual__bad-input"
@@ -349,7 +352,7 @@ STEPS: dict[str, Callable[[MirrorConfig], object]] = {
 REPAIR = (
     "mirrorflow never writes such a row: it was edited by hand or the database is damaged. Restore the "
     "offsets database from a backup, or forget the flow's state of the topic while no run is going "
-    "(python -m mirrorflow.offsets_store forget-topic --flow 'primary->backup' --topic {topic}); the "
+    "(python -m mirrorflow.store forget-topic --flow 'primary->backup' --topic {topic}); the "
     "next run then mirrors the topic anew, after what its remote topic already holds."
 )
 
@@ -446,7 +449,7 @@ STATE_CASES = [
         "already mirrored into it: the remote topic was deleted, recreated or truncated. Nothing was "
         "copied. To mirror the topic anew: delete its remote topic on the target (or keep it, and the "
         "new records are appended after the old copy), forget the flow's state of the topic while no "
-        "run of the flow is going (python -m mirrorflow.offsets_store forget-topic --flow "
+        "run of the flow is going (python -m mirrorflow.store forget-topic --flow "
         "'primary->backup' --topic {topic}), then run the flow again.",
     ),
     StateCase(
@@ -622,7 +625,7 @@ def test_the_repair_named_for_a_corrupt_row_lets_the_flow_plan_again(
     command = re.search(r"\((python -m mirrorflow\.offsets_store [^)]*)\)", str(caught.value))
     assert command is not None
     words = shlex.split(command.group(1))
-    assert words[:4] == ["python", "-m", "mirrorflow.offsets_store", "forget-topic"]
+    assert words[:4] == ["python", "-m", "mirrorflow.store", "forget-topic"]
     assert offsets_store.main([*words[3:], "--db", scene.config.offsets_db_url]) == 0
 
     plan = runner.plan_run(scene.config, FLOW, RUN)

@@ -16,15 +16,14 @@ from confluent_kafka import Consumer, Message
 from mirror_helpers import commit_group, create_topic, run_flow, transactional_producer, wait_end
 from pyspark.sql import SparkSession
 
-from mirrorflow import sample_data
-from mirrorflow.checkpoint import Checkpoint
-from mirrorflow.config import MirrorConfig
-from mirrorflow.local_kafka import LocalCluster
-from mirrorflow.mirror_checkpoint import emit_checkpoints
-from mirrorflow.offset_sync import OffsetSync
-from mirrorflow.offsets_store import OffsetsStore
-from mirrorflow.plan import metrics_file
-from mirrorflow.sample_data import Record, sample_record
+from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.config.model import MirrorConfig
+from mirrorflow.core.plan import metrics_file
+from mirrorflow.mm2.records import Checkpoint, OffsetSync
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.sample_data import Record, sample_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

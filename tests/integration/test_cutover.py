@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from mirror_helpers import airflow, assert_same_records, commit_group, create_topic, migrated_airflow
 
-from mirrorflow import sample_data
-from mirrorflow.cluster_admin import ClusterAdmin
-from mirrorflow.config import MirrorConfig
-from mirrorflow.local_kafka import LocalCluster
+from mirrorflow.config.model import MirrorConfig
+from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.paths import REPO_ROOT
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 

@@ -24,13 +24,13 @@ from kafka import KafkaAdminClient
 from mirror_helpers import airflow, commit_group, create_topic, migrated_airflow, run_flow, topics
 from pyspark.sql import SparkSession
 
-from mirrorflow import sample_data
-from mirrorflow.cluster_admin import ClusterAdmin
-from mirrorflow.config import MirrorConfig, load_config
+from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.config.model import MirrorConfig, load_config
+from mirrorflow.core.plan import run_dir
 from mirrorflow.errors import TransientError
-from mirrorflow.local_kafka import LocalCluster
-from mirrorflow.mirror_checkpoint import emit_checkpoints
-from mirrorflow.plan import run_dir
+from mirrorflow.kafka.admin import ClusterAdmin
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.airflow]
 

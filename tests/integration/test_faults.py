@@ -35,14 +35,15 @@ from confluent_kafka import Consumer, TopicPartition
 from mirror_helpers import Process, assert_all_gone, create_topic, live_processes, local_clusters, run_flow
 from pyspark.sql import SparkSession
 
-from mirrorflow import local_kafka, runner, sample_data
-from mirrorflow.config import MirrorConfig, load_config
-from mirrorflow.dag_spec import flow_dag_spec, spark_jars
-from mirrorflow.local_kafka import LocalCluster
-from mirrorflow.offsets_store import OffsetsStore
-from mirrorflow.plan import Plan, write_atomically
-from mirrorflow.sample_data import BASE_TIMESTAMP_MS, Record
-from mirrorflow.spark_copy import copy_plan
+from mirrorflow.app import runner
+from mirrorflow.app.dag_spec import flow_dag_spec, spark_jars
+from mirrorflow.config.model import MirrorConfig, load_config
+from mirrorflow.copy.spark_copy import copy_plan
+from mirrorflow.core.plan import Plan, write_atomically
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow_dev import local_kafka, sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.sample_data import BASE_TIMESTAMP_MS, Record
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -202,7 +203,7 @@ def _kill_copy(kill: Kill, config: MirrorConfig, plan: Plan, targets: _Targets, 
 def _kill_commit(kill: Kill, config: MirrorConfig, run_id: str) -> None:
     assert config.path is not None
     code = (
-        "import sys; from mirrorflow import runner; from mirrorflow.config import load_config; "
+        "import sys; from mirrorflow import runner; from mirrorflow.config.model import load_config; "
         "runner.commit_run(load_config(sys.argv[1]), sys.argv[2], sys.argv[3])"
     )
     proc = subprocess.Popen(

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from mirrorflow import local_kafka
-from mirrorflow.local_kafka import LocalCluster
+from mirrorflow_dev import local_kafka
+from mirrorflow_dev.local_kafka import LocalCluster
 
 pytestmark = pytest.mark.integration
 
@@ -167,7 +167,7 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
 
     def cli(command: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "mirrorflow.local_kafka", command],
+            [sys.executable, "-m", "mirrorflow_dev.local_kafka", command],
             env=env,
             capture_output=True,
             text=True,
@@ -213,7 +213,7 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
 def test_cli_rejects_bad_cluster_spec(tmp_path: Path) -> None:
     env = {**os.environ, "MIRROR_KAFKA_HOME": str(tmp_path), "MIRROR_KAFKA_CLUSTERS": "primary=19092"}
     res = subprocess.run(
-        [sys.executable, "-m", "mirrorflow.local_kafka", "status"],
+        [sys.executable, "-m", "mirrorflow_dev.local_kafka", "status"],
         env=env,
         capture_output=True,
         text=True,

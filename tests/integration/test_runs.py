@@ -8,11 +8,12 @@ import pytest
 from mirror_helpers import create_topic, run_flow
 from pyspark.sql import SparkSession
 
-from mirrorflow import runner, sample_data
-from mirrorflow.config import MirrorConfig
+from mirrorflow.app import runner
+from mirrorflow.config.model import MirrorConfig
 from mirrorflow.errors import CommitConflictError, FlowLockedError
-from mirrorflow.local_kafka import LocalCluster
-from mirrorflow.offsets_store import OffsetsStore
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

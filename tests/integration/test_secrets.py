@@ -36,11 +36,11 @@ from mirror_helpers import (
     secured_config,
 )
 
-from mirrorflow import sample_data
-from mirrorflow.clients import librdkafka_config
-from mirrorflow.local_kafka import SUPER_USER, LocalCluster, LocalTls, ScramSecurity
-from mirrorflow.offsets_store import OffsetsStore
-from mirrorflow.plan import metrics_file
+from mirrorflow.config.clients import librdkafka_config
+from mirrorflow.core.plan import metrics_file
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import SUPER_USER, LocalCluster, LocalTls, ScramSecurity
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.airflow]
 

@@ -11,15 +11,17 @@ import pytest
 from mirror_helpers import commit_group, create_topic, delete_records, recreate_topic, run_flow, topic_id
 from pyspark.sql import SparkSession
 
-from mirrorflow import runner, sample_data
-from mirrorflow.config import MirrorConfig
+from mirrorflow.app import runner
+from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.config.model import MirrorConfig
+from mirrorflow.copy.spark_copy import copy_plan
+from mirrorflow.core.plan import SourceGap
+from mirrorflow.core.progress import PartitionProgress
 from mirrorflow.errors import SourceDataLostError, SourceTopicRecreatedError
-from mirrorflow.local_kafka import LocalCluster
-from mirrorflow.mirror_checkpoint import emit_checkpoints
-from mirrorflow.offsets_store import OffsetsStore, PartitionProgress, main
-from mirrorflow.plan import SourceGap
-from mirrorflow.sample_data import Record, sample_record
-from mirrorflow.spark_copy import copy_plan
+from mirrorflow.store.offsets_store import OffsetsStore, main
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.sample_data import Record, sample_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

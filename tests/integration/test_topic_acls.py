@@ -78,15 +78,15 @@ from mirror_helpers import (
 )
 from pyspark.sql import SparkSession
 
-from mirrorflow import sample_data
-from mirrorflow.clients import librdkafka_config
-from mirrorflow.config import MirrorConfig
+from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.app.runner import plan_run, release_run
+from mirrorflow.config.clients import librdkafka_config
+from mirrorflow.config.model import MirrorConfig
 from mirrorflow.errors import AuthorizationError
-from mirrorflow.local_kafka import SUPER_USER, LocalCluster, ScramSecurity
-from mirrorflow.mirror_checkpoint import emit_checkpoints
-from mirrorflow.mirror_heartbeat import freshness_seconds
-from mirrorflow.offsets_store import OffsetsStore
-from mirrorflow.runner import plan_run, release_run
+from mirrorflow.kafka.heartbeats import freshness_seconds
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import SUPER_USER, LocalCluster, ScramSecurity
 
 pytestmark = [pytest.mark.integration]
 

@@ -9,11 +9,12 @@ from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, Kafka
 from mirror_helpers import assert_same_records, create_topic, run_flow, topics
 from pyspark.sql import SparkSession
 
-from mirrorflow import runner, sample_data
-from mirrorflow.config import MirrorConfig
+from mirrorflow.app import runner
+from mirrorflow.config.model import MirrorConfig
 from mirrorflow.errors import TargetStateError
-from mirrorflow.local_kafka import LocalCluster
-from mirrorflow.offsets_store import OffsetsStore
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from mirror_helpers import airflow, create_topic, migrated_airflow, topics
 
-from mirrorflow import sample_data
-from mirrorflow.config import MirrorConfig
-from mirrorflow.local_kafka import LocalCluster
-from mirrorflow.offsets_store import OffsetsStore
+from mirrorflow.config.model import MirrorConfig
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 

@@ -24,9 +24,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from mirrorflow import sample_data
-from mirrorflow.local_kafka import LocalCluster
-from mirrorflow.sample_data import BASE_TIMESTAMP_MS, Record, sample_record
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.sample_data import BASE_TIMESTAMP_MS, Record, sample_record
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -17,15 +17,17 @@ from kafka.admin import KafkaAdminClient
 from mirror_helpers import create_topic, run_flow, transactional_producer, wait_end
 from pyspark.sql import SparkSession
 
-from mirrorflow import runner, sample_data
-from mirrorflow.config import MirrorConfig
+from mirrorflow.app import runner
+from mirrorflow.config.model import MirrorConfig
+from mirrorflow.copy.spark_copy import copy_plan
+from mirrorflow.core.plan import CopyResult, Plan, metrics_file, write_atomically
+from mirrorflow.core.progress import PartitionProgress
+from mirrorflow.core.report import RunReport
 from mirrorflow.errors import TargetStateError
-from mirrorflow.local_kafka import LocalCluster
-from mirrorflow.offsets_store import OffsetsStore, PartitionProgress
-from mirrorflow.plan import CopyResult, Plan, metrics_file, write_atomically
-from mirrorflow.report import RunReport
-from mirrorflow.sample_data import BASE_TIMESTAMP_MS, Record, sample_record
-from mirrorflow.spark_copy import copy_plan
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.sample_data import BASE_TIMESTAMP_MS, Record, sample_record
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -19,14 +19,8 @@ import pytest
 from mirror_helpers import create_topic, delete_records, run_flow, transactional_producer, wait_end
 from pyspark.sql import SparkSession
 
-from mirrorflow import sample_data
-from mirrorflow.config import MirrorConfig
-from mirrorflow.dag_spec import flow_dag_spec, spark_jars
-from mirrorflow.local_kafka import LocalCluster
-from mirrorflow.offsets_store import Batch
-from mirrorflow.paths import REPO_ROOT
-from mirrorflow.sample_data import Record, sample_record
-from mirrorflow.verify import (
+from mirrorflow.app.dag_spec import flow_dag_spec, spark_jars
+from mirrorflow.app.verify import (
     PartitionVerdict,
     SideDigest,
     VerifyPlan,
@@ -40,6 +34,12 @@ from mirrorflow.verify import (
     verify_ranges,
     write_verify_plan,
 )
+from mirrorflow.config.model import MirrorConfig
+from mirrorflow.core.progress import Batch
+from mirrorflow.paths import REPO_ROOT
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.sample_data import Record, sample_record
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

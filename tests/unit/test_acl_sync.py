@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mirrorflow.acl_sync import TopicAcl, missing_acls, target_acls
+from mirrorflow.mm2.acl_rules import TopicAcl, missing_acls, target_acls
 
 REMOTE = {"orders": "primary.orders", "payments": "primary.payments"}
 

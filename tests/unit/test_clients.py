@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from mirrorflow.clients import (
+from mirrorflow.config.clients import (
     check_translatable,
     kafka_python_config,
     librdkafka_config,

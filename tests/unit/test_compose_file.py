@@ -26,9 +26,9 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
-from mirrorflow.config import MirrorConfig, parse_config
-from mirrorflow.local_airflow import LocalAirflow
+from mirrorflow.config.model import MirrorConfig, parse_config
 from mirrorflow.paths import KAFKA_VERSION, REPO_ROOT
+from mirrorflow_dev.local_airflow import LocalAirflow
 
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yaml"
 SCHEMA_FILE = REPO_ROOT / ".cache" / "compose-spec" / "compose-spec.json"

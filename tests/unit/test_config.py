@@ -7,11 +7,11 @@ from types import MappingProxyType
 
 import pytest
 
-from mirrorflow.config import FlowConfig, MirrorSettings, PropertyView, load_config, parse_config
+from mirrorflow.config.model import FlowConfig, MirrorSettings, PropertyView, load_config, parse_config
 from mirrorflow.errors import ConfigError
-from mirrorflow.filters import TopicFilter
+from mirrorflow.mm2.filters import TopicFilter
+from mirrorflow.mm2.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 from mirrorflow.paths import REPO_ROOT, default_config_path
-from mirrorflow.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 
 BASE = """\
 clusters = primary, backup

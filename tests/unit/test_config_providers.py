@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mirrorflow.config import MirrorConfig, PropertyView, load_config, parse_config
+from mirrorflow.config.model import MirrorConfig, PropertyView, load_config, parse_config
 from mirrorflow.errors import ConfigError
 
 BASE = """\

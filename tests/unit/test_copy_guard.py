@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mirrorflow.copy_guard import EXIT_CODE, MARGIN, lock_deadline
+from mirrorflow.app.copy_guard import EXIT_CODE, MARGIN, lock_deadline
 from mirrorflow.errors import FlowLockedError
-from mirrorflow.offsets_store import OffsetsStore
+from mirrorflow.store.offsets_store import OffsetsStore
 
 FLOW = "primary->backup"
 
@@ -33,7 +33,7 @@ def test_the_deadline_is_the_lock_expiry_less_a_margin_for_the_holder_only(tmp_p
 def test_the_process_ends_itself_at_the_deadline() -> None:
     deadline = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
     code = (
-        "import sys, time; from datetime import datetime; from mirrorflow.copy_guard import exit_at; "
+        "import sys, time; from datetime import datetime; from mirrorflow.app.copy_guard import exit_at; "
         f"exit_at(datetime.fromisoformat({deadline!r}), 'copy'); time.sleep(60)"
     )
     began = time.monotonic()

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from mirrorflow.cutover import CutoverOptions, cutover_options, cutover_report, markdown
-from mirrorflow.run_options import ParamError
+from mirrorflow.app.cutover import CutoverOptions, cutover_options, cutover_report, markdown
+from mirrorflow.config.run_options import ParamError
 
 PREFLIGHT = {
     "replication_policy": "IdentityReplicationPolicy",

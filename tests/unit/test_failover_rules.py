@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 
-from mirrorflow.checkpoint import Checkpoint
-from mirrorflow.config import FlowConfig, parse_config
-from mirrorflow.failover import (
+from mirrorflow.app.failover import (
     FAILOVER_PARAMS,
     ActiveGroup,
     Decisions,
@@ -26,7 +24,9 @@ from mirrorflow.failover import (
     newest_checkpoints,
     write_report,
 )
-from mirrorflow.run_options import ParamError
+from mirrorflow.config.model import FlowConfig, parse_config
+from mirrorflow.config.run_options import ParamError
+from mirrorflow.mm2.records import Checkpoint
 
 FLOW_TEXT = """\
 clusters = primary, backup

@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from mirrorflow.errors import ConfigError
-from mirrorflow.filters import GroupFilter, TopicFilter, compile_patterns, is_cycle, should_replicate_topic
-from mirrorflow.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
+from mirrorflow.mm2.filters import (
+    GroupFilter,
+    TopicFilter,
+    compile_patterns,
+    is_cycle,
+    should_replicate_topic,
+)
+from mirrorflow.mm2.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 
 DEFAULT = DefaultReplicationPolicy()
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mirrorflow.config import MirrorSettings
+from mirrorflow.app.freshness import resolve_notifier, staleness
+from mirrorflow.config.model import MirrorSettings
 from mirrorflow.errors import ConfigError
-from mirrorflow.freshness import resolve_notifier, staleness
 
 LAGS = {("orders", 0): 0, ("orders", 1): 250, ("payments", 0): 1000}
 

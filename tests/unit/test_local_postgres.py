@@ -13,9 +13,9 @@ import psycopg2
 import pytest
 from sqlalchemy import create_engine, text
 
-from mirrorflow import local_postgres
-from mirrorflow.local_kafka import process_alive
-from mirrorflow.local_postgres import LocalPostgres, LocalPostgresError
+from mirrorflow_dev import local_postgres
+from mirrorflow_dev.local_kafka import process_alive
+from mirrorflow_dev.local_postgres import LocalPostgres, LocalPostgresError
 
 pytestmark = pytest.mark.postgres
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mirrorflow.metrics import (
+from mirrorflow.core.metrics import (
     CheckpointMetrics,
     PartitionMetrics,
     Stats,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from mirrorflow.mirror_checkpoint import next_positions, offsets_to_sync
-from mirrorflow.offset_sync import OffsetTranslator
-from mirrorflow.offsets_store import Batch, GroupPosition
+from mirrorflow.app.checkpoints import next_positions, offsets_to_sync
+from mirrorflow.core.progress import Batch, GroupPosition
+from mirrorflow.core.translation import OffsetTranslator
 
 # orders-0: source [100, 120) -> target [0, 20), gapless; orders-1: nothing mirrored.
 TRANSLATORS = {

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mirrorflow.checkpoint import Checkpoint
 from mirrorflow.errors import WireFormatError
-from mirrorflow.heartbeat import Heartbeat
+from mirrorflow.mm2.records import Checkpoint, Heartbeat
 
 
 def i16(n: int) -> bytes:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from mirrorflow.core.progress import Batch
+from mirrorflow.core.translation import OffsetTranslator, offset_syncs
 from mirrorflow.errors import PlanError, WireFormatError
-from mirrorflow.offset_sync import OffsetSync, OffsetTranslator, offset_syncs
-from mirrorflow.offsets_store import Batch
+from mirrorflow.mm2.records import OffsetSync
 
 
 def batch(source: tuple[int, int], target: tuple[int, int], *sync_points: tuple[int, int]) -> Batch:

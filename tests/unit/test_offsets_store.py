@@ -21,18 +21,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, create_engine, event, inspect, select
 
+from mirrorflow.core.metrics import CheckpointMetrics, Stats
+from mirrorflow.core.progress import Batch, CommittedBatch, GroupPosition, LockInfo, PartitionProgress
+from mirrorflow.core.report import PartitionReport
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
-from mirrorflow.metrics import CheckpointMetrics, Stats
-from mirrorflow.offsets_store import (
-    Batch,
-    CommittedBatch,
-    GroupPosition,
-    LockInfo,
-    OffsetsStore,
-    PartitionProgress,
-    metadata,
-)
-from mirrorflow.report import PartitionReport
+from mirrorflow.store.offsets_store import OffsetsStore, metadata
 
 FLOW = "primary->backup"
 T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -180,7 +173,7 @@ def test_lock_acquire_reentrant_and_refused(store: OffsetsStore, clock: FakeCloc
     assert str(refused.value) == (
         "flow primary->backup is locked by run run-1 since 2030-01-02T03:04:05+00:00; the lock expires at "
         "2030-01-02T03:15:05+00:00. Run run-2 did not start. If run run-1 is still going, wait for it to "
-        "finish. If it is dead, release its lock with: python -m mirrorflow.offsets_store release-lock "
+        "finish. If it is dead, release its lock with: python -m mirrorflow.store release-lock "
         "--flow 'primary->backup'"
     )
     assert store.lock_holder(FLOW) == "run-1"
@@ -701,7 +694,10 @@ def test_same_batch_twice_in_one_commit_is_refused(store: OffsetsStore) -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mirrorflow.offsets_store", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "mirrorflow.store", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

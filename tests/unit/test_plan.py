@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mirrorflow.errors import PlanError
-from mirrorflow.offsets_store import Batch
-from mirrorflow.plan import (
+from mirrorflow.app.runner import batches_for
+from mirrorflow.core.plan import (
     CopyResult,
     PartitionPlan,
     PartitionResult,
@@ -20,7 +19,8 @@ from mirrorflow.plan import (
     run_dir,
     write_atomically,
 )
-from mirrorflow.runner import batches_for
+from mirrorflow.core.progress import Batch
+from mirrorflow.errors import PlanError
 
 FLOW = "primary->backup"
 RUN = "manual__2026-01-01T00:00:00+00:00"

@@ -8,10 +8,8 @@ from typing import Any
 
 import pytest
 
-from mirrorflow.errors import SourceDataLostError, SourceTopicRecreatedError, TargetStateError
-from mirrorflow.offsets_store import PartitionProgress, TopicIdentity
-from mirrorflow.plan import PartitionPlan, PartitionState, SourceGap
-from mirrorflow.planner import (
+from mirrorflow.core.plan import PartitionPlan, PartitionState, SourceGap
+from mirrorflow.core.planner import (
     PlannerInput,
     PlannerOutput,
     SourceOffsets,
@@ -19,6 +17,8 @@ from mirrorflow.planner import (
     find_gaps,
     make_plan,
 )
+from mirrorflow.core.progress import PartitionProgress, TopicIdentity
+from mirrorflow.errors import SourceDataLostError, SourceTopicRecreatedError, TargetStateError
 
 FLOW = "primary->backup"
 RUN = "manual__2026-01-01T00:00:00+00:00"
@@ -349,7 +349,7 @@ def test_a_changed_topic_id_stops_the_plan_naming_both_ids_and_the_recovery() ->
         "must not be mixed into them unnoticed. To mirror the topic anew: delete its remote topic on "
         "the target (or keep it, and the new records are appended after the old copy), forget the "
         "flow's state of the topic while no run of the flow is going (python -m "
-        "mirrorflow.offsets_store forget-topic --flow 'primary->backup' --topic orders), then run the "
+        "mirrorflow.store forget-topic --flow 'primary->backup' --topic orders), then run the "
         "flow again."
     )
 

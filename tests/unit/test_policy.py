@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mirrorflow.errors import ConfigError
-from mirrorflow.policy import (
+from mirrorflow.mm2.policy import (
     REPLICATION_POLICY_NAMES,
     DefaultReplicationPolicy,
     IdentityReplicationPolicy,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from mirrorflow.config.properties import parse_properties
 from mirrorflow.errors import ConfigError
-from mirrorflow.properties import parse_properties
 
 
 def test_separators_and_whitespace_around_them() -> None:

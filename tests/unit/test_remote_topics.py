@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mirrorflow.config import FlowConfig, parse_config
+from mirrorflow.app.remote_topics import config_changes, synced_configs
+from mirrorflow.config.model import FlowConfig, parse_config
 from mirrorflow.errors import ConfigError
-from mirrorflow.remote_topics import config_changes, synced_configs
 
 BASE = """\
 clusters = primary, backup

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from mirrorflow.metrics import Stats
-from mirrorflow.plan import CopyResult, PartitionPlan, PartitionResult, PartitionState, Plan
-from mirrorflow.report import PartitionReport, RunReport, TopicReport, build_report
+from mirrorflow.core.metrics import Stats
+from mirrorflow.core.plan import CopyResult, PartitionPlan, PartitionResult, PartitionState, Plan
+from mirrorflow.core.report import PartitionReport, RunReport, TopicReport, build_report
 
 FLOW = "primary->backup"
 RUN = "scheduled__2026-01-01T00:00:00+00:00"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mirrorflow.run_options import TRIGGER_PARAMS, ParamError, RunOptions, run_options
+from mirrorflow.config.run_options import TRIGGER_PARAMS, ParamError, RunOptions, run_options
 
 
 def test_defaults_mirror_everything_from_the_earliest_record_up_to_plan_time() -> None:

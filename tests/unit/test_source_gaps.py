@@ -11,21 +11,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, update
 
-from mirrorflow.config import parse_config
+from mirrorflow.config.model import parse_config
+from mirrorflow.core.plan import CopyResult, PartitionPlan, PartitionResult, PartitionState, Plan, SourceGap
+from mirrorflow.core.progress import Batch, GroupPosition, PartitionProgress, RecordedGap, TopicIdentity
+from mirrorflow.core.report import build_report
+from mirrorflow.core.translation import OffsetTranslator
 from mirrorflow.errors import CommitConflictError, ConfigError, CorruptStateError, FlowLockedError, PlanError
-from mirrorflow.offset_sync import OffsetTranslator
-from mirrorflow.offsets_store import (
-    Batch,
-    GroupPosition,
-    OffsetsStore,
-    PartitionProgress,
-    RecordedGap,
-    TopicIdentity,
-    gaps_table,
-    main,
-)
-from mirrorflow.plan import CopyResult, PartitionPlan, PartitionResult, PartitionState, Plan, SourceGap
-from mirrorflow.report import build_report
+from mirrorflow.store.offsets_store import OffsetsStore, gaps_table, main
 
 FLOW = "primary->backup"
 RUN = "run-1"

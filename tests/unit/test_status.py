@@ -9,14 +9,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from mirrorflow import runner
-from mirrorflow.config import FlowConfig, MirrorConfig, load_config
-from mirrorflow.errors import SourceDataLostError, TransientError
-from mirrorflow.metrics import Stats
-from mirrorflow.offsets_store import Batch, GroupPosition, OffsetsStore, PartitionProgress, RecordedGap
-from mirrorflow.plan import CopyResult, PartitionPlan, Plan, SourceGap, write_atomically
-from mirrorflow.report import PartitionReport
-from mirrorflow.status import (
+from mirrorflow.app import runner
+from mirrorflow.app.status import (
     AirflowRun,
     CheckpointStatus,
     Freshness,
@@ -25,6 +19,13 @@ from mirrorflow.status import (
     as_json,
     flow_statuses,
 )
+from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
+from mirrorflow.core.metrics import Stats
+from mirrorflow.core.plan import CopyResult, PartitionPlan, Plan, SourceGap, write_atomically
+from mirrorflow.core.progress import Batch, GroupPosition, PartitionProgress, RecordedGap
+from mirrorflow.core.report import PartitionReport
+from mirrorflow.errors import SourceDataLostError, TransientError
+from mirrorflow.store.offsets_store import OffsetsStore
 
 FLOW = "primary->backup"
 T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)

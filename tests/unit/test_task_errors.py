@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from mirrorflow.copy.spark_copy import task_error
 from mirrorflow.errors import AuthorizationError, ConfigError, TargetStateError, TransientError, error_class
-from mirrorflow.spark_copy import task_error
 
 # As Spark quotes a failed Python task: the worker's traceback inside the job's failure.
 PYTHON_TASK_FAILURE = """Job aborted due to stage failure: Task 0 in stage 3.0 failed 1 times

@@ -15,10 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from mirrorflow.config import MirrorConfig, load_config
-from mirrorflow.errors import PlanError
-from mirrorflow.offsets_store import Batch
-from mirrorflow.verify import (
+from mirrorflow.app.verify import (
     DIGEST_SCHEME,
     DigestRecord,
     PartitionVerdict,
@@ -37,6 +34,9 @@ from mirrorflow.verify import (
     verify_plan,
     write_verify_plan,
 )
+from mirrorflow.config.model import MirrorConfig, load_config
+from mirrorflow.core.progress import Batch
+from mirrorflow.errors import PlanError
 
 FLOW = "primary->backup"
 T = 1_000_000_000_000
@@ -464,5 +464,5 @@ def test_files_of_another_run_or_plan_are_refused(tmp_path: Path) -> None:
 
 def test_planning_and_digesting_do_not_import_pyspark() -> None:
     # The plan task runs on Airflow workers, which need not have pyspark.
-    check = "import sys, mirrorflow.verify; sys.exit('pyspark' in sys.modules)"
+    check = "import sys, mirrorflow.app.verify; sys.exit('pyspark' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", check], check=False).returncode == 0

@@ -1,0 +1,191 @@
+"""MirrorCheckpoint: consumer-group positions translated to the target, as MM2 checkpoints.
+
+For each consumer group on the source that passes the flow's GroupFilter, its committed offsets on
+the flow's mirrored partitions are translated exactly (``OffsetTranslator`` over the batch log) and
+emitted as MM2 ``Checkpoint`` records to ``<source><sep>checkpoints<sep>internal`` on the target.
+
+Invariants: a checkpoint never points past a record that is not yet mirrored; for a partition whose
+log is exact, a consumer resuming at it re-reads nothing and skips nothing; a checkpoint is emitted
+only when it moves forward or the source group rewound (its committed offset went back). What was
+emitted is kept in the offsets table, which is how "forward" is judged.
+
+With ``sync.group.offsets.enabled`` (MM2's default: false) the translated positions are also
+committed to the same groups on the target, on the remote topic names, with MM2's safety rules: only
+groups that are absent or EMPTY on the target, only where the target has no offset or a smaller one
+(offsets only move forward); active groups are left alone and reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from mirrorflow.config.model import FlowConfig, MirrorConfig
+from mirrorflow.core.metrics import checkpoint_metrics_text
+from mirrorflow.core.plan import SourceGap, metrics_file, write_atomically
+from mirrorflow.core.progress import Batch, GroupPosition
+from mirrorflow.core.translation import OffsetTranslator
+from mirrorflow.kafka.admin import TP, ClusterAdmin
+from mirrorflow.kafka.internal_topics import write_records
+from mirrorflow.mm2.records import Checkpoint
+from mirrorflow.store.offsets_store import OffsetsStore
+
+log = logging.getLogger(__name__)
+
+
+# Target group states in which nobody consumes (``Dead``: the group does not exist): offsets may
+# be committed for them.
+IDLE_STATES = frozenset({"Empty", "Dead"})
+
+
+@dataclass(frozen=True)
+class CheckpointReport:
+    groups: int
+    emitted: tuple[GroupPosition, ...]
+    untranslated: int
+    synced: Mapping[str, Mapping[TP, int]] = field(default_factory=dict)
+    active: tuple[str, ...] = ()
+
+
+def next_positions(
+    committed: Mapping[str, Mapping[TP, tuple[int, str]]],
+    translators: Mapping[TP, OffsetTranslator],
+    remote_names: Mapping[str, str],
+    previous: Mapping[tuple[str, str, int], GroupPosition],
+) -> tuple[list[GroupPosition], int]:
+    """The positions to emit now, and how many committed offsets have no translation yet (they
+    precede everything mirrored). Only partitions the flow mirrors count."""
+    emit: list[GroupPosition] = []
+    untranslated = 0
+    for group, offsets in sorted(committed.items()):
+        for (topic, partition), (upstream, metadata) in sorted(offsets.items()):
+            translator = translators.get((topic, partition))
+            if translator is None:
+                continue
+            downstream = translator.translate(upstream)
+            if downstream is None:
+                untranslated += 1
+                continue
+            last = previous.get((group, topic, partition))
+            if last is None or downstream > last.downstream_offset or upstream < last.upstream_offset:
+                emit.append(
+                    GroupPosition(
+                        group, topic, partition, remote_names[topic], upstream, downstream, metadata
+                    )
+                )
+    return emit, untranslated
+
+
+def offsets_to_sync(
+    positions: Iterable[GroupPosition],
+    states: Mapping[str, str],
+    target_committed: Mapping[str, Mapping[TP, tuple[int, str]]],
+) -> tuple[dict[str, dict[TP, int]], list[str]]:
+    """Per idle target group, the remote partitions whose committed offset moves forward; and the
+    groups left alone because they are active on the target."""
+    sync: dict[str, dict[TP, int]] = {}
+    active: set[str] = set()
+    for p in positions:
+        if states.get(p.group_id, "Dead") not in IDLE_STATES:
+            active.add(p.group_id)
+            continue
+        tp = (p.remote_topic, p.partition)
+        current = target_committed.get(p.group_id, {}).get(tp)
+        if current is None or current[0] < p.downstream_offset:
+            sync.setdefault(p.group_id, {})[tp] = p.downstream_offset
+    return sync, sorted(active)
+
+
+def translators_for(store: OffsetsStore, flow: str) -> tuple[dict[TP, OffsetTranslator], dict[str, str]]:
+    """An exact translator per mirrored partition (from the batch log and its gaps), and each
+    mirrored topic's remote name. A partition with gaps but no batch yet has nothing mirrored to
+    point at: it has no translator."""
+    batches = store.batches(flow)
+    by_tp: dict[TP, list[Batch]] = {}
+    for b in batches:
+        by_tp.setdefault((b.topic, b.partition), []).append(b.as_batch())
+    gaps: dict[TP, list[SourceGap]] = {}
+    for g in store.gaps(flow):
+        gaps.setdefault((g.topic, g.partition), []).append(g)
+    translators = {tp: OffsetTranslator(bs, gaps.get(tp, ())) for tp, bs in by_tp.items()}
+    return translators, {b.topic: b.remote_topic for b in batches}
+
+
+def emit_checkpoints(config: MirrorConfig, flow_name: str) -> CheckpointReport:
+    """Translate and emit what moved since the last call (nothing when emit.checkpoints.enabled is
+    false)."""
+    flow = config.flow(flow_name)
+    if not flow.emit_checkpoints:
+        return CheckpointReport(0, (), 0)
+    store = OffsetsStore(config.offsets_db_url)
+    translators, remote_names = translators_for(store, flow.name)
+    with ClusterAdmin(flow.source) as source:
+        groups = [g for g in source.consumer_groups() if flow.group_filter.should_replicate_group(g)]
+        read_at = time.monotonic()
+        committed = source.group_offsets(groups)
+    previous = store.checkpoints(flow.name)
+    emit, untranslated = next_positions(committed, translators, remote_names, previous)
+    if emit:
+        _write(flow, emit)
+        # MM2's checkpoint latency: from reading the group's offsets to the checkpoint's ack.
+        store.record_checkpoints(flow.name, emit, round((time.monotonic() - read_at) * 1000))
+        write_atomically(
+            metrics_file(config.state_dir, flow.name, "checkpoint"),
+            checkpoint_metrics_text(
+                flow.source.alias, flow.target.alias, store.latest_checkpoint_metrics(flow.name)
+            ),
+        )
+    synced: dict[str, dict[TP, int]] = {}
+    active: list[str] = []
+    if flow.sync_group_offsets:
+        # Every group's newest position, not only what moved now: a target group may have become
+        # idle since its checkpoint was emitted.
+        newest = {**previous, **{(p.group_id, p.topic, p.partition): p for p in emit}}
+        synced, active = _sync_group_offsets(flow, newest.values())
+    for p in emit:
+        log.info(
+            "checkpoint %s %s-%d: source offset %d -> %s offset %d",
+            p.group_id, p.topic, p.partition, p.upstream_offset, p.remote_topic, p.downstream_offset,
+        )  # fmt: skip
+    log.info(
+        "flow %s: %d groups, %d checkpoints emitted, %d committed offsets not mirrored yet",
+        flow.name, len(committed), len(emit), untranslated,
+    )  # fmt: skip
+    return CheckpointReport(len(committed), tuple(emit), untranslated, synced, tuple(active))
+
+
+def _sync_group_offsets(
+    flow: FlowConfig, positions: Iterable[GroupPosition]
+) -> tuple[dict[str, dict[TP, int]], list[str]]:
+    positions = list(positions)
+    groups = sorted({p.group_id for p in positions})
+    with ClusterAdmin(flow.target) as target:
+        sync, active = offsets_to_sync(positions, target.group_states(groups), target.group_offsets(groups))
+        for group, offsets in sorted(sync.items()):
+            target.commit_group_offsets(group, offsets)
+            log.info(
+                "group %s on %s: offsets synced %s", group, flow.target.alias, dict(sorted(offsets.items()))
+            )
+    for group in active:
+        log.warning(
+            "group %s is active on %s: its offsets were not synced (MM2 leaves active groups alone too)",
+            group, flow.target.alias,
+        )  # fmt: skip
+    return sync, active
+
+
+def _write(flow: FlowConfig, positions: list[GroupPosition]) -> None:
+    checkpoints = [
+        Checkpoint(
+            p.group_id, p.remote_topic, p.partition, p.upstream_offset, p.downstream_offset, p.metadata
+        )
+        for p in positions
+    ]
+    write_records(
+        flow.target,
+        flow.replication_policy.checkpoints_topic(flow.source.alias),
+        flow.checkpoints_topic_replication_factor,
+        [(c.key(), c.value()) for c in checkpoints],
+    )

@@ -1,0 +1,49 @@
+"""CopyGuard: a copy executes only while its run holds the flow's lock, and stops before it expires.
+
+The lock is what keeps two runs of a flow from writing to the same remote partitions. A copy whose
+Airflow task died (worker lost, task killed) can outlive it: once the lock expires another run may
+take the flow over. So the copy job checks at start that its run holds the lock, and ends its own
+process shortly before the lock's expiry: no copy writes after its run's lock expired.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from datetime import UTC, datetime, timedelta
+
+from mirrorflow.errors import FlowLockedError
+from mirrorflow.store.offsets_store import OffsetsStore
+
+# Stop this long before the lock expires: room for the producer's in-flight requests to end.
+MARGIN = timedelta(seconds=60)
+EXIT_CODE = 75  # EX_TEMPFAIL
+
+
+def lock_deadline(offsets_db_url: str, flow: str, run_id: str) -> datetime:
+    """When the copy of ``run_id`` must have stopped; refuses a run that does not hold the lock."""
+    with OffsetsStore(offsets_db_url) as store:
+        lock = store.lock_info(flow)
+    if lock is None or lock.run_id != run_id:
+        holder = "nobody" if lock is None else f"run {lock.run_id}"
+        raise FlowLockedError(
+            f"flow {flow}: run {run_id} does not hold the flow's lock ({holder} does), so its plan must "
+            "not be executed: another run may own the flow now. Nothing was copied; re-run the flow."
+        )
+    return lock.expires_at - MARGIN
+
+
+def exit_at(deadline: datetime, what: str) -> threading.Timer:
+    """End this process at ``deadline`` whatever it is doing (a daemon timer)."""
+
+    def stop() -> None:
+        print(f"{what}: stopped at {deadline.isoformat()}, before its run's lock expires", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(EXIT_CODE)
+
+    seconds = max((deadline - datetime.now(UTC)).total_seconds(), 0.0)
+    timer = threading.Timer(seconds, stop)
+    timer.daemon = True
+    timer.start()
+    return timer

@@ -1,0 +1,642 @@
+"""The status page's view model: per flow, its recent runs, where each partition stands (committed
+position, records copied, lag left), how fresh the mirror is (age of the newest mirrored heartbeat),
+throughput per run, its checkpoints, the source gaps it skipped, and what went wrong.
+
+Built from the config, the offsets table, the run folders (plan and the copy's failure note) and,
+when given, Airflow's record of each flow's DAG runs, passed in as plain ``AirflowRun`` values: this
+module never imports airflow.
+
+Invariants:
+
+- Reading changes nothing: every query is a read transaction, run folders are only read, and an
+  offsets database that does not exist yet (SQLite file absent) is shown as "no run yet" instead of
+  being created. (The store's schema check on first use still runs in a write transaction; on a
+  database the runs created it finds every table and creates none.)
+- A flow whose status cannot be read (offsets database down, a damaged row) is still listed, with the
+  error in ``FlowStatus.errors``; the other flows are unaffected.
+- Record and byte counts come from the batch log, so they only grow; a partition's lag is the one
+  measured by the newest run that committed metrics for it (0 when no run ever left it lagging).
+- The heartbeat age is read live from the target with a bounded wait; past the bound or on any
+  error it is ``unknown``, never a stale or guessed value.
+- Every value is frozen: a ``FlowStatus`` is a snapshot, safe to render from any thread.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, func, select
+from sqlalchemy.engine import RowMapping, make_url
+
+from mirrorflow.app.cutover import report_files
+from mirrorflow.config.model import FlowConfig, MirrorConfig
+from mirrorflow.core.plan import Plan, run_dir
+from mirrorflow.core.progress import RecordedGap
+from mirrorflow.errors import MirrorError
+from mirrorflow.kafka.heartbeats import freshness_seconds
+from mirrorflow.store.offsets_store import OffsetsStore, checkpoints_table, partition_metrics_table
+
+__all__ = [
+    "HEARTBEAT_TIMEOUT_SECONDS",
+    "RUN_LIMIT",
+    "AirflowRun",
+    "CheckpointStatus",
+    "FlowStatus",
+    "Freshness",
+    "PartitionStatus",
+    "RunStatus",
+    "as_json",
+    "flow_statuses",
+]
+
+RUN_LIMIT = 20
+# Long enough for a healthy cluster on another continent, short enough to keep the page responsive.
+HEARTBEAT_TIMEOUT_SECONDS = 5.0
+
+HeartbeatReader = Callable[[FlowConfig], float | None]
+
+
+# ------------------------------------------------------------------------------------------ values
+
+
+@dataclass(frozen=True)
+class AirflowRun:
+    """One DAG run of a flow as Airflow records it. ``started_at``: when it started, or was queued
+    if it has not started; ``failed_tasks``: its tasks in state failed, in task order."""
+
+    run_id: str
+    state: str
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    failed_tasks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """Age of the newest heartbeat mirrored to the target (``<source>.heartbeats``), read when the
+    status was built. ``age_seconds`` is set exactly when ``state`` is ``measured``."""
+
+    state: str  # measured | none yet | disabled | unknown
+    age_seconds: float | None = None
+    detail: str = ""
+
+    @property
+    def text(self) -> str:
+        if self.state == "measured" and self.age_seconds is not None:
+            return f"{self.age_seconds:.1f} s"
+        if self.state == "none yet":
+            return "no heartbeat mirrored yet"
+        if self.state == "disabled":
+            return "heartbeats disabled (emit.heartbeats.enabled = false)"
+        return f"unknown ({self.detail})" if self.detail else "unknown"
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    """One source partition the flow mirrors. ``next_*_offset``: committed progress; ``records`` and
+    ``bytes``: everything committed so far; ``lag``: offsets left to copy as measured by run
+    ``lag_run_id`` (``None`` when no run left metrics for it: it never lagged); latency: of the last
+    run that wrote to it, ``None`` if none did."""
+
+    topic: str
+    partition: int
+    remote_topic: str
+    next_source_offset: int
+    next_target_offset: int
+    records: int
+    bytes: int
+    lag: int
+    lag_run_id: str | None
+    replication_latency_max_ms: int | None
+    lost_offsets: int
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """One run, newest first in ``FlowStatus.runs``. ``records``, ``bytes``, ``skipped``: what it
+    committed (0 if it committed nothing); ``write_ms``: its longest partition write; ``lag``: offsets
+    left after it on the partitions it measured (``None`` if it committed no metrics); ``error``:
+    the failure its copy noted or the Airflow tasks that failed."""
+
+    run_id: str
+    state: str
+    started_at: datetime | None
+    committed_at: datetime | None
+    planned_partitions: int | None
+    records: int
+    bytes: int
+    skipped: int
+    write_ms: int
+    lag: int | None
+    gaps: int
+    error: str | None = None
+    failed_tasks: tuple[str, ...] = ()
+
+    @property
+    def records_per_second(self) -> float | None:
+        """Records written per second: partitions are written in parallel, so the run's written
+        records over its longest partition write time."""
+        written = self.records - self.skipped
+        return written * 1000.0 / self.write_ms if self.write_ms > 0 else None
+
+
+@dataclass(frozen=True)
+class CheckpointStatus:
+    """The last checkpoint emitted for a consumer group on one source partition: the group's
+    committed ``upstream_offset`` and where it resumes on the remote topic."""
+
+    group: str
+    topic: str
+    partition: int
+    remote_topic: str
+    upstream_offset: int
+    downstream_offset: int
+    emitted_at: datetime
+    latency_ms: int | None
+
+
+@dataclass(frozen=True)
+class FlowStatus:
+    """Everything the status page shows of one flow."""
+
+    name: str
+    dag_id: str
+    source: str
+    target: str
+    locked_by: str | None
+    partitions: tuple[PartitionStatus, ...]
+    runs: tuple[RunStatus, ...]
+    freshness: Freshness
+    checkpoints_enabled: bool
+    checkpoints: tuple[CheckpointStatus, ...]
+    gaps: tuple[RecordedGap, ...]
+    errors: tuple[str, ...] = field(default=())
+    # Run folders holding a cutover report, newest first.
+    cutover_reports: tuple[str, ...] = field(default=())
+
+    @property
+    def records(self) -> int:
+        return sum(p.records for p in self.partitions)
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.bytes for p in self.partitions)
+
+    @property
+    def lag(self) -> int:
+        return sum(p.lag for p in self.partitions)
+
+    @property
+    def topics(self) -> tuple[tuple[str, str], ...]:
+        """(source topic, remote topic) of every mirrored topic, by source topic."""
+        return tuple(sorted({(p.topic, p.remote_topic) for p in self.partitions}))
+
+    @property
+    def failed_runs(self) -> tuple[RunStatus, ...]:
+        return tuple(r for r in self.runs if r.error is not None)
+
+
+# ---------------------------------------------------------------------------------------- building
+
+
+def flow_statuses(
+    config: MirrorConfig,
+    airflow_runs: Mapping[str, Sequence[AirflowRun]] | None = None,
+    *,
+    flows: Collection[str] | None = None,
+    heartbeat: HeartbeatReader | None = freshness_seconds,
+    heartbeat_timeout: float = HEARTBEAT_TIMEOUT_SECONDS,
+    run_limit: int = RUN_LIMIT,
+) -> tuple[FlowStatus, ...]:
+    """The status of each enabled flow (only those named in ``flows`` if given), in config order.
+
+    ``airflow_runs``: per flow name, its recent DAG runs as Airflow records them. ``heartbeat``
+    reads a flow's freshness (``None``: not measured, shown as unknown); every flow's is read at
+    once, all within ``heartbeat_timeout`` seconds.
+    """
+    chosen = [f for f in config.flows if flows is None or f.name in flows]
+    # Heartbeats are read while the offsets table is: the page waits for the slower, not both.
+    reads = _FreshnessReads(chosen, heartbeat, heartbeat_timeout)
+    statuses = _read_all(config, chosen, airflow_runs or {}, run_limit)
+    ages = reads.collect()
+    reports = {f.name: tuple(p.parent.name for p in report_files(config, f.name)) for f in chosen}
+    return tuple(replace(s, freshness=ages[s.name], cutover_reports=reports[s.name]) for s in statuses)
+
+
+def _read_all(
+    config: MirrorConfig,
+    chosen: Sequence[FlowConfig],
+    runs_of: Mapping[str, Sequence[AirflowRun]],
+    run_limit: int,
+) -> list[FlowStatus]:
+    if _absent_sqlite_file(config.offsets_db_url):
+        # Nothing committed yet; opening the store would create the file.
+        return [_empty(f, runs_of.get(f.name, ()), None, config, run_limit) for f in chosen]
+    try:
+        store = OffsetsStore(config.offsets_db_url)
+    except MirrorError as error:
+        note = f"{type(error).__name__}: {error}"
+        return [_empty(f, runs_of.get(f.name, ()), note, config, run_limit) for f in chosen]
+    with store:
+        return [_flow_status(config, f, store, runs_of.get(f.name, ()), run_limit) for f in chosen]
+
+
+def _flow_status(
+    config: MirrorConfig,
+    flow: FlowConfig,
+    store: OffsetsStore,
+    airflow_runs: Sequence[AirflowRun],
+    run_limit: int,
+) -> FlowStatus:
+    try:
+        return _read_flow(config, flow, store, airflow_runs, run_limit)
+    except MirrorError as error:
+        return _empty(flow, airflow_runs, f"{type(error).__name__}: {error}", config, run_limit)
+
+
+def _empty(
+    flow: FlowConfig,
+    airflow_runs: Sequence[AirflowRun],
+    error: str | None,
+    config: MirrorConfig,
+    run_limit: int,
+) -> FlowStatus:
+    """A flow without offsets table (none yet, or ``error`` reading it): what Airflow and the run
+    folders tell."""
+    folders, folder_errors = _run_folders(config, flow, run_limit)
+    runs = _merge_runs(airflow_runs, folders, {}, {}, None, run_limit)
+    return FlowStatus(
+        name=flow.name,
+        dag_id=flow.dag_id,
+        source=flow.source.alias,
+        target=flow.target.alias,
+        locked_by=None,
+        partitions=(),
+        runs=runs,
+        freshness=_NOT_READ,
+        checkpoints_enabled=flow.emit_checkpoints,
+        checkpoints=(),
+        gaps=(),
+        errors=(*([error] if error else []), *folder_errors),
+    )
+
+
+def _read_flow(
+    config: MirrorConfig,
+    flow: FlowConfig,
+    store: OffsetsStore,
+    airflow_runs: Sequence[AirflowRun],
+    run_limit: int,
+) -> FlowStatus:
+    name = flow.name
+    progress = store.progress(name)
+    totals = store.totals(name)
+    writes = store.latest_writes(name)
+    gaps = tuple(store.gaps(name))
+    lock = store.lock_info(name)
+    latencies = {
+        (c.group, c.remote_topic, c.partition): c.latency_ms for c in store.latest_checkpoint_metrics(name)
+    }
+    with store.read() as conn:
+        lags = _newest_lags(conn, name)
+        committed = _committed_runs(conn, name, run_limit)
+        checkpoint_rows = _checkpoint_rows(conn, name)
+    lost: dict[tuple[str, int], int] = {}
+    for g in gaps:
+        lost[(g.topic, g.partition)] = lost.get((g.topic, g.partition), 0) + g.source_end - g.source_start
+    partitions = []
+    for (topic, partition), p in sorted(progress.items()):
+        records, size = totals.get((topic, partition), (0, 0))
+        lag, lag_run = lags.get((topic, partition), (0, None))
+        written = writes.get((topic, partition))
+        partitions.append(
+            PartitionStatus(
+                topic=topic,
+                partition=partition,
+                remote_topic=flow.replication_policy.format_remote_topic(flow.source.alias, topic),
+                next_source_offset=p.next_source_offset,
+                next_target_offset=p.next_target_offset,
+                records=records,
+                bytes=size,
+                lag=lag,
+                lag_run_id=lag_run,
+                replication_latency_max_ms=written.replication_latency.max if written else None,
+                lost_offsets=lost.get((topic, partition), 0),
+            )
+        )
+    checkpoints = tuple(
+        CheckpointStatus(
+            group=r["group_id"],
+            topic=r["topic"],
+            partition=r["partition"],
+            remote_topic=r["remote_topic"],
+            upstream_offset=r["upstream_offset"],
+            downstream_offset=r["downstream_offset"],
+            emitted_at=_as_utc(r["emitted_at"]),
+            latency_ms=latencies.get((r["group_id"], r["remote_topic"], r["partition"])),
+        )
+        for r in checkpoint_rows
+    )
+    gaps_per_run: dict[str, int] = {}
+    for g in gaps:
+        gaps_per_run[g.run_id] = gaps_per_run.get(g.run_id, 0) + 1
+    folders, folder_errors = _run_folders(config, flow, run_limit)
+    runs = _merge_runs(
+        airflow_runs, folders, committed, gaps_per_run, lock.run_id if lock else None, run_limit
+    )
+    return FlowStatus(
+        name=name,
+        dag_id=flow.dag_id,
+        source=flow.source.alias,
+        target=flow.target.alias,
+        locked_by=lock.run_id if lock else None,
+        partitions=tuple(partitions),
+        runs=runs,
+        freshness=_NOT_READ,
+        checkpoints_enabled=flow.emit_checkpoints,
+        checkpoints=checkpoints,
+        gaps=gaps,
+        errors=tuple(folder_errors),
+    )
+
+
+# ------------------------------------------------------------------------------------------- runs
+
+
+@dataclass(frozen=True)
+class _Committed:
+    """What one run committed, summed over its partition metrics rows."""
+
+    records: int
+    bytes: int
+    skipped: int
+    write_ms: int
+    lag: int
+    committed_at: datetime
+
+
+@dataclass(frozen=True)
+class _Folder:
+    """What a run's folder tells: its plan, and the failure its copy noted."""
+
+    run_id: str
+    created_at: datetime | None
+    planned_partitions: int
+    copy_failure: str | None
+
+
+def _merge_runs(
+    airflow_runs: Sequence[AirflowRun],
+    folders: Mapping[str, _Folder],
+    committed: Mapping[str, _Committed],
+    gaps_per_run: Mapping[str, int],
+    lock_holder: str | None,
+    limit: int,
+) -> tuple[RunStatus, ...]:
+    """Every run any source knows, newest first (by start, else plan, else commit time), at most
+    ``limit``. Airflow's state wins; without it the state is derived from what the run left."""
+    by_id = {r.run_id: r for r in airflow_runs}
+    runs = []
+    for run_id in {*by_id, *folders, *committed}:
+        af, folder, done = by_id.get(run_id), folders.get(run_id), committed.get(run_id)
+        started = (af.started_at if af else None) or (folder.created_at if folder else None)
+        failed_tasks = af.failed_tasks if af else ()
+        error = folder.copy_failure if folder else None
+        if error is None and failed_tasks:
+            error = f"failed task{'s' if len(failed_tasks) > 1 else ''}: {', '.join(failed_tasks)}"
+        elif error is None and af is not None and af.state == "failed":
+            error = "the DAG run failed"
+        runs.append(
+            RunStatus(
+                run_id=run_id,
+                state=af.state if af else _derived_state(run_id, folder, done, lock_holder),
+                started_at=started,
+                committed_at=done.committed_at if done else None,
+                planned_partitions=folder.planned_partitions if folder else None,
+                records=done.records if done else 0,
+                bytes=done.bytes if done else 0,
+                skipped=done.skipped if done else 0,
+                write_ms=done.write_ms if done else 0,
+                lag=done.lag if done else None,
+                gaps=gaps_per_run.get(run_id, 0),
+                error=error,
+                failed_tasks=failed_tasks,
+            )
+        )
+    oldest = datetime.min.replace(tzinfo=UTC)
+    runs.sort(key=lambda r: (r.started_at or r.committed_at or oldest, r.run_id), reverse=True)
+    return tuple(runs[:limit])
+
+
+def _derived_state(
+    run_id: str, folder: _Folder | None, done: _Committed | None, lock_holder: str | None
+) -> str:
+    if run_id == lock_holder:
+        return "running"
+    if done is not None:
+        return "committed"
+    if folder is not None and folder.copy_failure is not None:
+        return "failed"
+    if folder is not None and folder.planned_partitions == 0:
+        return "nothing to copy"
+    return "not committed"
+
+
+def _run_folders(config: MirrorConfig, flow: FlowConfig, limit: int) -> tuple[dict[str, _Folder], list[str]]:
+    """The ``limit`` newest run folders of the flow (by plan file time) and what could not be read.
+    A folder on another machine's disk is simply absent: runs are then known from the other sources."""
+    base = run_dir(config.state_dir, flow.name, "run").parent
+    try:
+        plans = sorted(
+            (p for p in base.glob("*/plan.json") if p.is_file()),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )[:limit]
+    except OSError as error:
+        return {}, [f"cannot list the run folders in {base}: {error}"]
+    folders: dict[str, _Folder] = {}
+    errors: list[str] = []
+    for path in plans:
+        try:
+            plan = Plan.from_json(path.read_text(), str(path))
+        except (OSError, MirrorError) as error:
+            errors.append(f"cannot read {path}: {error}")
+            continue
+        folders[plan.run_id] = _Folder(
+            plan.run_id, _parse_time(plan.created_at), len(plan.partitions), _copy_failure(path.parent)
+        )
+    return folders, errors
+
+
+def _copy_failure(folder: Path) -> str | None:
+    """The error the copy noted in ``copy_failed.json`` (see ``runner.execute_copy``)."""
+    note = folder / "copy_failed.json"
+    try:
+        saved = json.loads(note.read_text())
+        return f"{saved['error']}: {saved['message']}"
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"the copy failed; its note {note} is unreadable ({error})"
+
+
+def _parse_time(text: str) -> datetime | None:
+    try:
+        return _as_utc(datetime.fromisoformat(text))
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------- queries
+
+
+def _newest_lags(conn: Connection, flow: str) -> dict[tuple[str, int], tuple[int, str]]:
+    """Per partition, the lag and run of its newest metrics row."""
+    m = partition_metrics_table
+    newest = select(func.max(m.c.id)).where(m.c.flow == flow).group_by(m.c.topic, m.c.partition)
+    rows = conn.execute(select(m.c.topic, m.c.partition, m.c.lag, m.c.run_id).where(m.c.id.in_(newest))).all()
+    return {(r.topic, r.partition): (int(r.lag), str(r.run_id)) for r in rows}
+
+
+def _committed_runs(conn: Connection, flow: str, limit: int) -> dict[str, _Committed]:
+    """The ``limit`` newest runs that committed metrics, summed per run in the database."""
+    m = partition_metrics_table
+    rows = conn.execute(
+        select(
+            m.c.run_id,
+            func.sum(m.c.records).label("records"),
+            func.sum(m.c.bytes).label("bytes"),
+            func.sum(m.c.skipped).label("skipped"),
+            func.max(m.c.write_ms).label("write_ms"),
+            func.sum(m.c.lag).label("lag"),
+            func.min(m.c.recorded_at).label("committed_at"),
+        )
+        .where(m.c.flow == flow)
+        .group_by(m.c.run_id)
+        .order_by(func.max(m.c.id).desc())
+        .limit(limit)
+    ).all()
+    return {
+        r.run_id: _Committed(
+            int(r.records), int(r.bytes), int(r.skipped), int(r.write_ms), int(r.lag), _as_utc(r.committed_at)
+        )
+        for r in rows
+    }
+
+
+def _checkpoint_rows(conn: Connection, flow: str) -> list[RowMapping]:
+    c = checkpoints_table
+    rows = conn.execute(
+        select(c).where(c.c.flow == flow).order_by(c.c.group_id, c.c.topic, c.c.partition)
+    ).all()
+    return [r._mapping for r in rows]
+
+
+def _absent_sqlite_file(url: str) -> bool:
+    """Whether ``url`` names a SQLite file that does not exist (opening it would create it)."""
+    try:
+        parsed = make_url(url)
+    except Exception:
+        return False  # the store reports an invalid URL
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return False
+    if database.startswith("file:") or parsed.query.get("uri"):
+        return False
+    return not Path(database).exists()
+
+
+def _as_utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# ------------------------------------------------------------------------------------- freshness
+
+
+_NOT_READ = Freshness("unknown", detail="not read")
+
+
+class _FreshnessReads:
+    """Every flow's freshness, read in parallel from construction on; ``collect`` waits at most
+    ``timeout`` seconds from then for all of them.
+
+    A read still waiting then is left to finish on its own (a daemon thread, bounded by the reader's
+    own Kafka timeouts) and its flow shows ``unknown``.
+    """
+
+    def __init__(self, flows: Sequence[FlowConfig], read: HeartbeatReader | None, timeout: float) -> None:
+        self._timeout = timeout
+        self._deadline = time.monotonic() + timeout
+        self._found: dict[str, Freshness] = {}
+        self._pending: list[tuple[str, threading.Thread, dict[str, Freshness]]] = []
+        for flow in flows:
+            if not flow.emit_heartbeats:
+                self._found[flow.name] = Freshness("disabled")
+            elif read is None:
+                self._found[flow.name] = Freshness("unknown", detail="not measured")
+            else:
+                box: dict[str, Freshness] = {}
+                thread = threading.Thread(
+                    target=_measure,
+                    args=(read, flow, box),
+                    name=f"mirrorflow-freshness-{flow.name}",
+                    daemon=True,
+                )
+                thread.start()
+                self._pending.append((flow.name, thread, box))
+
+    def collect(self) -> dict[str, Freshness]:
+        late = Freshness("unknown", detail=f"no answer within {self._timeout:g} s")
+        for name, thread, box in self._pending:
+            thread.join(max(0.0, self._deadline - time.monotonic()))
+            self._found[name] = box.get("age", late)
+        return self._found
+
+
+def _measure(read: HeartbeatReader, flow: FlowConfig, box: dict[str, Freshness]) -> None:
+    try:
+        age = read(flow)
+    except Exception as error:  # any failure of the live read only makes the age unknown
+        box["age"] = Freshness("unknown", detail=f"{type(error).__name__}: {error}")
+        return
+    box["age"] = Freshness("none yet") if age is None else Freshness("measured", age_seconds=age)
+
+
+# ------------------------------------------------------------------------------------------- JSON
+
+
+def as_json(statuses: Sequence[FlowStatus]) -> dict[str, Any]:
+    """The statuses as JSON-ready values (times as ISO 8601 UTC), with the derived figures spelled
+    out: per flow its totals and the freshness as shown, per run its records per second."""
+    return {
+        "flows": [
+            {
+                **_jsonable(asdict(s)),
+                "records": s.records,
+                "bytes": s.bytes,
+                "lag": s.lag,
+                "freshness": {**_jsonable(asdict(s.freshness)), "text": s.freshness.text},
+                "runs": [
+                    {**_jsonable(asdict(r)), "records_per_second": r.records_per_second} for r in s.runs
+                ],
+            }
+            for s in statuses
+        ]
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value

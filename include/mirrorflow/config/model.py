@@ -1,0 +1,664 @@
+"""The typed, immutable configuration, read from an MM2 ``mm2.properties`` file (the source of truth).
+
+Scopes and precedence follow MirrorMaker 2: top-level keys < ``<alias>.*`` (client settings of one
+cluster) < ``<source>-><target>.*`` (flow overrides win). Settings of this product live under
+``mirrorflow.``, at top level or per flow; MM2 ignores them, so one file serves both.
+
+Everything is validated while parsing: a ``MirrorConfig`` that exists is usable, and every error is a
+``ConfigError`` naming the key as written in the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, check_translatable
+from mirrorflow.config.properties import parse_properties
+from mirrorflow.config.providers import resolve_references
+from mirrorflow.errors import ConfigError
+from mirrorflow.mm2.filters import (
+    GROUPS_DEFAULT,
+    GROUPS_EXCLUDE_DEFAULT,
+    TOPICS_DEFAULT,
+    TOPICS_EXCLUDE_DEFAULT,
+    GroupFilter,
+    TopicFilter,
+    compile_patterns,
+    should_replicate_topic,
+)
+from mirrorflow.mm2.policy import (
+    CLASS_CONFIG,
+    CLASS_DEFAULT,
+    SEPARATOR_CONFIG,
+    SEPARATOR_DEFAULT,
+    DefaultReplicationPolicy,
+    ReplicationPolicy,
+    replication_policy,
+)
+from mirrorflow.paths import REPO_ROOT, default_config_path
+
+ENV_CONFIG = "MIRROR_CONFIG"
+ENV_STATE_DIR = "MIRROR_STATE_DIR"
+ENV_OFFSETS_DB_URL = "MIRROR_OFFSETS_DB_URL"
+
+REPLICATION_FACTOR_DEFAULT = 2
+# MM2: checkpoints.topic.replication.factor (and the heartbeats and offset-syncs ones).
+INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT = 3
+CONFIG_PROPERTIES_EXCLUDE_DEFAULT: tuple[str, ...] = (
+    "follower.replication.throttled.replicas",
+    "leader.replication.throttled.replicas",
+    "message.timestamp.difference.max.ms",
+    "message.timestamp.type",
+    "unclean.leader.election.enable",
+    "min.insync.replicas",
+)
+MAX_RECORDS_PER_PARTITION_DEFAULT = 1_000_000
+SPARK_CONN_ID_DEFAULT = "spark_default"
+# What a run does when source records it has not mirrored yet were deleted: the first is the default.
+ON_SOURCE_DATA_LOSS = "mirrorflow.on.source.data.loss"
+ON_SOURCE_DATA_LOSS_CHOICES = ("fail", "skip")
+COPY_TIMEOUT_SECONDS_DEFAULT = 6 * 3600
+TASK_RETRIES_DEFAULT = 2
+TASK_RETRY_DELAY_SECONDS = 30
+# Time for the plan, commit, checkpoint and release tasks of a run, on top of its copy attempts.
+_RUN_OVERHEAD_SECONDS = 3600
+
+_PROJECT_PREFIX = "mirrorflow."
+_SCHEDULE = "mirrorflow.schedule"
+_MAX_RECORDS_PER_PARTITION = "mirrorflow.max.records.per.partition"
+_SPARK_CONN_ID = "mirrorflow.spark.conn.id"
+_COPY_TIMEOUT = "mirrorflow.copy.timeout.seconds"
+_TASK_RETRIES = "mirrorflow.task.retries"
+_SPARK_CONF_PREFIX = "mirrorflow.spark.conf."
+ALERT_LAG_MAX_RECORDS = "mirrorflow.alert.lag.max.records"
+ALERT_HEARTBEAT_AGE_MAX_SECONDS = "mirrorflow.alert.heartbeat.age.max.seconds"
+ALERT_NOTIFIER = "mirrorflow.alert.notifier"
+_STATE_DIR = "mirrorflow.state.dir"
+_OFFSETS_DB_URL = "mirrorflow.offsets.db.url"
+_FLOW_SETTINGS = (
+    _SCHEDULE,
+    _MAX_RECORDS_PER_PARTITION,
+    _SPARK_CONN_ID,
+    _COPY_TIMEOUT,
+    _TASK_RETRIES,
+    ON_SOURCE_DATA_LOSS,
+    ALERT_LAG_MAX_RECORDS,
+    ALERT_HEARTBEAT_AGE_MAX_SECONDS,
+    ALERT_NOTIFIER,
+)
+_TOP_LEVEL_ONLY_SETTINGS = (_STATE_DIR, _OFFSETS_DB_URL)
+_KNOWN_SETTINGS = (*_FLOW_SETTINGS, _SPARK_CONF_PREFIX + "<spark key>", *_TOP_LEVEL_ONLY_SETTINGS)
+
+_FLOW_ARROW = "->"
+# (prefix as written in the file, properties under it with the prefix stripped), lowest precedence first.
+_Layers = Sequence[tuple[str, Mapping[str, str]]]
+_CLIENT_ROLES = ("consumer", "producer", "admin")
+_ROLE_PREFIXES = tuple(f"{role}." for role in _CLIENT_ROLES)
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_REFERENCE = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
+_LIST_SEPARATOR = re.compile(r"\s*,\s*")
+_NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
+# Values of such keys are masked in repr() so that configs can be logged.
+_SECRET_KEY = re.compile(r"password|secret|jaas\.config|keystore\.key", re.IGNORECASE)
+
+
+class PropertyView(Mapping[str, str]):
+    """Immutable effective properties of one scope, with typed accessors.
+
+    Each value remembers the key it was written under in the file (``written_as``), so that errors
+    name what the user must edit, e.g. ``primary->backup.topics`` rather than ``topics``.
+    """
+
+    __slots__ = ("_entries",)
+
+    _entries: Mapping[str, tuple[str, str]]
+
+    def __init__(self, entries: Mapping[str, tuple[str, str]] | None = None) -> None:
+        """``entries``: key -> (value, key as written)."""
+        object.__setattr__(self, "_entries", MappingProxyType(dict(entries or {})))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    @classmethod
+    def layered(cls, layers: Iterable[tuple[str, Mapping[str, str]]]) -> PropertyView:
+        """Merge ``(prefix as written, properties with the prefix stripped)`` layers, lowest first."""
+        return cls({key: (value, prefix + key) for prefix, props in layers for key, value in props.items()})
+
+    def __getitem__(self, key: str) -> str:
+        return self._entries[key][0]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __hash__(self) -> int:
+        # Consistent with Mapping equality (values only), so frozen dataclasses holding views hash.
+        return hash(frozenset(self.items()))
+
+    def __repr__(self) -> str:
+        shown = {key: "******" if _SECRET_KEY.search(key) else value for key, value in self.items()}
+        return f"PropertyView({shown!r})"
+
+    def _shown(self, key: str) -> str:
+        """The value as error messages show it: masked, as in repr(), where the key holds a secret."""
+        return "******" if _SECRET_KEY.search(key) else repr(self[key])
+
+    def written_as(self, key: str) -> str:
+        """The key as written in the file; ``key`` itself when it was not written (a default)."""
+        return self._entries[key][1] if key in self._entries else key
+
+    def stripped(self, prefix: str) -> PropertyView:
+        """The keys starting with ``prefix``, without it."""
+        return PropertyView(
+            {key[len(prefix) :]: entry for key, entry in self._entries.items() if key.startswith(prefix)}
+        )
+
+    def excluding(self, prefixes: tuple[str, ...]) -> PropertyView:
+        return PropertyView(
+            {key: entry for key, entry in self._entries.items() if not key.startswith(prefixes)}
+        )
+
+    def overlaid(self, other: PropertyView) -> PropertyView:
+        """These properties with ``other``'s on top (``other`` wins)."""
+        return PropertyView({**self._entries, **other._entries})
+
+    def get_required(self, key: str, default: str) -> str:
+        """The value, ``default`` when absent; an empty value is an error."""
+        value = self.get(key, default)
+        if not value:
+            raise ConfigError("must not be empty; set a value or remove the key", key=self.written_as(key))
+        return value
+
+    def get_bool(self, key: str, default: bool) -> bool:
+        """``true`` or ``false`` in any case, as Kafka's ConfigDef (anything else is an error)."""
+        value = self.get(key)
+        if value is None:
+            return default
+        if value.lower() not in ("true", "false"):
+            raise ConfigError(f"expected true or false, got {self._shown(key)}", key=self.written_as(key))
+        return value.lower() == "true"
+
+    def get_positive_int(self, key: str, default: int, *, zero_allowed: bool = False) -> int:
+        value = self.get(key)
+        if value is None:
+            return default
+        if not _INTEGER.fullmatch(value) or int(value) < (0 if zero_allowed else 1):
+            kind = "whole number of at least 0" if zero_allowed else "positive whole number"
+            raise ConfigError(
+                f"expected a {kind}, got {self._shown(key)}; set e.g. {default}", key=self.written_as(key)
+            )
+        return int(value)
+
+    def get_optional_int(self, key: str, *, zero_allowed: bool = False) -> int | None:
+        """A whole number (at least 1, or 0 with ``zero_allowed``), or None when absent or empty."""
+        return self.get_positive_int(key, 1, zero_allowed=zero_allowed) if self.get(key) else None
+
+    def get_reference(self, key: str) -> str | None:
+        """``module.path:attribute`` naming a Python object, or None when absent or empty."""
+        value = (self.get(key) or "").strip()
+        if not value:
+            return None
+        if not _REFERENCE.fullmatch(value):
+            raise ConfigError(
+                f"expected module.path:attribute, got {self._shown(key)}; e.g. my_alerts:notify_on_call",
+                key=self.written_as(key),
+            )
+        return value
+
+    def get_choice(self, key: str, choices: tuple[str, ...]) -> str:
+        """One of ``choices`` in any case (the first when absent); anything else is an error."""
+        value = self.get(key, choices[0]).strip().lower()
+        if value not in choices:
+            raise ConfigError(
+                f"expected {' or '.join(choices)}, got {self._shown(key)}", key=self.written_as(key)
+            )
+        return value
+
+    def get_list(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        """Comma-separated items, trimmed, as Kafka's LIST type: an empty value is an empty list."""
+        value = self.get(key)
+        if value is None:
+            return default
+        return tuple(_LIST_SEPARATOR.split(value)) if value else ()
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """One Kafka cluster as seen by one flow (or by all flows, in ``MirrorConfig.clusters``).
+
+    ``client`` holds the settings shared by every client of the cluster (``bootstrap.servers``
+    included): top-level ``security.protocol``/``ssl.*``/``sasl.*`` < ``<alias>.*`` < a flow's
+    ``<src>-><tgt>.source.cluster.*`` (or ``target.cluster.*``). ``consumer``, ``producer`` and
+    ``admin`` are ``client`` overlaid with ``<alias>.<role>.*`` < ``<src>-><tgt>.source.<role>.*``.
+    """
+
+    alias: str
+    bootstrap_servers: str
+    client: Mapping[str, str]
+    consumer: Mapping[str, str]
+    producer: Mapping[str, str]
+    admin: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class MirrorSettings:
+    """This product's settings of one flow (``mirrorflow.*``, top level < flow).
+
+    ``schedule`` None means manual runs only; ``max_records_per_partition`` > 0 bounds one run;
+    ``spark_conn_id`` names the Airflow connection whose host is the Spark master (``local[*]``,
+    ``spark://host:7077``, ``yarn``, ``k8s://...``): Airflow's SparkSubmitOperator takes the master
+    only from a connection. ``spark_conf`` comes from ``mirrorflow.spark.conf.<spark key>``.
+    A copy attempt is stopped (its Spark job killed) after ``copy_timeout_seconds``; every task is
+    retried ``task_retries`` times. ``on_source_data_loss`` is ``fail`` (a run whose next source
+    records were deleted before they were mirrored fails, naming them) or ``skip`` (it continues
+    after them and records the gap). A run whose lag left on some partition exceeds
+    ``alert_lag_max_records``, or whose newest mirrored heartbeat is older than
+    ``alert_heartbeat_age_max_seconds``, fails its freshness task (None: no such alert), which calls
+    ``alert_notifier`` (``module:attribute`` of an Airflow notifier or callback) when set.
+    """
+
+    schedule: str | None = None
+    max_records_per_partition: int = MAX_RECORDS_PER_PARTITION_DEFAULT
+    spark_conn_id: str = SPARK_CONN_ID_DEFAULT
+    spark_conf: Mapping[str, str] = field(default_factory=PropertyView)
+    copy_timeout_seconds: int = COPY_TIMEOUT_SECONDS_DEFAULT
+    task_retries: int = TASK_RETRIES_DEFAULT
+    on_source_data_loss: str = ON_SOURCE_DATA_LOSS_CHOICES[0]
+    alert_lag_max_records: int | None = None
+    alert_heartbeat_age_max_seconds: int | None = None
+    alert_notifier: str | None = None
+
+    @property
+    def lock_ttl_seconds(self) -> int:
+        """How long a run holds its flow's lock at most: longer than all its copy attempts, so that
+        a lock is never taken over while a copy of its run may still write."""
+        attempts = self.task_retries + 1
+        return attempts * (self.copy_timeout_seconds + TASK_RETRY_DELAY_SECONDS) + _RUN_OVERHEAD_SECONDS
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    """One directional MM2 flow ``<source>-><target>`` with its effective settings.
+
+    ``properties`` holds every effective flow-level key (top level overlaid by ``<src>-><tgt>.*``,
+    prefix stripped), for MM2 keys without a typed field yet; when parsed it is a ``PropertyView``,
+    whose typed accessors name the key as written in errors. The filters are derived from the
+    pattern lists, so ``dataclasses.replace`` keeps them consistent.
+    """
+
+    source: ClusterConfig
+    target: ClusterConfig
+    topics: tuple[str, ...] = TOPICS_DEFAULT
+    topics_exclude: tuple[str, ...] = TOPICS_EXCLUDE_DEFAULT
+    groups: tuple[str, ...] = GROUPS_DEFAULT
+    groups_exclude: tuple[str, ...] = GROUPS_EXCLUDE_DEFAULT
+    replication_policy: ReplicationPolicy = field(default_factory=DefaultReplicationPolicy)
+    replication_factor: int = REPLICATION_FACTOR_DEFAULT
+    config_properties_exclude: tuple[str, ...] = CONFIG_PROPERTIES_EXCLUDE_DEFAULT
+    sync_topic_configs: bool = True
+    sync_topic_acls: bool = True
+    emit_checkpoints: bool = True
+    sync_group_offsets: bool = False
+    emit_heartbeats: bool = True
+    emit_offset_syncs: bool = True
+    offset_syncs_topic_location: str = "source"
+    offset_syncs_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
+    heartbeats_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
+    checkpoints_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
+    settings: MirrorSettings = field(default_factory=MirrorSettings)
+    properties: Mapping[str, str] = field(default_factory=PropertyView)
+    topic_filter: TopicFilter = field(init=False, repr=False, compare=False)
+    group_filter: GroupFilter = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Built once: should_replicate_topic runs for every topic of the source.
+        object.__setattr__(self, "topic_filter", TopicFilter(self.topics, self.topics_exclude))
+        object.__setattr__(self, "group_filter", GroupFilter(self.groups, self.groups_exclude))
+
+    @property
+    def name(self) -> str:
+        """MM2's name of the flow, e.g. ``primary->backup``."""
+        return f"{self.source.alias}{_FLOW_ARROW}{self.target.alias}"
+
+    @property
+    def dag_id(self) -> str:
+        """``mirror_<source>_to_<target>``, characters outside ``[A-Za-z0-9_]`` replaced by ``_``."""
+        source, target = (_NOT_IDENTIFIER.sub("_", side.alias) for side in (self.source, self.target))
+        return f"mirror_{source}_to_{target}"
+
+    def should_replicate_topic(self, topic: str) -> bool:
+        """MM2's rule for a source topic of this flow (see ``filters.should_replicate_topic``)."""
+        return should_replicate_topic(self.replication_policy, self.topic_filter, topic, self.target.alias)
+
+
+@dataclass(frozen=True)
+class MirrorConfig:
+    """The whole file: its clusters, its enabled flows and where this product keeps its state."""
+
+    path: Path | None
+    clusters: Mapping[str, ClusterConfig]
+    flows: tuple[FlowConfig, ...]
+    state_dir: Path
+    offsets_db_url: str
+
+    def flow(self, name: str) -> FlowConfig:
+        """The enabled flow called ``name`` (``<source>-><target>``)."""
+        for flow in self.flows:
+            if flow.name == name:
+                return flow
+        enabled = ", ".join(flow.name for flow in self.flows) or "none"
+        raise ConfigError(
+            f"no enabled flow {name!r} in {self.path or 'the configuration'} (enabled: {enabled}); "
+            "flows are named <source>-><target> and enabled by `<source>-><target>.enabled = true`"
+        )
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] = os.environ
+) -> MirrorConfig:
+    """Read the config file: ``path`` if given, else env ``MIRROR_CONFIG``, else the repo's demo file."""
+    if path is not None:
+        chosen, chosen_by = Path(path), "the path given"
+    elif env.get(ENV_CONFIG):
+        chosen, chosen_by = Path(env[ENV_CONFIG]), f"env {ENV_CONFIG}"
+    else:
+        chosen, chosen_by = default_config_path(), f"the default, as {ENV_CONFIG} is not set"
+    chosen = chosen.absolute()
+    if not chosen.is_file():
+        raise ConfigError(
+            f"config file {chosen} ({chosen_by}) does not exist; "
+            f"pass the path of an mm2.properties file or set {ENV_CONFIG} to one"
+        )
+    try:
+        text = chosen.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"config file {chosen} is not UTF-8 text ({error}); save it as UTF-8") from error
+    return parse_config(text, path=chosen, env=env)
+
+
+def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] = os.environ) -> MirrorConfig:
+    """Parse and validate the text of an mm2.properties file; ``path`` is used in messages and as the
+    base of relative paths in it (the current directory when None).
+    """
+    base = path.absolute().parent if path else Path.cwd()
+    # Kafka's ConfigDef trims every value; java.util.Properties keeps trailing whitespace.
+    parsed = {key: value.strip() for key, value in parse_properties(text, str(path or "<string>")).items()}
+    # MM2's config providers: ${file:...}, ${env:...} and ${directory:...} become what they refer to.
+    raw = resolve_references(parsed, env, base)
+    aliases = _cluster_aliases(raw)
+    top, by_cluster, by_flow = _split_scopes(raw, aliases)
+
+    top_client = {k: v for k, v in top.items() if k == "security.protocol" or k.startswith(("ssl.", "sasl."))}
+    cluster_layers = {
+        alias: [("", top_client), (f"{alias}.", by_cluster.get(alias, {}))] for alias in aliases
+    }
+    clusters = {alias: _cluster_config(alias, layers) for alias, layers in cluster_layers.items()}
+
+    flows = [
+        _flow_config(source, target, cluster_layers, top, overrides)
+        for (source, target), overrides in by_flow.items()
+        # MM2: flows are disabled unless enabled, and only the flow's own key enables one.
+        if PropertyView.layered([(f"{source}{_FLOW_ARROW}{target}.", overrides)]).get_bool("enabled", False)
+    ]
+    _check_dag_ids(flows)
+
+    state_dir = _state_dir(top, env, base)
+    return MirrorConfig(
+        path=path,
+        clusters=MappingProxyType(clusters),
+        flows=tuple(flows),
+        state_dir=state_dir,
+        offsets_db_url=_offsets_db_url(top, env, state_dir),
+    )
+
+
+def _cluster_aliases(raw: Mapping[str, str]) -> tuple[str, ...]:
+    aliases = PropertyView.layered([("", raw)]).get_list("clusters", ())
+    if not aliases:
+        raise ConfigError(
+            "no clusters; list the cluster aliases, e.g. `clusters = primary, backup`", key="clusters"
+        )
+    if "" in aliases or len(set(aliases)) != len(aliases):
+        raise ConfigError(
+            f"empty or repeated alias in {', '.join(aliases)}; list each cluster once", key="clusters"
+        )
+    return aliases
+
+
+def _split_scopes(
+    raw: Mapping[str, str], aliases: Sequence[str]
+) -> tuple[dict[str, str], dict[str, dict[str, str]], dict[tuple[str, str], dict[str, str]]]:
+    """Sort keys into top level, ``<alias>.*`` and ``<src>-><tgt>.*`` (prefixes stripped).
+
+    Flows come out in ``clusters`` order (source, then target) whatever the order of the file.
+    """
+    top: dict[str, str] = {}
+    by_cluster: dict[str, dict[str, str]] = {}
+    found: dict[tuple[str, str], dict[str, str]] = {}
+    for key, value in raw.items():
+        if _FLOW_ARROW in key:
+            source, target, setting = _parse_flow_key(key, aliases)
+            _check_project_key(key, setting, top_level=False)
+            found.setdefault((source, target), {})[setting] = value
+        elif alias := _alias_of(key, aliases):
+            setting = key[len(alias) + 1 :]
+            if setting.startswith(_PROJECT_PREFIX):
+                raise ConfigError(
+                    "mirrorflow settings are not per cluster; set them at top level or per flow "
+                    f"(`<source>-><target>.{setting}`)",
+                    key=key,
+                )
+            by_cluster.setdefault(alias, {})[setting] = value
+        else:
+            _check_project_key(key, key, top_level=True)
+            top[key] = value
+    by_flow = {(s, t): found[(s, t)] for s in aliases for t in aliases if (s, t) in found}
+    return top, by_cluster, by_flow
+
+
+def _alias_of(key: str, aliases: Sequence[str]) -> str | None:
+    """The alias ``key`` is scoped to; the longest wins, so ``eu.west`` beats ``eu``."""
+    matching = [alias for alias in aliases if key.startswith(f"{alias}.")]
+    return max(matching, key=len) if matching else None
+
+
+def _parse_flow_key(key: str, aliases: Sequence[str]) -> tuple[str, str, str]:
+    source, rest = key.split(_FLOW_ARROW, 1)
+    target = _alias_of(rest, aliases)
+    known = ", ".join(aliases)
+    if source not in aliases or target is None:
+        unknown = source if source not in aliases else rest.split(".", 1)[0]
+        raise ConfigError(
+            f"flow keys look like `<source>-><target>.<setting>` with both aliases listed in clusters "
+            f"({known}), but {unknown!r} is not; add it to clusters or fix the alias",
+            key=key,
+        )
+    if source == target:
+        raise ConfigError(f"a flow from {source!r} to itself is not possible; remove the key", key=key)
+    return source, target, rest[len(target) + 1 :]
+
+
+def _check_project_key(key: str, setting: str, *, top_level: bool) -> None:
+    """Typo protection for ``mirrorflow.*``: unknown keys, and top-level-only keys set per flow."""
+    if not setting.startswith(_PROJECT_PREFIX):
+        return
+    is_spark_conf = setting.startswith(_SPARK_CONF_PREFIX) and len(setting) > len(_SPARK_CONF_PREFIX)
+    if setting in _FLOW_SETTINGS or is_spark_conf:
+        return
+    if setting in _TOP_LEVEL_ONLY_SETTINGS:
+        if top_level:
+            return
+        raise ConfigError(
+            f"{setting} applies to all flows; set it at top level, without a flow prefix", key=key
+        )
+    raise ConfigError(f"unknown mirrorflow setting; known settings: {', '.join(_KNOWN_SETTINGS)}", key=key)
+
+
+def _flow_side_layers(
+    flow_name: str, side: str, overrides: Mapping[str, str]
+) -> list[tuple[str, dict[str, str]]]:
+    """A flow's client overrides of one side, shaped as ``<alias>.*`` keys (MM2's connector keys:
+    ``source.cluster.*`` for every client, ``source.consumer.*`` etc. for one).
+    """
+    shared = f"{side}.cluster."
+    roles = tuple(f"{side}.{prefix}" for prefix in _ROLE_PREFIXES)
+    return [
+        (
+            f"{flow_name}.{shared}",
+            {k[len(shared) :]: v for k, v in overrides.items() if k.startswith(shared)},
+        ),
+        (
+            f"{flow_name}.{side}.",
+            {k[len(side) + 1 :]: v for k, v in overrides.items() if k.startswith(roles)},
+        ),
+    ]
+
+
+def _cluster_config(alias: str, layers: _Layers) -> ClusterConfig:
+    """``layers``: ``<alias>.*``-shaped properties (shared keys and ``<role>.*`` keys), lowest first."""
+    merged = PropertyView.layered(layers)
+    client = merged.excluding(_ROLE_PREFIXES)
+    if not client.get("bootstrap.servers"):
+        # An empty value wins over the cluster's own (a flow override): name the key to fix.
+        written = "bootstrap.servers" in client
+        key = client.written_as("bootstrap.servers") if written else f"{alias}.bootstrap.servers"
+        raise ConfigError(f"cluster {alias!r} has no bootstrap servers; add `{key} = host:9092`", key=key)
+    roles = {role: client.overlaid(merged.stripped(f"{role}.")) for role in _CLIENT_ROLES}
+    # Read by the control plane itself (kafka-python); librdkafka checks the writer's settings.
+    roles["admin"].get_positive_int("request.timeout.ms", ADMIN_REQUEST_TIMEOUT_MS_DEFAULT)
+    for props in roles.values():
+        check_translatable(props, props.written_as)
+    return ClusterConfig(alias, client["bootstrap.servers"], client, **roles)
+
+
+def _flow_config(
+    source: str,
+    target: str,
+    cluster_layers: Mapping[str, _Layers],
+    top: Mapping[str, str],
+    overrides: Mapping[str, str],
+) -> FlowConfig:
+    """The flow ``source->target`` from the clusters' layers, the top level and its own keys."""
+    name = f"{source}{_FLOW_ARROW}{target}"
+    props = PropertyView.layered([("", top), (f"{name}.", overrides)])
+    lists = {
+        key: props.get_list(key, default)
+        for key, default in (
+            ("topics", TOPICS_DEFAULT),
+            ("topics.exclude", TOPICS_EXCLUDE_DEFAULT),
+            ("groups", GROUPS_DEFAULT),
+            ("groups.exclude", GROUPS_EXCLUDE_DEFAULT),
+            ("config.properties.exclude", CONFIG_PROPERTIES_EXCLUDE_DEFAULT),
+        )
+    }
+    # Validated here so that a bad pattern is reported under the key as written (flow prefix).
+    for key, patterns in lists.items():
+        compile_patterns(patterns, props.written_as(key))
+    return FlowConfig(
+        source=_cluster_config(
+            source, [*cluster_layers[source], *_flow_side_layers(name, "source", overrides)]
+        ),
+        target=_cluster_config(
+            target, [*cluster_layers[target], *_flow_side_layers(name, "target", overrides)]
+        ),
+        topics=lists["topics"],
+        topics_exclude=lists["topics.exclude"],
+        groups=lists["groups"],
+        groups_exclude=lists["groups.exclude"],
+        replication_policy=replication_policy(
+            props.get(CLASS_CONFIG, CLASS_DEFAULT),
+            props.get(SEPARATOR_CONFIG, SEPARATOR_DEFAULT),
+            source_cluster_alias=source,
+            class_key=props.written_as(CLASS_CONFIG),
+            separator_key=props.written_as(SEPARATOR_CONFIG),
+        ),
+        replication_factor=props.get_positive_int("replication.factor", REPLICATION_FACTOR_DEFAULT),
+        config_properties_exclude=lists["config.properties.exclude"],
+        sync_topic_configs=props.get_bool("sync.topic.configs.enabled", True),
+        sync_topic_acls=props.get_bool("sync.topic.acls.enabled", True),
+        emit_checkpoints=props.get_bool("emit.checkpoints.enabled", True),
+        sync_group_offsets=props.get_bool("sync.group.offsets.enabled", False),
+        emit_heartbeats=props.get_bool("emit.heartbeats.enabled", True),
+        emit_offset_syncs=props.get_bool("emit.offset-syncs.enabled", True),
+        offset_syncs_topic_location=props.get_choice("offset-syncs.topic.location", ("source", "target")),
+        offset_syncs_topic_replication_factor=props.get_positive_int(
+            "offset-syncs.topic.replication.factor", INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
+        ),
+        heartbeats_topic_replication_factor=props.get_positive_int(
+            "heartbeats.topic.replication.factor", INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
+        ),
+        checkpoints_topic_replication_factor=props.get_positive_int(
+            "checkpoints.topic.replication.factor", INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
+        ),
+        settings=MirrorSettings(
+            schedule=props.get(_SCHEDULE) or None,
+            max_records_per_partition=props.get_positive_int(
+                _MAX_RECORDS_PER_PARTITION, MAX_RECORDS_PER_PARTITION_DEFAULT
+            ),
+            spark_conn_id=props.get_required(_SPARK_CONN_ID, SPARK_CONN_ID_DEFAULT),
+            spark_conf=props.stripped(_SPARK_CONF_PREFIX),
+            copy_timeout_seconds=props.get_positive_int(_COPY_TIMEOUT, COPY_TIMEOUT_SECONDS_DEFAULT),
+            task_retries=props.get_positive_int(_TASK_RETRIES, TASK_RETRIES_DEFAULT, zero_allowed=True),
+            on_source_data_loss=props.get_choice(ON_SOURCE_DATA_LOSS, ON_SOURCE_DATA_LOSS_CHOICES),
+            alert_lag_max_records=props.get_optional_int(ALERT_LAG_MAX_RECORDS, zero_allowed=True),
+            alert_heartbeat_age_max_seconds=props.get_optional_int(ALERT_HEARTBEAT_AGE_MAX_SECONDS),
+            alert_notifier=props.get_reference(ALERT_NOTIFIER),
+        ),
+        properties=props,
+    )
+
+
+def _check_dag_ids(flows: Sequence[FlowConfig]) -> None:
+    seen: dict[str, str] = {}
+    for flow in flows:
+        if flow.dag_id in seen:
+            raise ConfigError(
+                f"flows {seen[flow.dag_id]} and {flow.name} would both be Airflow DAG {flow.dag_id}; "
+                "rename one of the aliases",
+                key="clusters",
+            )
+        seen[flow.dag_id] = flow.name
+
+
+def _state_dir(top: Mapping[str, str], env: Mapping[str, str], base: Path) -> Path:
+    """Env ``MIRROR_STATE_DIR`` (relative to the current directory) > ``mirrorflow.state.dir``
+    (relative to the config file's folder) > ``<repo>/.state``.
+    """
+    if env.get(ENV_STATE_DIR):
+        return Path(env[ENV_STATE_DIR]).absolute()
+    if top.get(_STATE_DIR):
+        return base / top[_STATE_DIR]
+    return REPO_ROOT / ".state"
+
+
+def _offsets_db_url(top: Mapping[str, str], env: Mapping[str, str], state_dir: Path) -> str:
+    """Env ``MIRROR_OFFSETS_DB_URL`` > ``mirrorflow.offsets.db.url`` > a SQLite file in the state dir.
+
+    The URL's syntax and dialect are checked here, without connecting, so that a bad one is a DAG
+    import error rather than a failed run.
+    """
+    key = ENV_OFFSETS_DB_URL if env.get(ENV_OFFSETS_DB_URL) else _OFFSETS_DB_URL
+    url = env.get(ENV_OFFSETS_DB_URL) or top.get(_OFFSETS_DB_URL)
+    if not url:
+        return f"sqlite:///{state_dir / 'offsets.db'}"
+    try:
+        make_url(url).get_dialect()
+    except (ArgumentError, ValueError) as error:
+        # The URL itself is not repeated: it may hold a password.
+        raise ConfigError(
+            f"not a usable database URL ({error}); write a SQLAlchemy URL, e.g. "
+            "postgresql+psycopg2://user:password@host:5432/mirror or sqlite:////absolute/path/offsets.db",
+            key=key,
+        ) from error
+    return url

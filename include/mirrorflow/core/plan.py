@@ -1,0 +1,274 @@
+"""The plan of one run: an explicit, immutable list of what to copy, and the result of executing it.
+
+A plan is written once by the plan task and only read afterwards: every attempt of the copy task
+executes the same plan, and the commit task checks the result against it. Both travel as JSON files
+in the run's folder (see ``run_dir``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from mirrorflow.core.metrics import Stats
+from mirrorflow.errors import PlanError
+
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """Copy source offsets ``[source_start, source_end)`` of one partition to the same partition of
+    ``remote_topic``, whose first record lands at ``target_start``.
+
+    ``source_end`` never exceeds the partition's last stable offset at plan time, so a plan never
+    reaches into open transactions. Offsets in the range may be missing (compaction, transaction
+    markers, aborted records): only records that exist are copied, in offset order.
+    """
+
+    topic: str
+    partition: int
+    source_start: int
+    source_end: int
+    remote_topic: str
+    target_start: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.source_start < self.source_end:
+            raise PlanError(
+                f"{self.topic}-{self.partition}: source range [{self.source_start}, {self.source_end}) "
+                "is empty or negative"
+            )
+        if self.target_start < 0:
+            raise PlanError(f"{self.topic}-{self.partition}: negative target start {self.target_start}")
+
+
+@dataclass(frozen=True)
+class SourceGap:
+    """Source offsets ``[source_start, source_end)`` of one partition that were deleted from the
+    source (retention, delete-records) before they were mirrored, skipped with
+    ``mirrorflow.on.source.data.loss = skip``.
+
+    On the target the gap spans ``[target_start, target_end)``: records an interrupted attempt had
+    copied from the lost range before it was deleted (usually none). Progress crosses the gap from
+    (``source_start``, ``target_start``) to (``source_end``, ``target_end``), where the first record
+    after the gap lands. With the batch log, gaps tile the partition's mirrored source offsets.
+    """
+
+    topic: str
+    partition: int
+    source_start: int
+    source_end: int
+    target_start: int
+    target_end: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.source_start < self.source_end or not 0 <= self.target_start <= self.target_end:
+            raise PlanError(
+                f"{self.topic}-{self.partition}: gap source [{self.source_start}, {self.source_end}) "
+                f"target [{self.target_start}, {self.target_end}) is empty or negative"
+            )
+
+    def __str__(self) -> str:
+        return offset_range(self.topic, self.partition, self.source_start, self.source_end)
+
+
+def offset_range(topic: str, partition: int, start: int, end: int) -> str:
+    """``orders-0 [120, 300) (180 offsets)``: how messages name a range of a partition's offsets."""
+    return f"{topic}-{partition} [{start}, {end}) ({end - start} offsets)"
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """What the planner saw of one source partition: used for lag reporting after the copy.
+    ``committed`` is where this run starts: the committed position, or the end of a skipped gap."""
+
+    topic: str
+    partition: int
+    remote_topic: str
+    log_start: int
+    end: int
+    committed: int
+
+    @property
+    def lag(self) -> int:
+        return self.end - self.committed
+
+
+@dataclass(frozen=True)
+class Plan:
+    flow: str
+    run_id: str
+    created_at: str
+    partitions: tuple[PartitionPlan, ...]
+    states: tuple[PartitionState, ...] = field(default=())
+    gaps: tuple[SourceGap, ...] = field(default=())
+    # Only heartbeats are planned: the plan task copies them itself, without starting Spark.
+    in_process: bool = False
+
+    def __post_init__(self) -> None:
+        seen: set[tuple[str, int]] = set()
+        for p in self.partitions:
+            if (p.topic, p.partition) in seen:
+                raise PlanError(f"{self.flow}: partition {p.topic}-{p.partition} planned twice")
+            seen.add((p.topic, p.partition))
+        gaps: dict[tuple[str, int], SourceGap] = {}
+        for g in self.gaps:
+            if (g.topic, g.partition) in gaps:
+                raise PlanError(f"{self.flow}: partition {g.topic}-{g.partition} has two gaps in one plan")
+            gaps[(g.topic, g.partition)] = g
+        for p in self.partitions:
+            gap = gaps.get((p.topic, p.partition))
+            if gap is not None and (gap.source_end, gap.target_end) != (p.source_start, p.target_start):
+                raise PlanError(
+                    f"{self.flow}: {p.topic}-{p.partition} is planned from (source {p.source_start}, "
+                    f"target {p.target_start}), not from the end of its gap {gap}"
+                )
+
+    @property
+    def max_records(self) -> int:
+        return sum(p.source_end - p.source_start for p in self.partitions)
+
+    def task_groups(self, tasks: int) -> list[tuple[PartitionPlan, ...]]:
+        """The planned partitions spread over at most ``tasks`` groups of about equal planned size
+        (largest first, each onto the least loaded group), each group in plan order. One Spark task
+        copies one group: per-task set-up is paid per group, not per partition."""
+        groups: list[list[PartitionPlan]] = [[] for _ in range(max(1, min(tasks, len(self.partitions))))]
+        loads = [0] * len(groups)
+        for p in sorted(self.partitions, key=lambda p: p.source_start - p.source_end):
+            least = loads.index(min(loads))
+            groups[least].append(p)
+            loads[least] += p.source_end - p.source_start
+        order = {(p.topic, p.partition): i for i, p in enumerate(self.partitions)}
+        return [tuple(sorted(g, key=lambda p: order[p.topic, p.partition])) for g in groups if g]
+
+    def to_json(self) -> str:
+        return json.dumps({"version": PLAN_VERSION, **asdict(self)}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "plan") -> Plan:
+        try:
+            raw = json.loads(text)
+            if raw.get("version") != PLAN_VERSION:
+                raise ValueError(f"plan version {raw.get('version')!r}, expected {PLAN_VERSION}")
+            return cls(
+                flow=raw["flow"],
+                run_id=raw["run_id"],
+                created_at=raw["created_at"],
+                partitions=tuple(PartitionPlan(**p) for p in raw["partitions"]),
+                states=tuple(PartitionState(**s) for s in raw["states"]),
+                # Absent from plans written before gaps were recorded: those have none.
+                gaps=tuple(SourceGap(**g) for g in raw.get("gaps", ())),
+                in_process=bool(raw.get("in_process", False)),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise PlanError(f"{source}: not a valid plan ({exc}); re-run the plan task") from exc
+
+    def check_belongs_to(self, flow: str, run_id: str, source: str) -> None:
+        """Refuse a plan written for another flow or run: executing it would copy the wrong ranges."""
+        if (self.flow, self.run_id) != (flow, run_id):
+            raise PlanError(
+                f"{source} belongs to flow {self.flow!r} run {self.run_id!r}, not flow {flow!r} run "
+                f"{run_id!r}; re-run the plan task of this run"
+            )
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    """What the copy did for one planned partition.
+
+    ``records`` counts every record read from the source range, ``skipped`` those found already on
+    the target from an earlier attempt of the same plan. The records occupy target offsets
+    ``[target_start, target_start + records)``. ``sync_points`` lists (source offset, target offset)
+    for each record whose source offset is not the previous one plus one (the first record counts
+    against ``source_start``): between sync points the mapping is arithmetic. ``record_age`` and
+    ``replication_latency`` cover the records this attempt wrote (see ``mirrorflow.core.metrics``), over
+    ``write_ms`` from the first one received to the last one acknowledged.
+    """
+
+    topic: str
+    partition: int
+    records: int
+    skipped: int
+    bytes: int
+    target_start: int
+    sync_points: tuple[tuple[int, int], ...] = ()
+    record_age: Stats = field(default_factory=Stats)
+    replication_latency: Stats = field(default_factory=Stats)
+    write_ms: int = 0
+
+    @property
+    def target_end(self) -> int:
+        return self.target_start + self.records
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    flow: str
+    run_id: str
+    partitions: tuple[PartitionResult, ...]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "result") -> CopyResult:
+        try:
+            raw = json.loads(text)
+            return cls(
+                flow=raw["flow"],
+                run_id=raw["run_id"],
+                partitions=tuple(
+                    PartitionResult(
+                        **{
+                            **p,
+                            "sync_points": tuple(tuple(s) for s in p["sync_points"]),
+                            "record_age": Stats(**p["record_age"]),
+                            "replication_latency": Stats(**p["replication_latency"]),
+                        }
+                    )
+                    for p in raw["partitions"]
+                ),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PlanError(f"{source}: not a valid copy result ({exc}); re-run the copy task") from exc
+
+
+def run_dir(state_dir: Path, flow: str, run_id: str) -> Path:
+    """The folder holding one run's plan and result; names made safe for any file system."""
+    return state_dir / "runs" / _safe(flow) / _safe(run_id)
+
+
+def metrics_file(state_dir: Path, flow: str, kind: str) -> Path:
+    """A flow's Prometheus text file of one ``kind`` (``source`` or ``checkpoint``): one folder for
+    every flow, as node_exporter's textfile collector reads it."""
+    return state_dir / "metrics" / f"{_safe(flow)}.{kind}.prom"
+
+
+def _safe(name: str) -> str:
+    """A folder name for ``name``; where characters had to be replaced, a digest of the original keeps
+    distinct names apart (``x:y`` and ``x+y``), and a name of dots alone never means a parent folder."""
+    arrows = name.replace("->", "_to_")
+    readable = re.sub(r"[^A-Za-z0-9._=-]", "_", arrows)
+    if readable == arrows and readable.strip("."):
+        return readable
+    return f"{readable.replace('.', '_')}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Readers see the old file or the whole new one, never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def read_file(path: Path, what: str) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError as exc:
+        raise PlanError(f"{what} {path} does not exist; re-run the task that writes it") from exc

@@ -1,0 +1,150 @@
+"""The values progress is made of: where a flow stands per partition, the batch log's rows, the source
+gaps it skipped, the last checkpoint per consumer group, the flow's lock.
+
+Pure values, no I/O: the planner, offset translation, checkpoint rules and verification work on
+them; ``mirrorflow.store`` keeps them in the offsets database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from mirrorflow.core.plan import SourceGap
+from mirrorflow.errors import PlanError
+
+
+@dataclass(frozen=True)
+class PartitionProgress:
+    """Where the next run of a flow resumes one partition: the next source offset to copy and the
+    target offset its record will land at."""
+
+    topic: str
+    partition: int
+    next_source_offset: int
+    next_target_offset: int
+
+
+@dataclass(frozen=True)
+class TopicIdentity:
+    """A source topic as a flow first saw it: its id (``describe_topics``), and its remote topic."""
+
+    topic: str
+    topic_id: str
+    remote_topic: str
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One partition's committed copy: source offsets ``[source_start, source_end)`` became target
+    offsets ``[target_start, target_end)`` of ``remote_topic``.
+
+    ``records`` counts the records written (``target_end - target_start``); the source range can hold
+    fewer records than offsets (compaction, transaction markers, aborted records). ``sync_points``
+    lists (source offset, target offset) for each record whose source offset is not the previous
+    one plus one (the first record counts against ``source_start``): between sync points the mapping
+    is arithmetic.
+    """
+
+    topic: str
+    partition: int
+    remote_topic: str
+    source_start: int
+    source_end: int
+    target_start: int
+    target_end: int
+    records: int
+    bytes: int
+    sync_points: tuple[tuple[int, int], ...] = ()
+
+    def validate(self) -> None:
+        """Raise ``PlanError`` unless the batch is internally consistent."""
+        where = f"batch {self.topic}-{self.partition} [{self.source_start}, {self.source_end})"
+        if self.source_start < 0 or self.target_start < 0:
+            raise PlanError(
+                f"{where}: negative start (source {self.source_start}, target {self.target_start})"
+            )
+        if self.source_end <= self.source_start:
+            raise PlanError(f"{where}: empty or negative source range; an empty batch must not be committed")
+        if self.target_end < self.target_start:
+            raise PlanError(f"{where}: target range [{self.target_start}, {self.target_end}) is negative")
+        if self.records != self.target_end - self.target_start:
+            raise PlanError(
+                f"{where}: records={self.records} but the target range [{self.target_start}, "
+                f"{self.target_end}) holds {self.target_end - self.target_start}"
+            )
+        if self.records > self.source_end - self.source_start:
+            raise PlanError(
+                f"{where}: records={self.records} exceeds the {self.source_end - self.source_start} "
+                "offsets of the source range"
+            )
+        if self.bytes < 0:
+            raise PlanError(f"{where}: negative bytes {self.bytes}")
+        previous: tuple[int, int] | None = None
+        for point in self.sync_points:
+            if len(point) != 2:
+                raise PlanError(f"{where}: sync point {point!r} is not a (source, target) pair")
+            src, tgt = point
+            if not (
+                self.source_start <= src < self.source_end and self.target_start <= tgt < self.target_end
+            ):
+                raise PlanError(
+                    f"{where}: sync point ({src}, {tgt}) lies outside the source range or the target "
+                    f"range [{self.target_start}, {self.target_end})"
+                )
+            if previous is not None and not (src > previous[0] and tgt > previous[1]):
+                raise PlanError(f"{where}: sync points are not strictly increasing at ({src}, {tgt})")
+            previous = (src, tgt)
+
+
+@dataclass(frozen=True)
+class CommittedBatch(Batch):
+    """A row of the batch log: a ``Batch`` plus who committed it and when."""
+
+    flow: str = field(kw_only=True)
+    run_id: str = field(kw_only=True)
+    committed_at: datetime = field(kw_only=True)
+
+    def as_batch(self) -> Batch:
+        return Batch(
+            topic=self.topic,
+            partition=self.partition,
+            remote_topic=self.remote_topic,
+            source_start=self.source_start,
+            source_end=self.source_end,
+            target_start=self.target_start,
+            target_end=self.target_end,
+            records=self.records,
+            bytes=self.bytes,
+            sync_points=self.sync_points,
+        )
+
+
+@dataclass(frozen=True)
+class RecordedGap(SourceGap):
+    """A row of ``mirror_gaps``: a ``SourceGap`` plus the run that skipped it and when."""
+
+    run_id: str = field(kw_only=True)
+    recorded_at: datetime = field(kw_only=True)
+
+
+@dataclass(frozen=True)
+class GroupPosition:
+    """The last checkpoint emitted for a consumer group on one source partition: its committed
+    ``upstream_offset`` on the source and where that resumes on ``remote_topic``."""
+
+    group_id: str
+    topic: str
+    partition: int
+    remote_topic: str
+    upstream_offset: int
+    downstream_offset: int
+    metadata: str = ""
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    flow: str
+    run_id: str
+    acquired_at: datetime
+    expires_at: datetime

@@ -1,0 +1,198 @@
+"""The report of one committed run: per partition and per topic, records, bytes, rates, MM2's record
+age and replication latency, the lag left, and the source gaps the run skipped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import reduce
+from typing import Any
+
+from mirrorflow.core.metrics import Stats, rate
+from mirrorflow.core.plan import CopyResult, Plan, SourceGap
+
+
+@dataclass(frozen=True)
+class PartitionReport:
+    """One source partition in a run. ``records`` were committed by the run (they match the batch
+    log); ``skipped`` of them were found already on the target, written by an earlier attempt of the
+    same plan, so only the others were measured. ``lag`` is what is left to copy: the source's last
+    stable offset at plan time minus what is now committed."""
+
+    topic: str
+    partition: int
+    remote_topic: str
+    records: int = 0
+    skipped: int = 0
+    bytes: int = 0
+    lag: int = 0
+    record_age: Stats = field(default_factory=Stats)
+    replication_latency: Stats = field(default_factory=Stats)
+    write_ms: int = 0
+
+    @property
+    def written(self) -> int:
+        return self.records - self.skipped
+
+    @property
+    def record_rate(self) -> float:
+        return rate(self.written, self.write_ms)
+
+    @property
+    def byte_rate(self) -> float:
+        # Bytes of skipped records cannot be told apart: the rate spreads all bytes over the records.
+        return rate(self.bytes * self.written // self.records if self.records else 0, self.write_ms)
+
+
+@dataclass(frozen=True)
+class TopicReport:
+    topic: str
+    remote_topic: str
+    partitions: int
+    records: int
+    skipped: int
+    bytes: int
+    lag: int
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """``gaps``: source records deleted before they were mirrored, which the run skipped
+    (``mirrorflow.on.source.data.loss = skip``)."""
+
+    flow: str
+    run_id: str
+    partitions: tuple[PartitionReport, ...]
+    gaps: tuple[SourceGap, ...] = ()
+
+    @property
+    def records(self) -> int:
+        return sum(p.records for p in self.partitions)
+
+    @property
+    def topics(self) -> tuple[TopicReport, ...]:
+        by_topic: dict[str, list[PartitionReport]] = {}
+        for p in self.partitions:
+            by_topic.setdefault(p.topic, []).append(p)
+        return tuple(
+            TopicReport(
+                topic,
+                ps[0].remote_topic,
+                len(ps),
+                sum(p.records for p in ps),
+                sum(p.skipped for p in ps),
+                sum(p.bytes for p in ps),
+                sum(p.lag for p in ps),
+            )
+            for topic, ps in sorted(by_topic.items())
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The run in brief (per topic, and each source gap skipped, which is rare): small enough for
+        an XCom whatever the partition count."""
+        latency = _merged(p.replication_latency for p in self.partitions)
+        age = _merged(p.record_age for p in self.partitions)
+        return {
+            "flow": self.flow,
+            "run_id": self.run_id,
+            "records": self.records,
+            "bytes": sum(p.bytes for p in self.partitions),
+            "lag": sum(p.lag for p in self.partitions),
+            "replication_latency_ms_max": latency.max if latency.count else None,
+            "record_age_ms_max": age.max if age.count else None,
+            "topics": [asdict(t) for t in self.topics],
+            "gaps": [asdict(g) for g in self.gaps],
+        }
+
+    def table(self) -> str:
+        """One row per partition that copied records or still lags (idle ones are left out), then
+        the flow's total: records per second written, replication latency and record age in ms;
+        then the source gaps skipped, if any."""
+        head = (
+            "topic", "partition", "records", "skipped", "bytes", "rec/s", "lat avg ms", "lat max ms",
+            "age max ms", "lag left",
+        )  # fmt: skip
+        rows = [(p.topic, str(p.partition), *_figures(p)) for p in self.partitions if p.records or p.lag]
+        total = PartitionReport(
+            "",
+            -1,
+            "",
+            self.records,
+            sum(p.skipped for p in self.partitions),
+            sum(p.bytes for p in self.partitions),
+            sum(p.lag for p in self.partitions),
+            _merged(p.record_age for p in self.partitions),
+            _merged(p.replication_latency for p in self.partitions),
+        )
+        rows.append(("total", "", *_figures(total)))
+        lines = text_table(head, rows)
+        if self.gaps:
+            lines.append("source records lost before they were mirrored, skipped:")
+            lines.extend(f"  {g}" for g in self.gaps)
+        return "\n".join(lines)
+
+
+def text_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """Lines of a left-aligned plain-text table, for task logs."""
+    table = [head, *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+
+
+def markdown_table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """Lines of a Markdown table; cells are escaped (pipes, backslashes, line breaks)."""
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" for _ in head) + "|",
+        *("| " + " | ".join(_markdown_cell(v) for v in row) + " |" for row in rows),
+    ]
+
+
+def _markdown_cell(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _figures(p: PartitionReport) -> tuple[str, ...]:
+    lat = p.replication_latency
+    return (
+        str(p.records),
+        str(p.skipped),
+        str(p.bytes),
+        f"{p.record_rate:.0f}" if p.write_ms else "",
+        f"{lat.avg:.0f}" if lat.avg is not None else "",
+        str(lat.max) if lat.count else "",
+        str(p.record_age.max) if p.record_age.count else "",
+        str(p.lag),
+    )
+
+
+def _merged(stats: Iterable[Stats]) -> Stats:
+    return reduce(Stats.merge, stats, Stats())
+
+
+def build_report(plan: Plan, result: CopyResult) -> RunReport:
+    """Every partition the planner saw, in topic and partition order."""
+    planned = {(p.topic, p.partition): p for p in plan.partitions}
+    copied = {(r.topic, r.partition): r for r in result.partitions}
+    partitions = []
+    for s in sorted(plan.states, key=lambda s: (s.topic, s.partition)):
+        p = planned.get((s.topic, s.partition))
+        if p is None:
+            partitions.append(PartitionReport(s.topic, s.partition, s.remote_topic, lag=s.lag))
+            continue
+        r = copied[(s.topic, s.partition)]
+        partitions.append(
+            PartitionReport(
+                s.topic,
+                s.partition,
+                s.remote_topic,
+                r.records,
+                r.skipped,
+                r.bytes,
+                s.end - p.source_end,
+                r.record_age,
+                r.replication_latency,
+                r.write_ms,
+            )
+        )
+    return RunReport(plan.flow, plan.run_id, tuple(partitions), plan.gaps)

@@ -1,0 +1,84 @@
+"""Exact offset translation: where each mirrored source offset landed on the target.
+
+The batch log (``core.progress.Batch``) records every committed copy of a partition as a source range,
+a target range and the sync points where source offsets jump (compaction, transaction markers,
+aborted records). Between sync points the mapping is arithmetic, so the log maps every mirrored
+record exactly. ``OffsetTranslator`` answers "where does a consumer at source offset U resume on the
+target" from it; ``OffsetSync`` is MM2's record of one mapping point, for its offset-syncs topic.
+
+Invariants of ``translate``: it never points past a record that is not yet mirrored, and it points at
+the target copy of the first record at or after U, so a consumer that fails over re-reads nothing
+and skips nothing that was mirrored. Source gaps (records deleted from the source before they were
+mirrored, skipped) tile the log with the batches: a position inside a gap maps to where the first
+record after the gap lands (the gap's ``target_end``), so the consumer skips only what was lost.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+
+from mirrorflow.core.plan import SourceGap
+from mirrorflow.core.progress import Batch
+from mirrorflow.errors import PlanError
+from mirrorflow.mm2.records import OffsetSync
+
+
+def runs(batch: Batch) -> list[tuple[int, int]]:
+    """(source offset, target offset) of the first record of each run of consecutive source offsets
+    in the batch; a batch without records has none."""
+    if batch.target_end == batch.target_start:
+        return []
+    points = list(batch.sync_points)
+    if not points or points[0][1] != batch.target_start:
+        points.insert(0, (batch.source_start, batch.target_start))
+    return points
+
+
+def offset_syncs(batch: Batch) -> list[OffsetSync]:
+    """MM2 offset syncs for a batch: one per run, so MM2's own rule (newest sync at or below U, then
+    +1) never skips a record either."""
+    return [OffsetSync(batch.topic, batch.partition, s, t) for s, t in runs(batch)]
+
+
+class OffsetTranslator:
+    """Exact source -> target offset translation for one partition, from its batch log and gaps."""
+
+    def __init__(self, batches: Iterable[Batch], gaps: Iterable[SourceGap] = ()) -> None:
+        self._segments: list[Batch | SourceGap] = sorted([*batches, *gaps], key=lambda b: b.source_start)
+        for before, after in zip(self._segments, self._segments[1:], strict=False):
+            if (before.source_end, before.target_end) != (after.source_start, after.target_start):
+                raise PlanError(
+                    f"batch log of {after.topic}-{after.partition} is not contiguous at source offset "
+                    f"{before.source_end}: inspect it with `python -m mirrorflow.store show`"
+                )
+        self._starts = [b.source_start for b in self._segments]
+        self._runs = [runs(b) if isinstance(b, Batch) else [] for b in self._segments]
+        self._run_starts = [[s for s, _ in r] for r in self._runs]
+
+    def translate(self, upstream: int) -> int | None:
+        """The target offset a consumer at source offset ``upstream`` resumes at; ``None`` when the
+        offset precedes everything mirrored (MM2 emits no checkpoint then either)."""
+        if not self._segments or upstream < self._segments[0].source_start:
+            return None
+        if upstream >= self._segments[-1].source_end:
+            # Not mirrored yet: the records from here on will land at the end of the remote partition.
+            return self._segments[-1].target_end
+        i = bisect.bisect_right(self._starts, upstream) - 1
+        segment = self._segments[i]
+        if isinstance(segment, SourceGap):
+            return segment.target_end  # the first record after the gap: nothing before it exists
+        return _within(segment, self._runs[i], self._run_starts[i], upstream)
+
+
+def _within(batch: Batch, points: Sequence[tuple[int, int]], starts: Sequence[int], upstream: int) -> int:
+    k = bisect.bisect_right(starts, upstream) - 1
+    if k < 0:
+        # Before the batch's first record: that record is the next one.
+        return points[0][1] if points else batch.target_end
+    src, tgt = points[k]
+    run_end = points[k + 1][1] if k + 1 < len(points) else batch.target_end
+    if upstream < src + (run_end - tgt):
+        return tgt + (upstream - src)
+    # In a gap after run k: the next record is the first of run k + 1 (or of the next batch).
+    return run_end

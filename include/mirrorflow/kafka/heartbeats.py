@@ -1,0 +1,84 @@
+"""MirrorHeartbeat: MM2's heartbeats, arranged as MM2 arranges them, and the flow's freshness.
+
+MM2 runs a heartbeat emitter for every pair of clusters, enabled flow or not: pair X->Y writes
+Heartbeat(X, Y, now) to the ``heartbeats`` topic on Y. For a flow A->B this product writes both
+of its pair's heartbeats at the start of each run: (A, B) to B, and (B, A) to A. The run then mirrors
+A's ``heartbeats`` to ``A.heartbeats`` on B like any topic (heartbeats bypass the topic filter),
+and a chain A->B->C carries it on to ``B.A.heartbeats`` on C. Those topic names are what
+``MirrorClient.upstreamClusters`` and ``replicationHops`` read to discover the topology.
+
+Freshness of the flow A->B: the age of the newest heartbeat in ``A.heartbeats`` on B, i.e. how long
+ago the newest record known to be mirrored was written on the source.
+"""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from mirrorflow.config.clients import librdkafka_config
+from mirrorflow.config.model import FlowConfig
+from mirrorflow.errors import TransientError
+from mirrorflow.kafka.internal_topics import write_records
+from mirrorflow.mm2.records import Heartbeat
+
+_TIMEOUT_S = 30.0
+
+
+def emit_heartbeats(flow: FlowConfig, now_ms: int | None = None) -> None:
+    """Write this run's two heartbeats (nothing when emit.heartbeats.enabled is false)."""
+    if not flow.emit_heartbeats:
+        return
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    topic = flow.replication_policy.heartbeats_topic()
+    rf = flow.heartbeats_topic_replication_factor
+    for cluster, beat in (
+        (flow.target, Heartbeat(flow.source.alias, flow.target.alias, now)),
+        (flow.source, Heartbeat(flow.target.alias, flow.source.alias, now)),
+    ):
+        write_records(cluster, topic, rf, [(beat.key(), beat.value())])
+
+
+def _next_record(consumer: Consumer, where: str) -> tuple[bytes, bytes]:
+    """Key and value of the next record of the assigned partition. Errors in between are skipped
+    until the deadline: a login without group ACLs gets its group coordinator refused, which an
+    assigned read does not need."""
+    deadline = time.monotonic() + _TIMEOUT_S
+    error = None
+    while (left := deadline - time.monotonic()) > 0:
+        msg = consumer.poll(left)
+        if msg is not None and msg.error() is None:
+            return msg.key() or b"", msg.value() or b""
+        error = msg.error() if msg is not None else error
+    raise TransientError(f"cannot read the newest heartbeat of {where}: {error or 'timed out'}")
+
+
+def freshness_seconds(flow: FlowConfig, now_ms: int | None = None) -> float | None:
+    """Age of the newest mirrored heartbeat on the target; None when none was mirrored yet."""
+    remote = flow.replication_policy.format_remote_topic(
+        flow.source.alias, flow.replication_policy.heartbeats_topic()
+    )
+    consumer = Consumer(
+        {
+            **librdkafka_config(flow.target.consumer),
+            "group.id": "mirrorflow-freshness",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        tp = TopicPartition(remote, 0)
+        found = consumer.list_topics(remote, timeout=_TIMEOUT_S).topics.get(remote)
+        if found is None or found.error is not None:
+            return None
+        low, high = consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S)
+        if high <= low:
+            return None
+        consumer.assign([TopicPartition(remote, 0, high - 1)])
+        beat = Heartbeat.decode(*_next_record(consumer, f"{remote} on {flow.target.alias}"))
+    except KafkaException as exc:
+        raise TransientError(f"cannot read {remote} on {flow.target.alias}: {exc}") from exc
+    finally:
+        consumer.close()
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return max(0.0, (now - beat.timestamp) / 1000)

@@ -1,0 +1,34 @@
+"""MM2's offset-syncs topic, written from the batch log after each commit.
+
+For a flow A->B the topic is ``mm2-offset-syncs.B.internal`` on A (``offset-syncs.topic.location =
+source``, MM2's default) or ``mm2-offset-syncs.A.internal`` on B (``target``): MM2 names it after
+the cluster it is not on. Each committed batch contributes one OffsetSync per run of consecutive
+source offsets (``offset_sync.offset_syncs``), so MM2's own checkpointing, if pointed at these
+clusters, never skips a record either. This product's checkpoints use the exact batch log instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mirrorflow.config.model import FlowConfig
+from mirrorflow.core.progress import Batch
+from mirrorflow.core.translation import offset_syncs
+from mirrorflow.kafka.internal_topics import write_records
+
+
+def emit_offset_syncs(flow: FlowConfig, batches: Sequence[Batch]) -> int:
+    """Write the offset syncs of ``batches``; returns how many (none when emit.offset-syncs.enabled
+    is false)."""
+    syncs = [s for b in batches for s in offset_syncs(b)] if flow.emit_offset_syncs else []
+    if not syncs:
+        return 0
+    on_source = flow.offset_syncs_topic_location == "source"
+    cluster, other = (flow.source, flow.target) if on_source else (flow.target, flow.source)
+    write_records(
+        cluster,
+        flow.replication_policy.offset_syncs_topic(other.alias),
+        flow.offset_syncs_topic_replication_factor,
+        [(s.key(), s.value()) for s in syncs],
+    )
+    return len(syncs)
