@@ -2,6 +2,8 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# The dev tooling (include/mirrorflow_dev) is not part of the installed product: it is imported from here.
+export PYTHONPATH := $(CURDIR)/include$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 .PHONY: setup demo airflow test test-unit soak lint format bench kafka-up kafka-down kafka-status clean
 
@@ -30,7 +32,7 @@ bench: setup
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
+	@bash scripts/lint.sh
 
 format: setup
 	$(VENV)/bin/ruff format .

@@ -38,8 +38,7 @@ from workload import (
     steady_rate,
 )
 
-from mirrorflow import paths
-from mirrorflow_dev import local_kafka
+from mirrorflow_dev import local_kafka, paths
 from mirrorflow_dev.devenv import airflow_env
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")

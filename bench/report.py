@@ -15,8 +15,7 @@ from contenders import OURS, OURS_STANDALONE, Result
 from scenarios import ScenarioResult
 from workload import HEADERS, KEY_SIZE, VALUE_SIZE
 
-from mirrorflow import paths
-from mirrorflow_dev import local_kafka
+from mirrorflow_dev import local_kafka, paths
 
 PACKAGES = [
     "apache-airflow",

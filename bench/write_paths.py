@@ -34,12 +34,11 @@ from kafka.admin import KafkaAdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from mirrorflow import paths
 from mirrorflow.app import runner
 from mirrorflow.config.model import parse_config
 from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.plan import write_atomically
-from mirrorflow_dev import local_kafka
+from mirrorflow_dev import local_kafka, paths
 from mirrorflow_dev.local_kafka import LocalCluster
 
 PARTITIONS = 6

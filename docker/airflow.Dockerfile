@@ -2,8 +2,9 @@
 # The images of docker-compose.yaml, built with the repo as context:
 #   target airflow       every Airflow service (the copy task's Spark driver runs in it, client mode)
 #   target spark-worker  the Spark workers: the official Spark 4.0.0 on this image's Python
-# No project source is copied in: compose mounts dags/, jobs/, plugins/, include/ and config/ under
-# /opt/mirrorflow, so mirrorflow.paths.REPO_ROOT is /opt/mirrorflow in the containers.
+# No project source is copied in: compose mounts the product's packages (include/mirrorflow,
+# plugins/mirrorflow_airflow, dags/ as mirrorflow_dags, jobs/ as mirrorflow_jobs) under
+# /opt/mirrorflow/python, laid out as an install lays them out, and config/ under /opt/mirrorflow.
 ARG AIRFLOW_IMAGE=apache/airflow:3.3.2-python3.11
 ARG SPARK_IMAGE=apache/spark:4.0.0-scala2.13-java17-ubuntu
 

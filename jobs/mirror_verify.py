@@ -15,7 +15,8 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from mirrorflow.app.dag_spec import job_arguments
-from mirrorflow.app.verify import load_verify_plan, save_verify_result, verify_ranges
+from mirrorflow.app.verify import load_verify_plan, save_verify_result
+from mirrorflow.copy.spark_verify import verify_ranges
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,15 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kafka.admin import OffsetSpec
-
-from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
+from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.core.plan import metrics_file
 from mirrorflow.kafka.admin import ClusterAdmin, NewTopic
 from mirrorflow.kafka.heartbeats import freshness_seconds
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import local_kafka, sample_data
 from mirrorflow_dev.devenv import airflow_env
+from mirrorflow_dev.paths import demo_config
 
 FLOW = "primary->backup"
 # topic -> (partitions, configs). Names ending in -internal are never mirrored (MM2's rule).
@@ -27,7 +26,7 @@ RECORDS_PER_PARTITION = 1000
 
 
 def main() -> int:
-    config = load_config()
+    config = demo_config()
     flow = config.flow(FLOW)
     print(f"config: {config.path}")
     if local_kafka.main(["up"]) != 0:
@@ -46,7 +45,7 @@ def seed_topics(flow: FlowConfig) -> None:
     with ClusterAdmin(flow.source) as admin:
         existing = admin.topics()
         admin.create_topics({t: NewTopic(n, 1, c) for t, (n, c) in TOPICS.items() if t not in existing})
-        ends = admin.offsets([(t, p) for t, (n, _) in TOPICS.items() for p in range(n)], OffsetSpec.LATEST)
+        ends = admin.latest_offsets([(t, p) for t, (n, _) in TOPICS.items() for p in range(n)])
     producer = sample_data.producer(flow.source.bootstrap_servers)
     for (topic, partition), end in sorted(ends.items()):
         batch = range(end, end + RECORDS_PER_PARTITION)

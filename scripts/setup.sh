@@ -53,7 +53,7 @@ bash scripts/fetch_compose_schema.sh
 # installed only when they are missing. It creates a cluster and starts it where it can (init
 # script or systemd): every cluster it started is stopped again, so setup never leaves one running.
 postgres_bin() {
-  "$VENV/bin/python" -c 'from mirrorflow_dev.local_postgres import server_binaries; print(server_binaries())'
+  PYTHONPATH=$ROOT/include "$VENV/bin/python" -c 'from mirrorflow_dev.local_postgres import server_binaries; print(server_binaries())'
 }
 # Debian packages, installed only when missing, as root or through sudo.
 as_root() {

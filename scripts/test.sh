@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The whole check: linters (ruff, mypy) and every test level (unit, Spark, DAG integrity,
+# The whole check: the static checks (scripts/lint.sh) and every test level (unit, Spark, DAG integrity,
 # integration on real brokers, Spark and Airflow). Extra arguments go to pytest.
 # pytest's exit code 5 ("no tests collected") is a failure here: a run that tests nothing proves nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy || exit 1
+bash scripts/lint.sh || exit 1
 .venv/bin/pytest "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then

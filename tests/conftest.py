@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING
 import pytest
 from mirror_helpers import local_clusters
 
-from mirrorflow import paths
 from mirrorflow.config.model import MirrorConfig, load_config
-from mirrorflow_dev import local_kafka, local_postgres
+from mirrorflow_dev import local_kafka, local_postgres, paths
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.local_postgres import LocalPostgres
 

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from mirrorflow.paths import REPO_ROOT
+from mirrorflow_dev.paths import REPO_ROOT
 
 DAGS_FOLDER = REPO_ROOT / "dags"
 DAG_FILE = DAGS_FOLDER / "mirror_flows.py"
 # Every DAG file reads the config: an invalid one is the import error of each.
 DAG_FILES = (DAG_FILE, DAGS_FOLDER / "mirror_cutover.py", DAGS_FOLDER / "mirror_failover.py")
-PLUGINS_FOLDER = REPO_ROOT / "plugins"
+PLUGINS_FOLDER = REPO_ROOT / "plugins" / "mirrorflow_airflow"
 
 if "airflow" not in sys.modules:
     _home = tempfile.mkdtemp(prefix="mirrorflow-airflow-home-")
@@ -50,7 +50,6 @@ def dagbag_class() -> type[Any]:
 
 def parse_dags(config: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The DagBag of the dags folder with MIRROR_CONFIG = ``config`` and MIRROR_STATE_DIR = ``state_dir``."""
-    monkeypatch.syspath_prepend(str(PLUGINS_FOLDER))
     monkeypatch.setenv("MIRROR_CONFIG", str(config))
     monkeypatch.setenv("MIRROR_STATE_DIR", str(state_dir))
     monkeypatch.delenv("MIRROR_OFFSETS_DB_URL", raising=False)

@@ -1,14 +1,25 @@
-"""Classified errors.
+"""Classified errors: every kind of error this product raises on purpose is a class of this module.
 
 ``TransientError`` subclasses are worth a retry (Airflow retries the task). Everything else under
 ``MirrorError`` is a problem a person must fix: retrying cannot help, and the message says what to do.
+
+An error that crosses a process boundary (a Spark task, the copy job) travels as its class name and
+message and is raised again from them (``error_class``, ``MirrorError.from_message``): so every kind
+is defined here, and each can be rebuilt from its message alone.
 """
 
 from __future__ import annotations
 
+from typing import Self
+
 
 class MirrorError(Exception):
     """Base of every error this product raises on purpose."""
+
+    @classmethod
+    def from_message(cls, message: str) -> Self:
+        """The error again from its message (its ``str``), as it crossed a process boundary."""
+        return cls(message)
 
 
 class ConfigError(MirrorError):
@@ -17,6 +28,20 @@ class ConfigError(MirrorError):
     def __init__(self, message: str, key: str | None = None) -> None:
         self.key = key
         super().__init__(f"{key}: {message}" if key else message)
+
+
+class ParamError(ConfigError):
+    """A trigger param is invalid; raised before the run writes anything."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{message}. Trigger the run again with a valid value.", key=f"trigger param {name}")
+
+    @classmethod
+    def from_message(cls, message: str) -> Self:
+        """The error again from its whole message, which already names the param."""
+        error = cls.__new__(cls)
+        ConfigError.__init__(error, message)
+        return error
 
 
 class TransientError(MirrorError):
@@ -65,8 +90,16 @@ class CorruptStateError(MirrorError):
     database): nothing may be planned, committed or translated from it until a person repairs it."""
 
 
+class DrainTimeoutError(MirrorError):
+    """The drain did not reach zero lag in time: producers to the source are probably still writing."""
+
+
+class VerificationError(MirrorError):
+    """The verify step found partitions whose source and target records differ."""
+
+
 def error_class(name: str) -> type[MirrorError] | None:
     """The error class of this module called ``name``, if there is one (to raise again an error
-    that crossed a process boundary as its class name and message)."""
+    that crossed a process boundary as its class name and message: ``from_message``)."""
     found = globals().get(name)
     return found if isinstance(found, type) and issubclass(found, MirrorError) else None

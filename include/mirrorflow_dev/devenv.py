@@ -8,7 +8,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from mirrorflow.paths import REPO_ROOT
+from mirrorflow.app.dag_spec import ENV_JVM_CACHE
+from mirrorflow_dev.paths import REPO_ROOT, jvm_cache
 
 
 def airflow_env(
@@ -21,13 +22,14 @@ def airflow_env(
         **base,
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins" / "mirrorflow_airflow"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "AIRFLOW_CONN_SPARK_DEFAULT": base.get(
             "AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[*]"})
         ),
         "MIRROR_CONFIG": str(config_path),
+        ENV_JVM_CACHE: str(jvm_cache()),
         "MIRROR_STATE_DIR": str(state_dir),
         "PATH": os.pathsep.join([str(venv_bin), base.get("PATH", "")]),
     }

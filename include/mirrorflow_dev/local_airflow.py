@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mirrorflow.config.model import load_config
 from mirrorflow.errors import TransientError
-from mirrorflow.paths import REPO_ROOT
+from mirrorflow_dev import local_kafka
 from mirrorflow_dev.devenv import airflow_env
+from mirrorflow_dev.paths import demo_config, state_root
 
 USER = "admin"
 _COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
@@ -169,16 +169,14 @@ def _group_alive(pgid: int) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """`make airflow`: the local clusters up, then Airflow in the foreground until Ctrl-C."""
-    from mirrorflow_dev import local_kafka
-
     parser = argparse.ArgumentParser(prog="python -m mirrorflow_dev.local_airflow", description=main.__doc__)
     parser.add_argument("--port", type=int, default=int(os.environ.get("AIRFLOW_PORT", "8080")))
     args = parser.parse_args(argv)
-    config = load_config()
+    config = demo_config()
     assert config.path is not None
     if local_kafka.main(["up"]) != 0:
         return 1
-    airflow = LocalAirflow(REPO_ROOT / ".state" / "airflow", config.path, config.state_dir, args.port)
+    airflow = LocalAirflow(state_root() / "airflow", config.path, config.state_dir, args.port)
     # Airflow runs in its own process group: stop it however this process is asked to end.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on_signal)

@@ -50,7 +50,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from mirrorflow import paths
+from mirrorflow_dev import paths
 
 log = logging.getLogger(__name__)
 
@@ -649,7 +649,7 @@ def _log_says_started(log_file: Path, offset: int) -> bool:
 
 def _metadata_ready(bootstrap: str, port: int, client_config: Mapping[str, Any]) -> bool:
     """An admin metadata request lists this broker, unfenced: clients can use the cluster now."""
-    from kafka import KafkaAdminClient  # lazy: the CLI's status/down never need kafka-python
+    from kafka import KafkaAdminClient  # noqa: PLC0415  lazy: the CLI's status/down never need kafka-python
 
     try:
         admin = KafkaAdminClient(
@@ -818,7 +818,7 @@ def cli_specs(value: str | None = None) -> list[tuple[str, int, int]]:
 
 
 def cli_root() -> Path:
-    return Path(os.environ.get("MIRROR_KAFKA_HOME", paths.REPO_ROOT / ".state" / "kafka")).resolve()
+    return Path(os.environ.get("MIRROR_KAFKA_HOME", paths.state_root() / "kafka")).resolve()
 
 
 def _known_aliases(root: Path, specs: Sequence[tuple[str, int, int]]) -> list[str]:

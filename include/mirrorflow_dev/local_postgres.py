@@ -218,7 +218,7 @@ def create_user(server: LocalPostgres, name: str, settings: Mapping[str, str] | 
 def _statement(template: str, *names: str, **values: str) -> Any:
     """``template`` with its ``{}`` fields filled by ``names`` quoted as identifiers and its
     ``{key}`` fields by ``values`` quoted as literals (a psycopg2 ``Composed``)."""
-    from psycopg2 import sql
+    from psycopg2 import sql  # noqa: PLC0415  lazy: finding, starting and stopping servers need no driver
 
     return sql.SQL(template).format(
         *(sql.Identifier(n) for n in names), **{k: sql.Literal(v) for k, v in values.items()}
@@ -228,7 +228,7 @@ def _statement(template: str, *names: str, **values: str) -> Any:
 def _execute(server: LocalPostgres, database: str, *statements: Any) -> None:
     """Run ``statements`` on ``database`` as the superuser over TCP, each in its own transaction
     (``CREATE DATABASE`` cannot run inside one)."""
-    import psycopg2  # lazy: finding, starting and stopping servers need no driver
+    import psycopg2  # noqa: PLC0415  lazy: finding, starting and stopping servers need no driver
 
     conn = psycopg2.connect(
         host="127.0.0.1",

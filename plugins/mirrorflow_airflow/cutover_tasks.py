@@ -22,6 +22,7 @@ from mirrorflow.app.dag_spec import spark_jars, spark_job_spec
 from mirrorflow.app.verify import load_verify_result, plan_verification
 from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
 from mirrorflow.core.plan import Plan
+from mirrorflow.errors import VerificationError
 from mirrorflow_airflow.tasks import classified
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ def verify(config: MirrorConfig, flow: str, run_id: str, options: cutover.Cutove
     result = load_verify_result(config, flow_config, run_id)
     log.info("%s", result.summary())
     if result.mismatches:
-        raise cutover.VerificationError(result.summary())
+        raise VerificationError(result.summary())
     return cutover.verify_summary(result)
 
 

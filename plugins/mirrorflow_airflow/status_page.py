@@ -105,7 +105,10 @@ def icon() -> Response:
 async def _user(request: Request) -> Any | None:
     """The logged-in Airflow user, as Airflow's own API routes check it; ``None`` if there is none
     or the token is invalid or expired."""
-    from airflow.api_fastapi.core_api.security import bearer_scheme, get_user
+    from airflow.api_fastapi.core_api.security import (  # noqa: PLC0415  lazy: not at plugin load
+        bearer_scheme,
+        get_user,
+    )
 
     try:
         return await get_user(request, None, await bearer_scheme(request))
@@ -114,7 +117,7 @@ async def _user(request: Request) -> Any | None:
 
 
 def _login_url(request: Request) -> str:
-    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.app import get_auth_manager  # noqa: PLC0415  lazy: not at plugin load
 
     return str(get_auth_manager().get_url_login(next_url=str(request.url)))
 
@@ -131,9 +134,12 @@ def _statuses(user: Any) -> tuple[tuple[FlowStatus, ...], str | None]:
 
 def _readable_flows(config: MirrorConfig, user: Any) -> set[str]:
     """Flows whose DAG runs ``user`` may read (in multi-team mode, as their DAG's team)."""
-    from airflow.api_fastapi.app import get_auth_manager
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
-    from airflow.models.dag import DagModel
+    from airflow.api_fastapi.app import get_auth_manager  # noqa: PLC0415  lazy: not at plugin load
+    from airflow.api_fastapi.auth.managers.models.resource_details import (  # noqa: PLC0415  lazy: not at plugin load
+        DagAccessEntity,
+        DagDetails,
+    )
+    from airflow.models.dag import DagModel  # noqa: PLC0415  lazy: not at plugin load
 
     teams = DagModel.get_dag_id_to_team_name_mapping([f.dag_id for f in config.flows])
     manager = get_auth_manager()
@@ -151,33 +157,34 @@ def _readable_flows(config: MirrorConfig, user: Any) -> set[str]:
 
 def _airflow_runs(config: MirrorConfig, names: set[str]) -> dict[str, list[AirflowRun]]:
     """Per flow, its newest DAG runs in Airflow's metadata database with their failed tasks."""
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
+    from airflow.models.dagrun import DagRun  # noqa: PLC0415  lazy: not at plugin load
+    from airflow.models.taskinstance import TaskInstance  # noqa: PLC0415  lazy: not at plugin load
+    from airflow.utils.session import create_session  # noqa: PLC0415  lazy: not at plugin load
 
     found: dict[str, list[AirflowRun]] = {}
     with create_session() as session:
         for flow in config.flows:
             if flow.name not in names:
                 continue
-            runs = session.scalars(
-                select(DagRun)
-                .where(DagRun.dag_id == flow.dag_id)
+            runs = (
+                session.query(DagRun)
+                .filter(DagRun.dag_id == flow.dag_id)
                 .order_by(DagRun.run_after.desc(), DagRun.id.desc())
                 .limit(RUN_LIMIT)
-            ).all()
+                .all()
+            )
             failed: dict[str, list[str]] = {}
             if runs:
-                rows = session.execute(
-                    select(TaskInstance.run_id, TaskInstance.task_id)
-                    .where(
+                rows = (
+                    session.query(TaskInstance.run_id, TaskInstance.task_id)
+                    .filter(
                         TaskInstance.dag_id == flow.dag_id,
                         TaskInstance.run_id.in_([r.run_id for r in runs]),
                         TaskInstance.state == "failed",
                     )
                     .order_by(TaskInstance.start_date)
-                ).all()
+                    .all()
+                )
                 for run_id, task_id in rows:
                     failed.setdefault(run_id, []).append(task_id)
             found[flow.name] = [

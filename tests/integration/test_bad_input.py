@@ -43,7 +43,8 @@ from mirrorflow.errors import (
     TargetStateError,
     TransientError,
 )
-from mirrorflow.store import offsets_store
+from mirrorflow.store import cli, schema
+from mirrorflow.store.database import redact_url
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster, free_ports
@@ -534,7 +535,7 @@ def tables(url: str) -> dict[str, list[tuple[object, ...]]]:
         with engine.connect() as conn:
             return {
                 table.name: sorted((tuple(row) for row in conn.execute(select(table))), key=repr)
-                for table in offsets_store.metadata.sorted_tables
+                for table in schema.metadata.sorted_tables
             }
     finally:
         engine.dispose()
@@ -564,7 +565,7 @@ def stage(
         }
         if case.needs_postgres:
             names["postgres"] = request.getfixturevalue("postgres_db_url")
-            names["postgres_redacted"] = offsets_store.redact_url(names["postgres"])
+            names["postgres_redacted"] = redact_url(names["postgres"])
         config = write_config(
             f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n"
             f"mirrorflow.offsets.db.url = {case.db.format(**names)}\n{case.config.format(**names)}"
@@ -622,11 +623,11 @@ def test_the_repair_named_for_a_corrupt_row_lets_the_flow_plan_again(
     with pytest.raises(CorruptStateError) as caught:
         runner.plan_run(scene.config, FLOW, RUN)
 
-    command = re.search(r"\((python -m mirrorflow\.offsets_store [^)]*)\)", str(caught.value))
+    command = re.search(r"\((python -m mirrorflow\.store [^)]*)\)", str(caught.value))
     assert command is not None
     words = shlex.split(command.group(1))
     assert words[:4] == ["python", "-m", "mirrorflow.store", "forget-topic"]
-    assert offsets_store.main([*words[3:], "--db", scene.config.offsets_db_url]) == 0
+    assert cli.main([*words[3:], "--db", scene.config.offsets_db_url]) == 0
 
     plan = runner.plan_run(scene.config, FLOW, RUN)
     assert [(p.topic, p.source_start, p.source_end) for p in plan.partitions] == [(scene.topic, 0, 5)]

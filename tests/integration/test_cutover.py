@@ -13,9 +13,9 @@ from mirror_helpers import airflow, assert_same_records, commit_group, create_to
 
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.kafka.admin import ClusterAdmin
-from mirrorflow.paths import REPO_ROOT
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.paths import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 

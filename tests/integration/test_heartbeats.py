@@ -17,12 +17,11 @@ import pytest
 from mirror_helpers import commit_group, create_topic, local_clusters, run_flow, topics
 from pyspark.sql import SparkSession
 
-from mirrorflow import paths
 from mirrorflow.app.checkpoints import emit_checkpoints
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.kafka.heartbeats import freshness_seconds
 from mirrorflow.mm2.records import Heartbeat
-from mirrorflow_dev import sample_data
+from mirrorflow_dev import paths, sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -18,7 +18,8 @@ from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import PartitionProgress
 from mirrorflow.errors import SourceDataLostError, SourceTopicRecreatedError
-from mirrorflow.store.offsets_store import OffsetsStore, main
+from mirrorflow.store.cli import main
+from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.sample_data import Record, sample_record

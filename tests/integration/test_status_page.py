@@ -40,11 +40,11 @@ from mirror_helpers import (
 from websockets.sync.client import ClientConnection, connect
 
 from mirrorflow.config.model import MirrorConfig, load_config
-from mirrorflow.paths import REPO_ROOT
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_airflow import USER, LocalAirflow
 from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.paths import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 

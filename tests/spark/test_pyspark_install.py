@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
-from mirrorflow import paths
+from mirrorflow_dev import paths
 
 pytestmark = pytest.mark.spark
 

@@ -20,25 +20,22 @@ from mirror_helpers import create_topic, delete_records, run_flow, transactional
 from pyspark.sql import SparkSession
 
 from mirrorflow.app.dag_spec import flow_dag_spec, spark_jars
-from mirrorflow.app.verify import (
+from mirrorflow.app.verify import load_verify_result, plan_verification, verify_files, write_verify_plan
+from mirrorflow.config.model import MirrorConfig
+from mirrorflow.copy.spark_verify import verify_ranges
+from mirrorflow.core.progress import Batch
+from mirrorflow.core.verify import (
     PartitionVerdict,
     SideDigest,
     VerifyPlan,
     VerifyRange,
     VerifyResult,
     digest_records,
-    load_verify_result,
-    plan_verification,
-    verify_files,
     verify_plan,
-    verify_ranges,
-    write_verify_plan,
 )
-from mirrorflow.config.model import MirrorConfig
-from mirrorflow.core.progress import Batch
-from mirrorflow.paths import REPO_ROOT
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.paths import REPO_ROOT
 from mirrorflow_dev.sample_data import Record, sample_record
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

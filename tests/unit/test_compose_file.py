@@ -27,8 +27,8 @@ import yaml
 from sqlalchemy.engine import make_url
 
 from mirrorflow.config.model import MirrorConfig, parse_config
-from mirrorflow.paths import KAFKA_VERSION, REPO_ROOT
 from mirrorflow_dev.local_airflow import LocalAirflow
+from mirrorflow_dev.paths import KAFKA_VERSION, REPO_ROOT
 
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yaml"
 SCHEMA_FILE = REPO_ROOT / ".cache" / "compose-spec" / "compose-spec.json"
@@ -45,7 +45,7 @@ AIRFLOW_INIT = "airflow-init"
 AIRFLOW_COMMON = "x-airflow-common"
 SPARK_MASTER = "spark-master"
 SPARK_WORKERS = ("spark-worker-1", "spark-worker-2")
-REPO_FOLDERS = ("dags", "jobs", "plugins", "include", "config")
+PYTHON_ROOT = "/opt/mirrorflow/python"
 SPARK_CONNECTION = {"conn_type": "spark", "host": "spark://spark-master", "port": 7077}
 POSTGRES_INIT_DIR = "/docker-entrypoint-initdb.d"
 
@@ -262,9 +262,11 @@ def test_airflow_environment(compose: Compose) -> None:
     # Airflow reads the repo's dags and plugins, Python imports mirrorflow and its Airflow glue.
     scheduler = "airflow-scheduler"
     assert compose.host_path(scheduler, env["AIRFLOW__CORE__DAGS_FOLDER"]) == REPO_ROOT / "dags"
-    assert compose.host_path(scheduler, env["AIRFLOW__CORE__PLUGINS_FOLDER"]) == REPO_ROOT / "plugins"
-    python_path = [compose.host_path(scheduler, entry) for entry in env["PYTHONPATH"].split(":")]
-    assert python_path == [REPO_ROOT / "include", REPO_ROOT / "plugins"]
+    assert (
+        compose.host_path(scheduler, env["AIRFLOW__CORE__PLUGINS_FOLDER"])
+        == REPO_ROOT / "plugins" / "mirrorflow_airflow"
+    )
+    assert env["PYTHONPATH"] == PYTHON_ROOT
 
 
 def test_make_airflow_is_wired_as_the_stack(compose: Compose, tmp_path: Path) -> None:
@@ -279,14 +281,23 @@ def test_make_airflow_is_wired_as_the_stack(compose: Compose, tmp_path: Path) ->
     assert local["AIRFLOW__CORE__LOAD_EXAMPLES"] == stack["AIRFLOW__CORE__LOAD_EXAMPLES"]
 
 
-def test_airflow_mounts_keep_the_repo_layout(compose: Compose) -> None:
-    """mirrorflow.paths.REPO_ROOT is two folders above the mounted package, and the copy task's
-    application (jobs/mirror_copy.py) and the default config are found from it: the repo's folders
-    must sit side by side under one root in the containers."""
+def test_the_containers_see_the_product_packages_as_installed(compose: Compose) -> None:
+    """The product's packages are mounted side by side under PYTHONPATH, each from the folder
+    pyproject.toml installs it from (so the copy job's file is found in mirrorflow_jobs as in an
+    install), and config/ beside them; nothing else of the repo."""
+    package_dir = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
+        "setuptools"
+    ]["package-dir"]
+    packages = {
+        REPO_ROOT / (package_dir.get(name) or f"{package_dir['']}/{name}"): f"{PYTHON_ROOT}/{name}"
+        for name in ("mirrorflow", "mirrorflow_airflow", "mirrorflow_dags", "mirrorflow_jobs")
+    }
     for name in (*AIRFLOW_COMMANDS, AIRFLOW_INIT):
         mounted = {_host(m.source): m.target for m in compose.mounts(name) if m.bind}
-        root = PurePosixPath(mounted[REPO_ROOT / "include"]).parent
-        assert mounted == {REPO_ROOT / folder: str(root / folder) for folder in REPO_FOLDERS}, name
+        assert mounted == {**packages, REPO_ROOT / "config": "/opt/mirrorflow/config"}, name
+    for name in SPARK_WORKERS:
+        mounted = {_host(m.source): m.target for m in compose.mounts(name) if m.bind}
+        assert mounted == {REPO_ROOT / "include" / "mirrorflow": f"{PYTHON_ROOT}/mirrorflow"}, name
 
 
 # --- the flow config ---------------------------------------------------------------------------

@@ -11,15 +11,18 @@ from mirrorflow.config.model import FlowConfig, MirrorSettings, PropertyView, lo
 from mirrorflow.errors import ConfigError
 from mirrorflow.mm2.filters import TopicFilter
 from mirrorflow.mm2.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
-from mirrorflow.paths import REPO_ROOT, default_config_path
+from mirrorflow_dev.paths import REPO_ROOT, demo_config_path
 
-BASE = """\
+# Without a state folder, which every config must name (the state-dir tests add their own).
+STATELESS = """\
 clusters = primary, backup
 primary.bootstrap.servers = p1:9092,p2:9092
 backup.bootstrap.servers = b1:9092
 primary->backup.enabled = true
 """
+BASE = STATELESS + "mirrorflow.state.dir = /var/lib/mirrorflow\n"
 NO_ENV: dict[str, str] = {}
+STATE_ENV = {"MIRROR_STATE_DIR": "/var/lib/mirrorflow"}
 
 
 def parse(extra: str = "", base: str = BASE, env: dict[str, str] = NO_ENV) -> FlowConfig:
@@ -149,6 +152,7 @@ backup->primary.sync.group.offsets.enabled = maybe-later
         "emit.checkpoints.enabled": "false",
         "sync.group.offsets.enabled": "true",
         "enabled": "true",
+        "mirrorflow.state.dir": "/var/lib/mirrorflow",
     }
     assert isinstance(flow.properties, PropertyView)
     assert (
@@ -270,7 +274,7 @@ b->a.enabled = true
 a->c.enabled = false
 a->b.topics = x
 """,
-        env=NO_ENV,
+        env=STATE_ENV,
     )
     assert [flow.name for flow in config.flows] == ["b->a", "c->a"]
     assert config.flow("c->a").source.alias == "c"
@@ -292,7 +296,7 @@ def test_dag_id_replaces_non_identifier_characters() -> None:
     config = parse_config(
         "clusters = us-west.1, eu@2\nus-west.1.bootstrap.servers = a:1\neu@2.bootstrap.servers = b:1\n"
         "us-west.1->eu@2.enabled = true\n",
-        env=NO_ENV,
+        env=STATE_ENV,
     )
     assert config.flows[0].dag_id == "mirror_us_west_1_to_eu_2"
 
@@ -301,7 +305,7 @@ def test_aliases_with_dots_longest_alias_wins() -> None:
     config = parse_config(
         "clusters = eu, eu.west\neu.bootstrap.servers = eu:1\neu.west.bootstrap.servers = euw:1\n"
         "eu->eu.west.enabled = true\neu->eu.west.topics = t\n",
-        env=NO_ENV,
+        env=STATE_ENV,
     )
     assert config.clusters["eu.west"].bootstrap_servers == "euw:1"
     assert "west.bootstrap.servers" not in config.clusters["eu"].client
@@ -426,7 +430,7 @@ def test_disabled_flows_are_not_validated_beyond_their_keys() -> None:
 
 
 def test_duplicate_key_names_the_file() -> None:
-    with pytest.raises(ConfigError, match=r"duplicate key in /x/mm2\.properties: line 1 and line 5"):
+    with pytest.raises(ConfigError, match=r"duplicate key in /x/mm2\.properties: line 1 and line 6"):
         parse_config(BASE + "clusters = a\n", path=Path("/x/mm2.properties"), env=NO_ENV)
 
 
@@ -460,16 +464,27 @@ def test_secrets_are_masked_in_repr() -> None:
 # --- state dir, offsets db, files and env -------------------------------------------------------
 
 
-def test_state_dir_and_offsets_db_defaults() -> None:
+def test_state_dir_must_be_named() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(STATELESS, env=NO_ENV)
+    assert str(caught.value) == (
+        "no state folder: set mirrorflow.state.dir (relative to the config file's folder) or env "
+        "MIRROR_STATE_DIR to a folder the Airflow workers and the Spark driver share; it holds each "
+        "run's plan and result, the metrics files and, unless mirrorflow.offsets.db.url is set, the "
+        "SQLite offsets database"
+    )
+
+
+def test_offsets_db_defaults_to_sqlite_in_the_state_dir() -> None:
     config = parse_config(BASE, env=NO_ENV)
     assert config.path is None
-    assert config.state_dir == REPO_ROOT / ".state"
-    assert config.offsets_db_url == f"sqlite:///{REPO_ROOT}/.state/offsets.db"
+    assert config.state_dir == Path("/var/lib/mirrorflow")
+    assert config.offsets_db_url == "sqlite:////var/lib/mirrorflow/offsets.db"
 
 
 def test_state_dir_relative_to_the_config_file() -> None:
     config = parse_config(
-        BASE + "mirrorflow.state.dir = ../state\n", path=Path("/etc/mirror/mm2.properties"), env=NO_ENV
+        STATELESS + "mirrorflow.state.dir = ../state\n", path=Path("/etc/mirror/mm2.properties"), env=NO_ENV
     )
     assert config.state_dir == Path("/etc/mirror/../state")
     assert config.offsets_db_url == "sqlite:////etc/mirror/../state/offsets.db"
@@ -481,14 +496,14 @@ def test_offsets_db_url_from_file() -> None:
 
 
 def test_env_overrides_state_dir_and_offsets_db_url() -> None:
-    text = BASE + "mirrorflow.state.dir = /from/file\nmirrorflow.offsets.db.url = sqlite:///file.db\n"
+    text = STATELESS + "mirrorflow.state.dir = /from/file\nmirrorflow.offsets.db.url = sqlite:///file.db\n"
     config = parse_config(text, env={"MIRROR_STATE_DIR": "/from/env"})
     assert config.state_dir == Path("/from/env")
     assert config.offsets_db_url == "sqlite:///file.db"
     config = parse_config(text, env={"MIRROR_OFFSETS_DB_URL": "postgresql://env/db"})
     assert config.state_dir == Path("/from/file")
     assert config.offsets_db_url == "postgresql://env/db"
-    config = parse_config(BASE, env={"MIRROR_STATE_DIR": "/from/env"})
+    config = parse_config(STATELESS, env={"MIRROR_STATE_DIR": "/from/env"})
     assert config.offsets_db_url == "sqlite:////from/env/offsets.db"
 
 
@@ -504,14 +519,19 @@ def test_load_config_path_argument_beats_env(tmp_path: Path) -> None:
     assert loaded.flows[0].replication_factor == 5
 
 
-def test_load_config_defaults_to_the_shipped_file() -> None:
-    assert load_config(env=NO_ENV).path == default_config_path()
+def test_load_config_without_a_path_needs_mirror_config() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(env=NO_ENV)
+    assert str(caught.value) == (
+        "no configuration: set env MIRROR_CONFIG to the path of your mm2.properties (for the demo's, "
+        "run make demo or make airflow from the repository, which set it)"
+    )
 
 
 def test_load_config_state_dir_relative_to_file(tmp_path: Path) -> None:
     path = tmp_path / "conf" / "mm2.properties"
     path.parent.mkdir()
-    path.write_text(BASE + "mirrorflow.state.dir = state\n")
+    path.write_text(STATELESS + "mirrorflow.state.dir = state\n")
     assert load_config(path, env=NO_ENV).state_dir == tmp_path / "conf" / "state"
 
 
@@ -535,7 +555,8 @@ def test_load_config_rejects_non_utf8(tmp_path: Path) -> None:
 
 
 def test_shipped_config_has_exactly_primary_to_backup() -> None:
-    config = load_config(default_config_path(), env=NO_ENV)
+    config = load_config(demo_config_path(), env=NO_ENV)
+    assert config.state_dir == REPO_ROOT / "config" / ".." / ".state"
     assert [flow.name for flow in config.flows] == ["primary->backup"]
     flow = config.flow("primary->backup")
     assert flow.dag_id == "mirror_primary_to_backup"

@@ -15,6 +15,7 @@ clusters = primary, backup
 primary.bootstrap.servers = p1:9092
 backup.bootstrap.servers = b1:9092
 primary->backup.enabled = true
+mirrorflow.state.dir = /var/lib/mirrorflow
 """
 FILE = "org.apache.kafka.common.config.provider.FileConfigProvider"
 ENV = "org.apache.kafka.common.config.provider.EnvVarConfigProvider"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mirrorflow.app.cutover import CutoverOptions, cutover_options, cutover_report, markdown
-from mirrorflow.config.run_options import ParamError
+from mirrorflow.errors import ParamError
 
 PREFLIGHT = {
     "replication_policy": "IdentityReplicationPolicy",

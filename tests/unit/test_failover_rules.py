@@ -11,21 +11,23 @@ import pytest
 
 from mirrorflow.app.failover import (
     FAILOVER_PARAMS,
+    FailoverOptions,
+    failover_dag_id,
+    failover_options,
+    write_report,
+)
+from mirrorflow.config.model import FlowConfig, parse_config
+from mirrorflow.core.failover_rules import (
     ActiveGroup,
     Decisions,
-    FailoverOptions,
     FailoverReport,
     GroupOffset,
     Timings,
     Untranslatable,
     decide,
-    failover_dag_id,
-    failover_options,
     newest_checkpoints,
-    write_report,
 )
-from mirrorflow.config.model import FlowConfig, parse_config
-from mirrorflow.config.run_options import ParamError
+from mirrorflow.errors import ParamError
 from mirrorflow.mm2.records import Checkpoint
 
 FLOW_TEXT = """\
@@ -33,6 +35,7 @@ clusters = primary, backup
 primary.bootstrap.servers = 127.0.0.1:1
 backup.bootstrap.servers = 127.0.0.1:2
 primary->backup.enabled = true
+mirrorflow.state.dir = /var/lib/mirrorflow
 primary->backup.groups.exclude = audit-.*
 """
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mirrorflow.app.checkpoints import next_positions, offsets_to_sync
+from mirrorflow.core.group_positions import next_positions, offsets_to_sync
 from mirrorflow.core.progress import Batch, GroupPosition
 from mirrorflow.core.translation import OffsetTranslator
 

@@ -25,7 +25,8 @@ from mirrorflow.core.metrics import CheckpointMetrics, Stats
 from mirrorflow.core.progress import Batch, CommittedBatch, GroupPosition, LockInfo, PartitionProgress
 from mirrorflow.core.report import PartitionReport
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
-from mirrorflow.store.offsets_store import OffsetsStore, metadata
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.schema import metadata
 
 FLOW = "primary->backup"
 T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)

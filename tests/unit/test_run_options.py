@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from mirrorflow.config.run_options import TRIGGER_PARAMS, ParamError, RunOptions, run_options
+from mirrorflow.config.run_options import TRIGGER_PARAMS, RunOptions, run_options
+from mirrorflow.errors import ParamError
 
 
 def test_defaults_mirror_everything_from_the_earliest_record_up_to_plan_time() -> None:

@@ -17,7 +17,9 @@ from mirrorflow.core.progress import Batch, GroupPosition, PartitionProgress, Re
 from mirrorflow.core.report import build_report
 from mirrorflow.core.translation import OffsetTranslator
 from mirrorflow.errors import CommitConflictError, ConfigError, CorruptStateError, FlowLockedError, PlanError
-from mirrorflow.store.offsets_store import OffsetsStore, gaps_table, main
+from mirrorflow.store.cli import main
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.schema import gaps_table
 
 FLOW = "primary->backup"
 RUN = "run-1"
@@ -27,6 +29,7 @@ clusters = primary, backup
 primary.bootstrap.servers = p1:9092
 backup.bootstrap.servers = b1:9092
 primary->backup.enabled = true
+mirrorflow.state.dir = /var/lib/mirrorflow
 """
 
 # orders-0: committed (100, 40); offsets [100, 150) lost, an interrupted attempt had copied 18 of them

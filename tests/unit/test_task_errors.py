@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
+import pytest
+
+from mirrorflow import errors
 from mirrorflow.copy.spark_copy import task_error
-from mirrorflow.errors import AuthorizationError, ConfigError, TargetStateError, TransientError, error_class
+from mirrorflow.errors import (
+    AuthorizationError,
+    ConfigError,
+    DrainTimeoutError,
+    MirrorError,
+    ParamError,
+    TargetStateError,
+    TransientError,
+    VerificationError,
+    error_class,
+)
 
 # As Spark quotes a failed Python task: the worker's traceback inside the job's failure.
 PYTHON_TASK_FAILURE = """Job aborted due to stage failure: Task 0 in stage 3.0 failed 1 times
@@ -24,6 +37,36 @@ def test_error_class_finds_mirror_errors_only() -> None:
     assert error_class("error_class") is None
     assert error_class("Exception") is None
     assert error_class("NoSuchError") is None
+    assert error_class("DrainTimeoutError") is DrainTimeoutError
+    assert error_class("VerificationError") is VerificationError
+    assert error_class("ParamError") is ParamError
+
+
+KINDS = sorted(
+    (c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, MirrorError)),
+    key=lambda c: c.__name__,
+)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda c: c.__name__)
+def test_every_kind_is_found_by_name_and_rebuilt_from_its_message(kind: type[MirrorError]) -> None:
+    assert kind.__module__ == "mirrorflow.errors"  # as a task's traceback names it
+    assert error_class(kind.__name__) is kind
+    rebuilt = kind.from_message("the message")
+    assert type(rebuilt) is kind
+    assert str(rebuilt) == "the message"
+
+
+def test_a_param_error_is_rebuilt_with_the_message_it_was_raised_with() -> None:
+    raised = ParamError("topics", "'x' is not a list of topic names")
+
+    rebuilt = task_error(f"mirrorflow.errors.ParamError: {raised}")
+
+    assert type(rebuilt) is ParamError
+    assert str(rebuilt) == str(raised)
+    assert str(raised) == (
+        "trigger param topics: 'x' is not a list of topic names. Trigger the run again with a valid value."
+    )
 
 
 def test_a_task_error_keeps_its_class_and_message() -> None:

@@ -16,6 +16,15 @@ import pyarrow as pa
 import pytest
 
 from mirrorflow.app.verify import (
+    load_verify_plan,
+    load_verify_result,
+    save_verify_result,
+    verify_files,
+    write_verify_plan,
+)
+from mirrorflow.config.model import MirrorConfig, load_config
+from mirrorflow.core.progress import Batch
+from mirrorflow.core.verify import (
     DIGEST_SCHEME,
     DigestRecord,
     PartitionVerdict,
@@ -26,16 +35,9 @@ from mirrorflow.app.verify import (
     VerifyResult,
     digest_partitions,
     digest_records,
-    load_verify_plan,
-    load_verify_result,
-    save_verify_result,
     verdicts,
-    verify_files,
     verify_plan,
-    write_verify_plan,
 )
-from mirrorflow.config.model import MirrorConfig, load_config
-from mirrorflow.core.progress import Batch
 from mirrorflow.errors import PlanError
 
 FLOW = "primary->backup"
@@ -464,5 +466,5 @@ def test_files_of_another_run_or_plan_are_refused(tmp_path: Path) -> None:
 
 def test_planning_and_digesting_do_not_import_pyspark() -> None:
     # The plan task runs on Airflow workers, which need not have pyspark.
-    check = "import sys, mirrorflow.app.verify; sys.exit('pyspark' in sys.modules)"
+    check = "import sys, mirrorflow.app.verify, mirrorflow.core.verify; sys.exit('pyspark' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", check], check=False).returncode == 0

@@ -4,15 +4,13 @@ For each consumer group on the source that passes the flow's GroupFilter, its co
 the flow's mirrored partitions are translated exactly (``OffsetTranslator`` over the batch log) and
 emitted as MM2 ``Checkpoint`` records to ``<source><sep>checkpoints<sep>internal`` on the target.
 
-Invariants: a checkpoint never points past a record that is not yet mirrored; for a partition whose
-log is exact, a consumer resuming at it re-reads nothing and skips nothing; a checkpoint is emitted
-only when it moves forward or the source group rewound (its committed offset went back). What was
-emitted is kept in the offsets table, which is how "forward" is judged.
-
 With ``sync.group.offsets.enabled`` (MM2's default: false) the translated positions are also
-committed to the same groups on the target, on the remote topic names, with MM2's safety rules: only
-groups that are absent or EMPTY on the target, only where the target has no offset or a smaller one
-(offsets only move forward); active groups are left alone and reported.
+committed to the same groups on the target, on the remote topic names.
+
+Which positions are emitted and which target offsets are committed, with their invariants (never past
+a record not yet mirrored; only forward or when the source group rewound; MM2's safety rules for
+target groups): ``mirrorflow.core.group_positions``. What was emitted is kept in the offsets table,
+which is how "forward" is judged.
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mirrorflow.config.model import FlowConfig, MirrorConfig
+from mirrorflow.core.group_positions import next_positions, offsets_to_sync
 from mirrorflow.core.metrics import checkpoint_metrics_text
 from mirrorflow.core.plan import SourceGap, metrics_file, write_atomically
 from mirrorflow.core.progress import Batch, GroupPosition
@@ -35,11 +34,6 @@ from mirrorflow.store.offsets_store import OffsetsStore
 log = logging.getLogger(__name__)
 
 
-# Target group states in which nobody consumes (``Dead``: the group does not exist): offsets may
-# be committed for them.
-IDLE_STATES = frozenset({"Empty", "Dead"})
-
-
 @dataclass(frozen=True)
 class CheckpointReport:
     groups: int
@@ -47,55 +41,6 @@ class CheckpointReport:
     untranslated: int
     synced: Mapping[str, Mapping[TP, int]] = field(default_factory=dict)
     active: tuple[str, ...] = ()
-
-
-def next_positions(
-    committed: Mapping[str, Mapping[TP, tuple[int, str]]],
-    translators: Mapping[TP, OffsetTranslator],
-    remote_names: Mapping[str, str],
-    previous: Mapping[tuple[str, str, int], GroupPosition],
-) -> tuple[list[GroupPosition], int]:
-    """The positions to emit now, and how many committed offsets have no translation yet (they
-    precede everything mirrored). Only partitions the flow mirrors count."""
-    emit: list[GroupPosition] = []
-    untranslated = 0
-    for group, offsets in sorted(committed.items()):
-        for (topic, partition), (upstream, metadata) in sorted(offsets.items()):
-            translator = translators.get((topic, partition))
-            if translator is None:
-                continue
-            downstream = translator.translate(upstream)
-            if downstream is None:
-                untranslated += 1
-                continue
-            last = previous.get((group, topic, partition))
-            if last is None or downstream > last.downstream_offset or upstream < last.upstream_offset:
-                emit.append(
-                    GroupPosition(
-                        group, topic, partition, remote_names[topic], upstream, downstream, metadata
-                    )
-                )
-    return emit, untranslated
-
-
-def offsets_to_sync(
-    positions: Iterable[GroupPosition],
-    states: Mapping[str, str],
-    target_committed: Mapping[str, Mapping[TP, tuple[int, str]]],
-) -> tuple[dict[str, dict[TP, int]], list[str]]:
-    """Per idle target group, the remote partitions whose committed offset moves forward; and the
-    groups left alone because they are active on the target."""
-    sync: dict[str, dict[TP, int]] = {}
-    active: set[str] = set()
-    for p in positions:
-        if states.get(p.group_id, "Dead") not in IDLE_STATES:
-            active.add(p.group_id)
-            continue
-        tp = (p.remote_topic, p.partition)
-        current = target_committed.get(p.group_id, {}).get(tp)
-        if current is None or current[0] < p.downstream_offset:
-            sync.setdefault(p.group_id, {})[tp] = p.downstream_offset
-    return sync, sorted(active)
 
 
 def translators_for(store: OffsetsStore, flow: str) -> tuple[dict[TP, OffsetTranslator], dict[str, str]]:

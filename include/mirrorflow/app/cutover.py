@@ -20,17 +20,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka.admin import OffsetSpec
-
 from mirrorflow.app import runner
-from mirrorflow.app.checkpoints import next_positions, offsets_to_sync, translators_for
+from mirrorflow.app.checkpoints import translators_for
 from mirrorflow.app.remote_topics import remote_topic_changes
-from mirrorflow.app.verify import VerifyResult
 from mirrorflow.config.model import FlowConfig, MirrorConfig
-from mirrorflow.config.run_options import ParamError, ParamTable, RunOptions
+from mirrorflow.config.run_options import ParamTable, RunOptions
+from mirrorflow.core.group_positions import next_positions, offsets_to_sync
 from mirrorflow.core.plan import Plan, run_dir, write_atomically
 from mirrorflow.core.report import markdown_table
-from mirrorflow.errors import FlowLockedError, MirrorError
+from mirrorflow.core.verify import VerifyResult
+from mirrorflow.errors import DrainTimeoutError, FlowLockedError, ParamError
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.store.offsets_store import OffsetsStore
 
@@ -63,14 +62,6 @@ CUTOVER_PARAMS: ParamTable = {
         "positions that would be committed.",
     ),
 }
-
-
-class DrainTimeoutError(MirrorError):
-    """The drain did not reach zero lag in time: producers to the source are probably still writing."""
-
-
-class VerificationError(MirrorError):
-    """The verify step found partitions whose source and target records differ."""
 
 
 @dataclass(frozen=True)
@@ -107,8 +98,8 @@ def preflight(config: MirrorConfig, flow_name: str, options: CutoverOptions) -> 
         groups = _groups(flow, source, options)
         topics = remote_topic_changes(flow, source, target, options.topics)
         tps = [(t, p) for t, n in topics.partitions.items() for p in range(n)]
-        ends = source.offsets(tps, OffsetSpec.LATEST)
-        starts = source.offsets(tps, OffsetSpec.EARLIEST)
+        ends = source.latest_offsets(tps)
+        starts = source.earliest_offsets(tps)
     progress = store.progress(flow.name)
     lag = {
         f"{t}-{p}": ends[(t, p)]

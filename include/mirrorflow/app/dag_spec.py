@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from collections.abc import Mapping
@@ -11,7 +12,15 @@ from datetime import datetime
 from pathlib import Path
 
 from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
-from mirrorflow.paths import REPO_ROOT, spark_kafka_jars
+from mirrorflow.errors import ConfigError
+
+# The Spark release the Kafka connector jars are resolved for (jvm/spark-kafka/pom.xml); it matches
+# the pinned pyspark.
+SPARK_VERSION = "4.0.0"
+# The folder holding spark-kafka-<SPARK_VERSION>/ (Maven's copy of the connector and its dependencies).
+ENV_JVM_CACHE = "MIRROR_JVM_CACHE"
+# The Spark entrypoints ship as the package ``mirrorflow_jobs`` (the repository's ``jobs/``).
+JOBS_PACKAGE = "mirrorflow_jobs"
 
 # Defaults for the copy job; `mirrorflow.spark.conf.*` in the config overrides any of them.
 SPARK_CONF_DEFAULTS: Mapping[str, str] = {
@@ -63,7 +72,7 @@ def spark_job_spec(
     and this Python (with mirrorflow installed) for the driver and the workers."""
     python = sys.executable
     return SparkJobSpec(
-        application=str(REPO_ROOT / "jobs" / script),
+        application=job_path(script),
         application_args=("--config", str(config.path), "--flow", flow.name, "--run-id", run_id),
         conf={**SPARK_CONF_DEFAULTS, **flow.settings.spark_conf},
         env_vars={
@@ -94,6 +103,36 @@ def job_arguments(argv: list[str] | None, description: str | None) -> JobArgumen
     return JobArguments(config, config.flow(args.flow), args.run_id)
 
 
-def spark_jars() -> str:
+def job_path(script: str) -> str:
+    """The file of one of the Spark entrypoints, where the package is installed (or the checkout's
+    ``jobs/`` in an editable install): spark-submit needs a path, not a module."""
+    spec = importlib.util.find_spec(JOBS_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"the Spark jobs package {JOBS_PACKAGE} is not installed; reinstall mirrorflow")
+    path = Path(next(iter(spec.submodule_search_locations))) / script
+    if not path.is_file():
+        raise ConfigError(
+            f"Spark job {path} is missing from the installed {JOBS_PACKAGE}; reinstall mirrorflow"
+        )
+    return str(path)
+
+
+def spark_kafka_folder(jvm_cache: Path) -> Path:
+    return jvm_cache / f"spark-kafka-{SPARK_VERSION}"
+
+
+def spark_jars(env: Mapping[str, str] = os.environ) -> str:
     """Comma-separated connector jars, looked up when the copy task runs (not when DAGs are parsed)."""
-    return ",".join(str(j) for j in spark_kafka_jars())
+    if not env.get(ENV_JVM_CACHE):
+        raise ConfigError(
+            f"env {ENV_JVM_CACHE} is not set: set it to the folder holding spark-kafka-{SPARK_VERSION}/ "
+            "(Spark's Kafka connector jars, resolved by Maven from jvm/spark-kafka/pom.xml)"
+        )
+    folder = spark_kafka_folder(Path(env[ENV_JVM_CACHE]))
+    jars = sorted(folder.glob("*.jar"))
+    if not jars:
+        raise ConfigError(
+            f"no jars in {folder} (env {ENV_JVM_CACHE}): resolve Spark's Kafka connector there with "
+            "Maven from jvm/spark-kafka/pom.xml (make setup does)"
+        )
+    return ",".join(str(j) for j in jars)

@@ -12,27 +12,20 @@ without duplicating, commit is idempotent, release only releases this run's lock
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from contextlib import closing
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from confluent_kafka import Message
-from kafka.admin import OffsetSpec
-from kafka.errors import KafkaError
-
 from mirrorflow.app.dry_run import DryRun, dry_run_of
 from mirrorflow.app.remote_topics import RemoteTopics, ensure_remote_topics, remote_topic_changes
-from mirrorflow.config.model import ON_SOURCE_DATA_LOSS, ClusterConfig, FlowConfig, MirrorConfig
-from mirrorflow.config.run_options import DEFAULT_OPTIONS, ParamError, RunOptions
+from mirrorflow.config.model import ON_SOURCE_DATA_LOSS, FlowConfig, MirrorConfig
+from mirrorflow.config.run_options import DEFAULT_OPTIONS, RunOptions
 from mirrorflow.copy.inprocess_copy import copy_in_process
-from mirrorflow.copy.range_reader import read_range
+from mirrorflow.copy.range_reader import record_digests
 from mirrorflow.core.metrics import PartitionMetrics, source_metrics_text
 from mirrorflow.core.plan import (
     CopyResult,
@@ -55,7 +48,14 @@ from mirrorflow.core.planner import (
 )
 from mirrorflow.core.progress import Batch
 from mirrorflow.core.report import PartitionReport, RunReport, build_report
-from mirrorflow.errors import MirrorError, PlanError, SourceDataLostError, TransientError, error_class
+from mirrorflow.errors import (
+    MirrorError,
+    ParamError,
+    PlanError,
+    SourceDataLostError,
+    TransientError,
+    error_class,
+)
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.kafka.heartbeats import emit_heartbeats, freshness_seconds
 from mirrorflow.kafka.offset_syncs import emit_offset_syncs
@@ -184,12 +184,12 @@ def _plan(
     """The planner's input read from both clusters and the offsets table, and its output.
     ``absent``: remote partitions that do not exist yet (they end at offset 0)."""
     tps = [(t, p) for t, n in topics.partitions.items() for p in range(n)]
-    starts = source.offsets(tps, OffsetSpec.EARLIEST)
-    ends = source.offsets(tps, OffsetSpec.LATEST)
+    starts = source.earliest_offsets(tps)
+    ends = source.latest_offsets(tps)
     remote_tps = [(topics.remote_names[t], p) for t, p in tps]
     target_ends = {
         **{tp: 0 for tp in absent},
-        **target.offsets([tp for tp in remote_tps if tp not in absent], OffsetSpec.LATEST),
+        **target.latest_offsets([tp for tp in remote_tps if tp not in absent]),
     }
     progress = store.progress(flow.name)
     new = [tp for tp in tps if tp not in progress]
@@ -252,24 +252,11 @@ def _copied_past_gap(
     committed target offset copy records after the gap (see ``count_copied_past_gap``)."""
     left = gap.target_end - gap.target_start
     return count_copied_past_gap(
-        _record_digests(flow.target, remote, gap.partition, gap.target_start, gap.target_end, left),
-        _record_digests(
+        record_digests(flow.target, remote, gap.partition, gap.target_start, gap.target_end, left),
+        record_digests(
             flow.source, gap.topic, gap.partition, gap.source_end, ends[(gap.topic, gap.partition)], left
         ),
     )
-
-
-def _record_digests(
-    cluster: ClusterConfig, topic: str, partition: int, start: int, stop: int, limit: int
-) -> list[bytes]:
-    """Digests of key, value, headers and timestamp (what the copy keeps) of the committed records
-    of a partition from offset ``start`` on, before offset ``stop``, at most ``limit``, oldest first."""
-    with closing(read_range(cluster.consumer, cluster.alias, topic, partition, start, stop)) as records:
-        return [_digest(m) for m in itertools.islice(records, limit)]
-
-
-def _digest(m: Message) -> bytes:
-    return hashlib.blake2b(repr((m.key(), m.value(), m.headers() or [], m.timestamp()[1])).encode()).digest()
 
 
 def _missing_acls(
@@ -348,8 +335,7 @@ def _copy_failure(flow: FlowConfig, plan: Plan, note: str) -> MirrorError:
         )
     if kind is SourceDataLostError:
         return _lost_during_copy(flow, plan, message)
-    error: MirrorError = kind(message)
-    return error
+    return kind.from_message(message)
 
 
 def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> Committed:
@@ -394,7 +380,7 @@ def _lost_during_copy(flow: FlowConfig, plan: Plan, spark_reason: str) -> Source
     tps = [(p.topic, p.partition) for p in plan.partitions]
     try:
         with ClusterAdmin(flow.source) as source:
-            starts = source.offsets(tps, OffsetSpec.EARLIEST)
+            starts = source.earliest_offsets(tps)
         lost = (
             ", ".join(
                 offset_range(p.topic, p.partition, p.source_start, starts[(p.topic, p.partition)])
@@ -403,7 +389,7 @@ def _lost_during_copy(flow: FlowConfig, plan: Plan, spark_reason: str) -> Source
             )
             or "(each planned range still starts at or after its partition's log start)"
         )
-    except (KafkaError, TransientError) as exc:  # e.g. the topic was deleted: Spark's words must do
+    except TransientError as exc:  # e.g. the topic was deleted: Spark's words must do
         lost = f"(the source's log start offsets could not be read: {exc})"
     then = (
         f"The next run continues after the lost records and records the gaps ({ON_SOURCE_DATA_LOSS} = skip)."

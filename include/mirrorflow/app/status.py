@@ -32,16 +32,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, func, select
-from sqlalchemy.engine import RowMapping, make_url
-
 from mirrorflow.app.cutover import report_files
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.core.plan import Plan, run_dir
 from mirrorflow.core.progress import RecordedGap
 from mirrorflow.errors import MirrorError
 from mirrorflow.kafka.heartbeats import freshness_seconds
-from mirrorflow.store.offsets_store import OffsetsStore, checkpoints_table, partition_metrics_table
+from mirrorflow.store.database import absent_sqlite_file
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.read_model import RunTotals
+from mirrorflow.store.rows import as_utc
+from mirrorflow.store.status_reads import newest_lags, run_totals
 
 __all__ = [
     "HEARTBEAT_TIMEOUT_SECONDS",
@@ -236,7 +237,7 @@ def _read_all(
     runs_of: Mapping[str, Sequence[AirflowRun]],
     run_limit: int,
 ) -> list[FlowStatus]:
-    if _absent_sqlite_file(config.offsets_db_url):
+    if absent_sqlite_file(config.offsets_db_url):
         # Nothing committed yet; opening the store would create the file.
         return [_empty(f, runs_of.get(f.name, ()), None, config, run_limit) for f in chosen]
     try:
@@ -304,17 +305,16 @@ def _read_flow(
     latencies = {
         (c.group, c.remote_topic, c.partition): c.latency_ms for c in store.latest_checkpoint_metrics(name)
     }
-    with store.read() as conn:
-        lags = _newest_lags(conn, name)
-        committed = _committed_runs(conn, name, run_limit)
-        checkpoint_rows = _checkpoint_rows(conn, name)
+    lags = newest_lags(store, name)
+    committed = run_totals(store, name, run_limit)
+    emitted = store.emitted_checkpoints(name)
     lost: dict[tuple[str, int], int] = {}
     for g in gaps:
         lost[(g.topic, g.partition)] = lost.get((g.topic, g.partition), 0) + g.source_end - g.source_start
     partitions = []
     for (topic, partition), p in sorted(progress.items()):
         records, size = totals.get((topic, partition), (0, 0))
-        lag, lag_run = lags.get((topic, partition), (0, None))
+        newest = lags.get((topic, partition))
         written = writes.get((topic, partition))
         partitions.append(
             PartitionStatus(
@@ -325,24 +325,24 @@ def _read_flow(
                 next_target_offset=p.next_target_offset,
                 records=records,
                 bytes=size,
-                lag=lag,
-                lag_run_id=lag_run,
+                lag=newest.lag if newest else 0,
+                lag_run_id=newest.run_id if newest else None,
                 replication_latency_max_ms=written.replication_latency.max if written else None,
                 lost_offsets=lost.get((topic, partition), 0),
             )
         )
     checkpoints = tuple(
         CheckpointStatus(
-            group=r["group_id"],
-            topic=r["topic"],
-            partition=r["partition"],
-            remote_topic=r["remote_topic"],
-            upstream_offset=r["upstream_offset"],
-            downstream_offset=r["downstream_offset"],
-            emitted_at=_as_utc(r["emitted_at"]),
-            latency_ms=latencies.get((r["group_id"], r["remote_topic"], r["partition"])),
+            group=c.position.group_id,
+            topic=c.position.topic,
+            partition=c.position.partition,
+            remote_topic=c.position.remote_topic,
+            upstream_offset=c.position.upstream_offset,
+            downstream_offset=c.position.downstream_offset,
+            emitted_at=c.emitted_at,
+            latency_ms=latencies.get((c.position.group_id, c.position.remote_topic, c.position.partition)),
         )
-        for r in checkpoint_rows
+        for c in emitted
     )
     gaps_per_run: dict[str, int] = {}
     for g in gaps:
@@ -371,18 +371,6 @@ def _read_flow(
 
 
 @dataclass(frozen=True)
-class _Committed:
-    """What one run committed, summed over its partition metrics rows."""
-
-    records: int
-    bytes: int
-    skipped: int
-    write_ms: int
-    lag: int
-    committed_at: datetime
-
-
-@dataclass(frozen=True)
 class _Folder:
     """What a run's folder tells: its plan, and the failure its copy noted."""
 
@@ -395,7 +383,7 @@ class _Folder:
 def _merge_runs(
     airflow_runs: Sequence[AirflowRun],
     folders: Mapping[str, _Folder],
-    committed: Mapping[str, _Committed],
+    committed: Mapping[str, RunTotals],
     gaps_per_run: Mapping[str, int],
     lock_holder: str | None,
     limit: int,
@@ -436,7 +424,7 @@ def _merge_runs(
 
 
 def _derived_state(
-    run_id: str, folder: _Folder | None, done: _Committed | None, lock_holder: str | None
+    run_id: str, folder: _Folder | None, done: RunTotals | None, lock_holder: str | None
 ) -> str:
     if run_id == lock_holder:
         return "running"
@@ -489,72 +477,9 @@ def _copy_failure(folder: Path) -> str | None:
 
 def _parse_time(text: str) -> datetime | None:
     try:
-        return _as_utc(datetime.fromisoformat(text))
+        return as_utc(datetime.fromisoformat(text))
     except ValueError:
         return None
-
-
-# ---------------------------------------------------------------------------------------- queries
-
-
-def _newest_lags(conn: Connection, flow: str) -> dict[tuple[str, int], tuple[int, str]]:
-    """Per partition, the lag and run of its newest metrics row."""
-    m = partition_metrics_table
-    newest = select(func.max(m.c.id)).where(m.c.flow == flow).group_by(m.c.topic, m.c.partition)
-    rows = conn.execute(select(m.c.topic, m.c.partition, m.c.lag, m.c.run_id).where(m.c.id.in_(newest))).all()
-    return {(r.topic, r.partition): (int(r.lag), str(r.run_id)) for r in rows}
-
-
-def _committed_runs(conn: Connection, flow: str, limit: int) -> dict[str, _Committed]:
-    """The ``limit`` newest runs that committed metrics, summed per run in the database."""
-    m = partition_metrics_table
-    rows = conn.execute(
-        select(
-            m.c.run_id,
-            func.sum(m.c.records).label("records"),
-            func.sum(m.c.bytes).label("bytes"),
-            func.sum(m.c.skipped).label("skipped"),
-            func.max(m.c.write_ms).label("write_ms"),
-            func.sum(m.c.lag).label("lag"),
-            func.min(m.c.recorded_at).label("committed_at"),
-        )
-        .where(m.c.flow == flow)
-        .group_by(m.c.run_id)
-        .order_by(func.max(m.c.id).desc())
-        .limit(limit)
-    ).all()
-    return {
-        r.run_id: _Committed(
-            int(r.records), int(r.bytes), int(r.skipped), int(r.write_ms), int(r.lag), _as_utc(r.committed_at)
-        )
-        for r in rows
-    }
-
-
-def _checkpoint_rows(conn: Connection, flow: str) -> list[RowMapping]:
-    c = checkpoints_table
-    rows = conn.execute(
-        select(c).where(c.c.flow == flow).order_by(c.c.group_id, c.c.topic, c.c.partition)
-    ).all()
-    return [r._mapping for r in rows]
-
-
-def _absent_sqlite_file(url: str) -> bool:
-    """Whether ``url`` names a SQLite file that does not exist (opening it would create it)."""
-    try:
-        parsed = make_url(url)
-    except Exception:
-        return False  # the store reports an invalid URL
-    database = parsed.database
-    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
-        return False
-    if database.startswith("file:") or parsed.query.get("uri"):
-        return False
-    return not Path(database).exists()
-
-
-def _as_utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 # ------------------------------------------------------------------------------------- freshness

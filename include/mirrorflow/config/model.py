@@ -43,7 +43,6 @@ from mirrorflow.mm2.policy import (
     ReplicationPolicy,
     replication_policy,
 )
-from mirrorflow.paths import REPO_ROOT, default_config_path
 
 ENV_CONFIG = "MIRROR_CONFIG"
 ENV_STATE_DIR = "MIRROR_STATE_DIR"
@@ -367,13 +366,16 @@ class MirrorConfig:
 def load_config(
     path: str | os.PathLike[str] | None = None, env: Mapping[str, str] = os.environ
 ) -> MirrorConfig:
-    """Read the config file: ``path`` if given, else env ``MIRROR_CONFIG``, else the repo's demo file."""
+    """Read the config file: ``path`` if given, else the file env ``MIRROR_CONFIG`` names."""
     if path is not None:
         chosen, chosen_by = Path(path), "the path given"
     elif env.get(ENV_CONFIG):
         chosen, chosen_by = Path(env[ENV_CONFIG]), f"env {ENV_CONFIG}"
     else:
-        chosen, chosen_by = default_config_path(), f"the default, as {ENV_CONFIG} is not set"
+        raise ConfigError(
+            f"no configuration: set env {ENV_CONFIG} to the path of your mm2.properties (for the "
+            "demo's, run make demo or make airflow from the repository, which set it)"
+        )
     chosen = chosen.absolute()
     if not chosen.is_file():
         raise ConfigError(
@@ -633,13 +635,18 @@ def _check_dag_ids(flows: Sequence[FlowConfig]) -> None:
 
 def _state_dir(top: Mapping[str, str], env: Mapping[str, str], base: Path) -> Path:
     """Env ``MIRROR_STATE_DIR`` (relative to the current directory) > ``mirrorflow.state.dir``
-    (relative to the config file's folder) > ``<repo>/.state``.
+    (relative to the config file's folder); one of them must say where.
     """
     if env.get(ENV_STATE_DIR):
         return Path(env[ENV_STATE_DIR]).absolute()
     if top.get(_STATE_DIR):
         return base / top[_STATE_DIR]
-    return REPO_ROOT / ".state"
+    raise ConfigError(
+        f"no state folder: set {_STATE_DIR} (relative to the config file's folder) or env "
+        f"{ENV_STATE_DIR} to a folder the Airflow workers and the Spark driver share; it holds each "
+        "run's plan and result, the metrics files and, unless mirrorflow.offsets.db.url is set, the "
+        "SQLite offsets database"
+    )
 
 
 def _offsets_db_url(top: Mapping[str, str], env: Mapping[str, str], state_dir: Path) -> str:

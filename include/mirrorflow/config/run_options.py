@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from mirrorflow.errors import ConfigError
+from mirrorflow.errors import ParamError
 
 START_CHOICES = ("earliest", "latest", "timestamp")
 
@@ -53,13 +53,6 @@ TRIGGER_PARAMS: ParamTable = {
         "With start = timestamp: an ISO 8601 time with its zone, e.g. 2026-01-31T00:00:00+00:00.",
     ),
 }
-
-
-class ParamError(ConfigError):
-    """A trigger param is invalid; raised before the run writes anything."""
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(f"{message}. Trigger the run again with a valid value.", key=f"trigger param {name}")
 
 
 @dataclass(frozen=True)

@@ -3,15 +3,32 @@ the few records the control plane needs (gap checks, heartbeats-only runs)."""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import time
 from collections.abc import Generator, Mapping
+from contextlib import closing
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from mirrorflow.config.clients import librdkafka_config
+from mirrorflow.config.model import ClusterConfig
 from mirrorflow.errors import SourceDataLostError, TransientError
 
 _READ_TIMEOUT_S = 60.0
+
+
+def record_digests(
+    cluster: ClusterConfig, topic: str, partition: int, start: int, stop: int, limit: int
+) -> list[bytes]:
+    """Digests of key, value, headers and timestamp (what the copy keeps) of the committed records
+    of a partition from offset ``start`` on, before offset ``stop``, at most ``limit``, oldest first."""
+    with closing(read_range(cluster.consumer, cluster.alias, topic, partition, start, stop)) as records:
+        return [_digest(m) for m in itertools.islice(records, limit)]
+
+
+def _digest(m: Message) -> bytes:
+    return hashlib.blake2b(repr((m.key(), m.value(), m.headers() or [], m.timestamp()[1])).encode()).digest()
 
 
 def read_range(

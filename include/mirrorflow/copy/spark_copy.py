@@ -7,8 +7,8 @@ cores (``Plan.task_groups``), each task reading its partitions one after another
 0.3 s to set up, so a task per partition made runs over many small partitions slow. ``mapInArrow``
 hands each task's records to ``record_writer.write_partitions`` as Arrow batches, which produces them
 to the remote partitions. Planned records deleted from the source before they were read fail the copy
-with ``SourceDataLostError``: a retry would read the same planned range again. The only module that
-imports pyspark.
+with ``SourceDataLostError``: a retry would read the same planned range again. With ``spark_verify``
+(which reads the same way), the only modules that import pyspark.
 """
 
 from __future__ import annotations
@@ -111,8 +111,7 @@ def task_error(failure: str) -> MirrorError | None:
     raised = _TASK_ERROR.search(failure)
     kind = error_class(raised.group(1)) if raised else None
     if raised and kind is not None:
-        error: MirrorError = kind(raised.group(2))
-        return error
+        return kind.from_message(raised.group(2))
     refused = _REFUSED.search(failure)
     if refused:
         return AuthorizationError(

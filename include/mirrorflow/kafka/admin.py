@@ -99,13 +99,24 @@ class ClusterAdmin:
             )
         return described
 
-    def offsets(self, partitions: Iterable[TP], spec: OffsetSpec) -> dict[TP, int]:
+    def _offsets(self, partitions: Iterable[TP], spec: OffsetSpec) -> dict[TP, int]:
         """Earliest or latest offsets; latest is the last stable offset (read_committed)."""
         specs = {TopicPartition(t, p): spec for t, p in partitions}
         if not specs:
             return {}
-        found = self._admin.list_partition_offsets(specs, isolation_level=IsolationLevel.READ_COMMITTED)
+        try:
+            found = self._admin.list_partition_offsets(specs, isolation_level=IsolationLevel.READ_COMMITTED)
+        except KafkaError as error:  # e.g. a topic deleted meanwhile
+            raise TransientError(f"cluster {self.alias} could not list offsets: {error}") from error
         return {(tp.topic, tp.partition): int(o.offset) for tp, o in found.items()}
+
+    def earliest_offsets(self, partitions: Iterable[TP]) -> dict[TP, int]:
+        """Each partition's log start offset (``OffsetSpec.EARLIEST``)."""
+        return self._offsets(partitions, OffsetSpec.EARLIEST)
+
+    def latest_offsets(self, partitions: Iterable[TP]) -> dict[TP, int]:
+        """Each partition's last stable offset (``OffsetSpec.LATEST``, read_committed)."""
+        return self._offsets(partitions, OffsetSpec.LATEST)
 
     def offsets_at(self, partitions: Iterable[TP], timestamp_ms: int) -> dict[TP, int | None]:
         """Per partition, the offset of its first record with a timestamp at or after

@@ -1,7 +1,7 @@
-"""``python -m mirrorflow.store``: inspect and repair the offsets table (see ``offsets_store.main``)."""
+"""``python -m mirrorflow.store``: inspect and repair the offsets table (see ``mirrorflow.store.cli``)."""
 
 import sys
 
-from mirrorflow.store.offsets_store import main
+from mirrorflow.store.cli import main
 
 sys.exit(main())

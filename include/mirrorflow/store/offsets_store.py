@@ -31,59 +31,24 @@ checking the row count; unique constraints back every insert. On SQLite every wr
 starts with ``BEGIN IMMEDIATE`` (one writer at a time, across processes) and waits up to a busy
 timeout for other writers.
 
-Command line (``--db`` defaults to the configured ``offsets_db_url``)::
-
-    python -m mirrorflow.store show --flow 'primary->backup' [--db URL]
-    python -m mirrorflow.store release-lock --flow 'primary->backup' [--db URL]
-    python -m mirrorflow.store forget-topic --flow 'primary->backup' --topic orders [--db URL]
+Beside this module in ``mirrorflow.store``: the tables (``schema``), their rows as values and back
+(``rows``), the engine, schema creation and outage handling (``database``), the values reads return
+besides core's (``read_model``), the status page's aggregates (``status_reads``) and the command line
+``python -m mirrorflow.store`` (``cli``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import re
-import shlex
-import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    Connection,
-    DateTime,
-    Engine,
-    Integer,
-    MetaData,
-    PrimaryKeyConstraint,
-    String,
-    Table,
-    Text,
-    UniqueConstraint,
-    and_,
-    case,
-    create_engine,
-    delete,
-    event,
-    exc,
-    func,
-    insert,
-    or_,
-    select,
-    text,
-    update,
-)
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import URL, RowMapping, make_url
+from sqlalchemy import Connection, Engine, case, delete, exc, func, insert, or_, select, update
 
-from mirrorflow.core.metrics import CheckpointMetrics, Stats
+from mirrorflow.core.metrics import CheckpointMetrics
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import (
     Batch,
@@ -95,166 +60,47 @@ from mirrorflow.core.progress import (
     TopicIdentity,
 )
 from mirrorflow.core.report import PartitionReport
-from mirrorflow.errors import (
-    CommitConflictError,
-    ConfigError,
-    CorruptStateError,
-    FlowLockedError,
-    MirrorError,
-    PlanError,
-    TransientError,
+from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
+from mirrorflow.store.database import (
+    DEFAULT_BUSY_TIMEOUT_SECONDS,
+    INSERT_CHUNK,
+    WRITE_OPTION,
+    create_schema,
+    create_store_engine,
+    insert_missing,
+    outages_transient,
+    redact_url,
+)
+from mirrorflow.store.read_model import EmittedCheckpoint, ProgressRecord
+from mirrorflow.store.rows import (
+    BATCH_LOG,
+    GAP_LOG,
+    Log,
+    as_utc,
+    batch_row,
+    committed_batch,
+    corrupt,
+    emitted_checkpoint,
+    format_time,
+    locked_message,
+    partition_metrics_row,
+    partition_report,
+    progress_record,
+    progress_row,
+    recorded_gap,
+)
+from mirrorflow.store.schema import (
+    batches_table,
+    checkpoint_metrics_table,
+    checkpoints_table,
+    gaps_table,
+    locks_table,
+    partition_metrics_table,
+    progress_table,
+    topics_table,
 )
 
-DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
-DEFAULT_CONNECT_TIMEOUT_SECONDS = 10
-_SCHEMA_ADVISORY_LOCK = 0x6D6972726F72  # "mirror": serialises concurrent schema creation on PostgreSQL
-_WRITE_OPTION = "mirrorflow_write"
-# Errors by which a database says it cannot be reached now: worth a retry.
-_UNAVAILABLE = (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError)
-# SQLSTATE read_only_sql_transaction: a hot standby, or default_transaction_read_only.
-_PG_READ_ONLY = "25006"
-_INSERT_CHUNK = 500
-
-# --------------------------------------------------------------------------------------------- schema
-
-metadata = MetaData(
-    naming_convention={
-        "pk": "pk_%(table_name)s",
-        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    }
-)
-
-_NAME = String(255)
-_ID = BigInteger().with_variant(Integer, "sqlite")  # SQLite autoincrements only INTEGER PRIMARY KEY
-
-progress_table = Table(
-    "mirror_progress",
-    metadata,
-    Column("flow", _NAME, nullable=False),
-    Column("topic", _NAME, nullable=False),
-    Column("partition", Integer, nullable=False),
-    Column("next_source_offset", BigInteger, nullable=False),
-    Column("next_target_offset", BigInteger, nullable=False),
-    Column("run_id", _NAME, nullable=False),
-    Column("updated_at", DateTime(timezone=True), nullable=False),
-    PrimaryKeyConstraint("flow", "topic", "partition"),
-)
-
-batches_table = Table(
-    "mirror_batches",
-    metadata,
-    Column("id", _ID, primary_key=True, autoincrement=True),
-    Column("flow", _NAME, nullable=False),
-    Column("run_id", _NAME, nullable=False),
-    Column("topic", _NAME, nullable=False),
-    Column("partition", Integer, nullable=False),
-    Column("remote_topic", _NAME, nullable=False),
-    Column("source_start", BigInteger, nullable=False),
-    Column("source_end", BigInteger, nullable=False),
-    Column("target_start", BigInteger, nullable=False),
-    Column("target_end", BigInteger, nullable=False),
-    Column("records", BigInteger, nullable=False),
-    Column("bytes", BigInteger, nullable=False),
-    Column("sync_points", Text, nullable=False),
-    Column("committed_at", DateTime(timezone=True), nullable=False),
-    UniqueConstraint("flow", "topic", "partition", "source_start"),
-)
-
-gaps_table = Table(
-    "mirror_gaps",
-    metadata,
-    Column("id", _ID, primary_key=True, autoincrement=True),
-    Column("flow", _NAME, nullable=False),
-    Column("run_id", _NAME, nullable=False),
-    Column("topic", _NAME, nullable=False),
-    Column("partition", Integer, nullable=False),
-    Column("source_start", BigInteger, nullable=False),
-    Column("source_end", BigInteger, nullable=False),
-    Column("target_start", BigInteger, nullable=False),
-    Column("target_end", BigInteger, nullable=False),
-    Column("recorded_at", DateTime(timezone=True), nullable=False),
-    UniqueConstraint("flow", "topic", "partition", "source_start"),
-)
-
-topics_table = Table(
-    "mirror_topics",
-    metadata,
-    Column("flow", _NAME, nullable=False),
-    Column("topic", _NAME, nullable=False),
-    Column("topic_id", _NAME, nullable=False),
-    Column("remote_topic", _NAME, nullable=False),
-    Column("first_seen_at", DateTime(timezone=True), nullable=False),
-    PrimaryKeyConstraint("flow", "topic"),
-)
-
-checkpoints_table = Table(
-    "mirror_checkpoints",
-    metadata,
-    Column("flow", _NAME, nullable=False),
-    Column("group_id", _NAME, nullable=False),
-    Column("topic", _NAME, nullable=False),
-    Column("partition", Integer, nullable=False),
-    Column("remote_topic", _NAME, nullable=False),
-    Column("upstream_offset", BigInteger, nullable=False),
-    Column("downstream_offset", BigInteger, nullable=False),
-    Column("metadata", Text, nullable=False),
-    Column("emitted_at", DateTime(timezone=True), nullable=False),
-    PrimaryKeyConstraint("flow", "group_id", "topic", "partition"),
-)
-
-_STATS_FIELDS = ("count", "min", "max", "total", "last")
-
-
-def _stats_columns(name: str) -> list[Column[Any]]:
-    return [Column(f"{name}_{f}", BigInteger, nullable=False) for f in _STATS_FIELDS]
-
-
-partition_metrics_table = Table(
-    "mirror_partition_metrics",
-    metadata,
-    Column("id", _ID, primary_key=True, autoincrement=True),
-    Column("flow", _NAME, nullable=False),
-    Column("run_id", _NAME, nullable=False),
-    Column("topic", _NAME, nullable=False),
-    Column("partition", Integer, nullable=False),
-    Column("remote_topic", _NAME, nullable=False),
-    Column("records", BigInteger, nullable=False),
-    Column("skipped", BigInteger, nullable=False),
-    Column("bytes", BigInteger, nullable=False),
-    Column("lag", BigInteger, nullable=False),
-    Column("write_ms", BigInteger, nullable=False),
-    *_stats_columns("record_age"),
-    *_stats_columns("replication_latency"),
-    Column("recorded_at", DateTime(timezone=True), nullable=False),
-    UniqueConstraint("flow", "run_id", "topic", "partition"),
-)
-
-checkpoint_metrics_table = Table(
-    "mirror_checkpoint_metrics",
-    metadata,
-    Column("id", _ID, primary_key=True, autoincrement=True),
-    Column("flow", _NAME, nullable=False),
-    Column("group_id", _NAME, nullable=False),
-    Column("topic", _NAME, nullable=False),
-    Column("partition", Integer, nullable=False),
-    Column("remote_topic", _NAME, nullable=False),
-    Column("upstream_offset", BigInteger, nullable=False),
-    Column("downstream_offset", BigInteger, nullable=False),
-    Column("latency_ms", BigInteger, nullable=False),
-    Column("emitted_at", DateTime(timezone=True), nullable=False),
-)
-
-locks_table = Table(
-    "mirror_locks",
-    metadata,
-    Column("flow", _NAME, primary_key=True),
-    Column("run_id", _NAME, nullable=False),
-    Column("acquired_at", DateTime(timezone=True), nullable=False),
-    Column("expires_at", DateTime(timezone=True), nullable=False),
-)
-
-# ----------------------------------------------------------------------------------------- the store
+__all__ = ["DEFAULT_BUSY_TIMEOUT_SECONDS", "OffsetsStore"]
 
 
 def _utcnow() -> datetime:
@@ -276,39 +122,10 @@ class OffsetsStore:
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
         self._redacted = redact_url(url)
-        try:
-            parsed = make_url(url)
-        except exc.ArgumentError as error:
-            raise ConfigError(f"not a valid database URL: {self._redacted}", key="offsets_db_url") from error
+        self._engine: Engine = create_store_engine(url, self._redacted, busy_timeout_seconds)
         self._clock = clock
         self._schema_ready = False
         self._schema_lock = threading.Lock()
-        self._is_sqlite = parsed.get_backend_name() == "sqlite"
-        self._is_postgres = parsed.get_backend_name() == "postgresql"
-        connect_args: dict[str, Any] = {}
-        if self._is_sqlite:
-            try:
-                _create_sqlite_folder(parsed)
-            except OSError as error:
-                raise TransientError(
-                    f"offsets database {self._redacted} is unavailable: cannot create its folder ({error}); "
-                    "create it, writable for this worker, or point mirrorflow.offsets.db.url elsewhere"
-                ) from error
-            connect_args["timeout"] = busy_timeout_seconds
-        elif (
-            self._is_postgres
-            and parsed.get_driver_name() in ("psycopg2", "psycopg")
-            and "connect_timeout" not in parsed.query
-        ):
-            connect_args["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT_SECONDS
-        try:
-            self._engine: Engine = create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
-        except (exc.ArgumentError, exc.NoSuchModuleError, ImportError) as error:
-            raise ConfigError(
-                f"cannot use database URL {self._redacted}: {error}", key="offsets_db_url"
-            ) from error
-        if self._is_sqlite:
-            _use_begin_immediate_for_writes(self._engine)
 
     @property
     def url(self) -> str:
@@ -356,7 +173,7 @@ class OffsetsStore:
                 holder = self._lock_row(conn, flow)
                 if holder is not None:
                     if holder.run_id != run_id and holder.expires_at > now:
-                        raise FlowLockedError(_locked_message(holder, run_id))
+                        raise FlowLockedError(locked_message(holder, run_id))
                     continue  # released or expired since the UPDATE looked: try again
                 try:
                     with conn.begin_nested():
@@ -417,7 +234,7 @@ class OffsetsStore:
             ).all()
         for row in rows:
             if row.next_source_offset < 0 or row.next_target_offset < 0:
-                raise _corrupt(
+                raise corrupt(
                     progress_table,
                     flow,
                     row.topic,
@@ -432,22 +249,13 @@ class OffsetsStore:
             for row in rows
         }
 
-    def _progress_rows(self, flow: str) -> list[tuple[str, str, str, str, str, str]]:
-        """Progress of ``flow`` with its last writer, as text (for ``show``)."""
+    def progress_records(self, flow: str) -> list[ProgressRecord]:
+        """The progress rows of ``flow`` as stored, with their last writer, by topic and partition
+        (what ``python -m mirrorflow.store show`` prints); unchecked, unlike ``progress``."""
         p = progress_table
         with self._transaction(write=False) as conn:
             rows = conn.execute(select(p).where(p.c.flow == flow).order_by(p.c.topic, p.c.partition)).all()
-        return [
-            (
-                r.topic,
-                str(r.partition),
-                str(r.next_source_offset),
-                str(r.next_target_offset),
-                r.run_id,
-                _fmt(_as_utc(r.updated_at)),
-            )
-            for r in rows
-        ]
+        return [progress_record(r._mapping) for r in rows]
 
     def anchor(
         self,
@@ -477,20 +285,9 @@ class OffsetsStore:
         with self._transaction(write=True) as conn:
             self._check_lock(conn, flow, run_id, "anchor")
             now = self._now()
-            rows = [
-                {
-                    "flow": flow,
-                    "topic": e.topic,
-                    "partition": e.partition,
-                    "next_source_offset": e.next_source_offset,
-                    "next_target_offset": e.next_target_offset,
-                    "run_id": run_id,
-                    "updated_at": now,
-                }
-                for e in wanted.values()
-            ]
-            self._insert_missing(conn, progress_table, rows)
-            self._insert_missing(
+            rows = [progress_row(flow, run_id, e, now) for e in wanted.values()]
+            insert_missing(conn, progress_table, rows)
+            insert_missing(
                 conn,
                 topics_table,
                 [{"flow": flow, **asdict(t), "first_seen_at": now} for t in topics],
@@ -536,14 +333,14 @@ class OffsetsStore:
             # Gaps first: a partition's batch of this run starts where its gap ends.
             for gap in gaps:
                 row = {"flow": flow, "run_id": run_id, **asdict(gap), "recorded_at": now}
-                self._commit_step(conn, _GAP_LOG, row)
+                self._commit_step(conn, GAP_LOG, row)
             committed = 0
             for batch in batches:
-                committed += self._commit_step(conn, _BATCH_LOG, _batch_row(flow, run_id, batch, now))
+                committed += self._commit_step(conn, BATCH_LOG, batch_row(flow, run_id, batch, now))
             self._record_partition_metrics(conn, flow, run_id, metrics, now)
             return committed
 
-    def _commit_step(self, conn: Connection, log: _Log, row: dict[str, Any]) -> bool:
+    def _commit_step(self, conn: Connection, log: Log, row: dict[str, Any]) -> bool:
         """Move a partition's progress across one gap or batch (``row`` of ``log``) and log it;
         ``False`` when an earlier attempt of this commit already did."""
         table, stamp = log.table, log.stamp
@@ -564,7 +361,7 @@ class OffsetsStore:
                 return False  # committed by an earlier attempt of this commit
             raise CommitConflictError(
                 f"{where}: {log.kind} from source offset {start[0]} was already committed by run "
-                f"{logged['run_id']} at {_fmt(_as_utc(logged[stamp]))} as {log.describe(logged)}; run "
+                f"{logged['run_id']} at {format_time(as_utc(logged[stamp]))} as {log.describe(logged)}; run "
                 f"{run_id} now commits {log.describe(row)}. Nothing was committed; re-run the flow to "
                 "plan from the committed position."
             )
@@ -620,26 +417,9 @@ class OffsetsStore:
         m = partition_metrics_table
         if not metrics or conn.execute(select(m.c.id).where(m.c.flow == flow, m.c.run_id == run_id)).first():
             return  # none, or written by an earlier attempt of this commit
-        rows = [
-            {
-                "flow": flow,
-                "run_id": run_id,
-                "topic": p.topic,
-                "partition": p.partition,
-                "remote_topic": p.remote_topic,
-                "records": p.records,
-                "skipped": p.skipped,
-                "bytes": p.bytes,
-                "lag": p.lag,
-                "write_ms": p.write_ms,
-                **_stats_row("record_age", p.record_age),
-                **_stats_row("replication_latency", p.replication_latency),
-                "recorded_at": now,
-            }
-            for p in metrics
-        ]
-        for start in range(0, len(rows), _INSERT_CHUNK):
-            conn.execute(insert(m), rows[start : start + _INSERT_CHUNK])
+        rows = [partition_metrics_row(flow, run_id, p, now) for p in metrics]
+        for start in range(0, len(rows), INSERT_CHUNK):
+            conn.execute(insert(m), rows[start : start + INSERT_CHUNK])
 
     def partition_metrics(self, flow: str, *, run_id: str | None = None) -> list[PartitionReport]:
         """The metrics history of ``flow`` (optionally one run), oldest first."""
@@ -649,7 +429,7 @@ class OffsetsStore:
             query = query.where(m.c.run_id == run_id)
         with self._transaction(write=False) as conn:
             rows = conn.execute(query.order_by(m.c.id)).all()
-        return [_partition_report(r._mapping) for r in rows]
+        return [partition_report(r._mapping) for r in rows]
 
     def latest_writes(self, flow: str) -> dict[tuple[str, int], PartitionReport]:
         """Per partition, the metrics of the last run that wrote records to it."""
@@ -661,7 +441,7 @@ class OffsetsStore:
         )
         with self._transaction(write=False) as conn:
             rows = conn.execute(select(m).where(m.c.id.in_(newest))).all()
-        return {(r.topic, r.partition): _partition_report(r._mapping) for r in rows}
+        return {(r.topic, r.partition): partition_report(r._mapping) for r in rows}
 
     def totals(self, flow: str) -> dict[tuple[str, int], tuple[int, int]]:
         """Records and bytes committed so far per source partition, from the batch log."""
@@ -688,7 +468,7 @@ class OffsetsStore:
         query = query.order_by(b.c.topic, b.c.partition, b.c.source_start)
         with self._transaction(write=False) as conn:
             rows = conn.execute(query).all()
-        return [_committed_batch(row._mapping) for row in rows]
+        return [committed_batch(row._mapping) for row in rows]
 
     def gaps(self, flow: str, topic: str | None = None, partition: int | None = None) -> list[RecordedGap]:
         """The source gaps ``flow`` skipped (optionally one topic / partition), by topic, partition,
@@ -701,7 +481,7 @@ class OffsetsStore:
             query = query.where(g.c.partition == partition)
         with self._transaction(write=False) as conn:
             rows = conn.execute(query.order_by(g.c.topic, g.c.partition, g.c.source_start)).all()
-        return [_recorded_gap(r._mapping) for r in rows]
+        return [recorded_gap(r._mapping) for r in rows]
 
     def forget_topic(self, flow: str, topic: str) -> int:
         """Delete ``flow``'s state of source ``topic``: progress, batch log, gaps, recorded topic id and
@@ -712,9 +492,9 @@ class OffsetsStore:
             holder = self._lock_row(conn, flow, for_update=True)
             if holder is not None:
                 raise FlowLockedError(
-                    f"flow {flow} is locked by run {holder.run_id} since {_fmt(holder.acquired_at)}; its "
-                    f"state of topic {topic} was not changed. Wait for the run to finish, or release the "
-                    "lock of a dead run first (release-lock)."
+                    f"flow {flow} is locked by run {holder.run_id} since "
+                    f"{format_time(holder.acquired_at)}; its state of topic {topic} was not changed. Wait "
+                    "for the run to finish, or release the lock of a dead run first (release-lock)."
                 )
             tables = (progress_table, batches_table, gaps_table, topics_table, checkpoints_table)
             return sum(
@@ -723,21 +503,20 @@ class OffsetsStore:
 
     def checkpoints(self, flow: str) -> dict[tuple[str, str, int], GroupPosition]:
         """The last emitted checkpoint per (group, source topic, partition) of ``flow``."""
+        return {
+            (p.group_id, p.topic, p.partition): p
+            for p in (c.position for c in self.emitted_checkpoints(flow))
+        }
+
+    def emitted_checkpoints(self, flow: str) -> list[EmittedCheckpoint]:
+        """The last emitted checkpoint per group and source partition of ``flow``, with when it was
+        emitted, by group, topic and partition."""
         c = checkpoints_table
         with self._transaction(write=False) as conn:
-            rows = conn.execute(select(c).where(c.c.flow == flow)).all()
-        return {
-            (r.group_id, r.topic, r.partition): GroupPosition(
-                r.group_id,
-                r.topic,
-                r.partition,
-                r.remote_topic,
-                r.upstream_offset,
-                r.downstream_offset,
-                r.metadata,
-            )
-            for r in rows
-        }
+            rows = conn.execute(
+                select(c).where(c.c.flow == flow).order_by(c.c.group_id, c.c.topic, c.c.partition)
+            ).all()
+        return [emitted_checkpoint(r._mapping) for r in rows]
 
     def record_checkpoints(self, flow: str, positions: Iterable[GroupPosition], latency_ms: int) -> None:
         """Replace the stored checkpoints of these (group, topic, partition)s and log them with the
@@ -788,42 +567,23 @@ class OffsetsStore:
     # -------------------------------------------------------------------------------------- helpers
 
     def _now(self) -> datetime:
-        return _as_utc(self._clock())
+        return as_utc(self._clock())
 
     def read(self) -> AbstractContextManager[Connection]:
-        """A read transaction over the tables (``*_table``), for reports this class does not make
-        (the status page's aggregates); database outages become ``TransientError``."""
+        """A read transaction over the tables (``mirrorflow.store.schema``) for the store's own
+        reports made outside this class (``mirrorflow.store.status_reads``); database outages become
+        ``TransientError``. Only for modules of ``mirrorflow.store``: the rest of mirrorflow reads
+        plain values through the store's public reads."""
         return self._transaction(write=False)
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[Connection]:
         """One transaction; database outages become ``TransientError``."""
         self._ensure_schema()
-        with self._outages_transient(), self._engine.connect() as conn:
-            conn.execution_options(**{_WRITE_OPTION: write})
+        with outages_transient(self._redacted), self._engine.connect() as conn:
+            conn.execution_options(**{WRITE_OPTION: write})
             with conn.begin():
                 yield conn
-
-    @contextmanager
-    def _outages_transient(self) -> Iterator[None]:
-        """A database that cannot be reached, or only read (a failover in progress, or a read-only
-        file or account), raises ``TransientError`` saying so; other database errors pass unchanged."""
-        try:
-            yield
-        except exc.SQLAlchemyError as error:
-            detail = str(getattr(error, "orig", None) or error).strip()
-            if _is_read_only(error):
-                raise TransientError(
-                    f"offsets database {self._redacted} is read-only ({detail}); point "
-                    "mirrorflow.offsets.db.url at a writable database (a primary, not a replica) or "
-                    "give this worker write access to it"
-                ) from error
-            if isinstance(error, _UNAVAILABLE):
-                raise TransientError(
-                    f"offsets database {self._redacted} is unavailable: {detail}; check that it is up "
-                    "and reachable from this worker"
-                ) from error
-            raise
 
     def _ensure_schema(self) -> None:
         if self._schema_ready:
@@ -831,27 +591,9 @@ class OffsetsStore:
         with self._schema_lock:
             if self._schema_ready:
                 return
-            with self._outages_transient():
-                self._create_schema()
+            with outages_transient(self._redacted):
+                create_schema(self._engine)
             self._schema_ready = True
-
-    def _create_schema(self) -> None:
-        for attempt in range(2):
-            try:
-                with self._engine.connect() as conn:
-                    conn.execution_options(**{_WRITE_OPTION: True})
-                    with conn.begin():
-                        if self._is_postgres:
-                            conn.execute(
-                                text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_ADVISORY_LOCK}
-                            )
-                        metadata.create_all(conn, checkfirst=True)
-                return
-            except (exc.ProgrammingError, exc.IntegrityError, exc.OperationalError):
-                # Another process created the tables between our check and our CREATE (databases
-                # without transactional DDL or advisory locks): the second look finds them.
-                if attempt == 1:
-                    raise
 
     def _lock_row(self, conn: Connection, flow: str, for_update: bool = False) -> LockInfo | None:
         query = select(locks_table).where(locks_table.c.flow == flow)
@@ -860,7 +602,7 @@ class OffsetsStore:
         row = conn.execute(query).first()
         if row is None:
             return None
-        return LockInfo(row.flow, row.run_id, _as_utc(row.acquired_at), _as_utc(row.expires_at))
+        return LockInfo(row.flow, row.run_id, as_utc(row.acquired_at), as_utc(row.expires_at))
 
     def _check_lock(self, conn: Connection, flow: str, run_id: str, action: str) -> None:
         """Lock the flow's lock row for the rest of the transaction; it must belong to ``run_id``."""
@@ -869,314 +611,9 @@ class OffsetsStore:
             if holder is None:
                 state = "nobody holds it"
             else:
-                state = f"run {holder.run_id} holds it since {_fmt(holder.acquired_at)}"
+                state = f"run {holder.run_id} holds it since {format_time(holder.acquired_at)}"
             raise CommitConflictError(
                 f"flow {flow}: run {run_id} cannot {action}: it does not hold the flow's lock ({state}); "
                 "the lock was released, or expired and was taken over by another run. Nothing was "
                 "written. Re-run the flow."
             )
-
-    def _insert_missing(self, conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
-        """Insert rows of ``table`` whose primary key is absent; leave existing rows untouched."""
-        if not rows:
-            return
-        dialect = conn.dialect.name
-        if dialect in ("sqlite", "postgresql"):
-            dialect_insert = sqlite_insert if dialect == "sqlite" else postgresql_insert
-            for start in range(0, len(rows), _INSERT_CHUNK):
-                chunk = rows[start : start + _INSERT_CHUNK]
-                conn.execute(dialect_insert(table).values(chunk).on_conflict_do_nothing())
-            return
-        key = list(table.primary_key.columns)
-        for row in rows:
-            try:
-                with conn.begin_nested():
-                    conn.execute(insert(table).values(**row))
-            except exc.IntegrityError:
-                present = conn.execute(select(*key).where(and_(*(c == row[c.name] for c in key)))).first()
-                if present is None:
-                    raise
-
-
-# ---------------------------------------------------------------------------------- module helpers
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
-
-
-def _is_read_only(error: exc.SQLAlchemyError) -> bool:
-    """SQLite's SQLITE_READONLY* (a read-only file, ``mode=ro``); PostgreSQL's read-only transaction."""
-    orig = getattr(error, "orig", None)
-    sqlite_error = str(getattr(orig, "sqlite_errorname", ""))
-    pg_state = getattr(orig, "pgcode", None) or getattr(orig, "sqlstate", None)
-    return sqlite_error.startswith("SQLITE_READONLY") or pg_state == _PG_READ_ONLY
-
-
-def _corrupt(table: Table, flow: str, topic: str, partition: int, problem: str) -> CorruptStateError:
-    """The error for a row mirrorflow cannot have written, with the ways to repair it."""
-    command = (
-        f"python -m mirrorflow.store forget-topic --flow {shlex.quote(flow)} --topic {shlex.quote(topic)}"
-    )
-    return CorruptStateError(
-        f"{table.name}: flow {flow}, partition {topic}-{partition}: {problem}. mirrorflow never writes "
-        "such a row: it was edited by hand or the database is damaged. Restore the offsets database "
-        f"from a backup, or forget the flow's state of the topic while no run is going ({command}); "
-        "the next run then mirrors the topic anew, after what its remote topic already holds."
-    )
-
-
-def _create_sqlite_folder(url: URL) -> None:
-    database = url.database
-    if not database or database == ":memory:" or database.startswith("file:") or url.query.get("uri"):
-        return
-    Path(database).parent.mkdir(parents=True, exist_ok=True)
-
-
-def _use_begin_immediate_for_writes(engine: Engine) -> None:
-    """SQLAlchemy emits BEGIN itself: ``BEGIN IMMEDIATE`` for writes (one writer at a time, waiting
-    for the busy timeout instead of failing on a lock upgrade), plain ``BEGIN`` for reads."""
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # the sqlite3 module must not emit BEGIN itself
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        write = bool(conn.get_execution_options().get(_WRITE_OPTION, True))
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
-
-
-def _as_utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def _fmt(value: datetime) -> str:
-    return value.isoformat(timespec="seconds")
-
-
-def _locked_message(holder: LockInfo, run_id: str) -> str:
-    return (
-        f"flow {holder.flow} is locked by run {holder.run_id} since {_fmt(holder.acquired_at)}; "
-        f"the lock expires at {_fmt(holder.expires_at)}. Run {run_id} did not start. If run "
-        f"{holder.run_id} is still going, wait for it to finish. If it is dead, release its lock with: "
-        f"python -m mirrorflow.store release-lock --flow {shlex.quote(holder.flow)}"
-    )
-
-
-def _batch_row(flow: str, run_id: str, batch: Batch, now: datetime) -> dict[str, Any]:
-    return {
-        "flow": flow,
-        "run_id": run_id,
-        "topic": batch.topic,
-        "partition": batch.partition,
-        "remote_topic": batch.remote_topic,
-        "source_start": batch.source_start,
-        "source_end": batch.source_end,
-        "target_start": batch.target_start,
-        "target_end": batch.target_end,
-        "records": batch.records,
-        "bytes": batch.bytes,
-        "sync_points": json.dumps([[s, t] for s, t in batch.sync_points], separators=(",", ":")),
-        "committed_at": now,
-    }
-
-
-def _describe_batch(row: Mapping[Any, Any]) -> str:
-    return (
-        f"source [{row['source_start']}, {row['source_end']}) -> {row['remote_topic']} target "
-        f"[{row['target_start']}, {row['target_end']}), {row['records']} records, {row['bytes']} bytes, "
-        f"{len(json.loads(row['sync_points']))} sync points"
-    )
-
-
-def _describe_gap(row: Mapping[Any, Any]) -> str:
-    return (
-        f"source [{row['source_start']}, {row['source_end']}) lost, target [{row['target_start']}, "
-        f"{row['target_end']}) left by an interrupted attempt"
-    )
-
-
-@dataclass(frozen=True)
-class _Log:
-    """A table that progress moves across (batch log or gaps), with what its rows are called."""
-
-    table: Table
-    stamp: str
-    kind: str
-    describe: Callable[[Mapping[Any, Any]], str]
-
-
-_BATCH_LOG = _Log(batches_table, "committed_at", "a batch", _describe_batch)
-_GAP_LOG = _Log(gaps_table, "recorded_at", "a gap", _describe_gap)
-
-
-def _stats_row(name: str, stats: Stats) -> dict[str, int]:
-    return {f"{name}_{f}": v for f, v in zip(_STATS_FIELDS, stats.as_list(), strict=True)}
-
-
-def _partition_report(row: RowMapping) -> PartitionReport:
-    return PartitionReport(
-        topic=row["topic"],
-        partition=row["partition"],
-        remote_topic=row["remote_topic"],
-        records=row["records"],
-        skipped=row["skipped"],
-        bytes=row["bytes"],
-        lag=row["lag"],
-        record_age=Stats.from_list([row[f"record_age_{f}"] for f in _STATS_FIELDS]),
-        replication_latency=Stats.from_list([row[f"replication_latency_{f}"] for f in _STATS_FIELDS]),
-        write_ms=row["write_ms"],
-    )
-
-
-def _recorded_gap(row: RowMapping) -> RecordedGap:
-    try:
-        return RecordedGap(
-            row["topic"],
-            row["partition"],
-            row["source_start"],
-            row["source_end"],
-            row["target_start"],
-            row["target_end"],
-            run_id=row["run_id"],
-            recorded_at=_as_utc(row["recorded_at"]),
-        )
-    except PlanError as error:  # offset translation builds on the row, as on the batch log
-        raise _corrupt(
-            gaps_table,
-            row["flow"],
-            row["topic"],
-            row["partition"],
-            f"the gap from source offset {row['source_start']} is not valid ({error})",
-        ) from error
-
-
-def _committed_batch(row: RowMapping) -> CommittedBatch:
-    try:
-        batch = CommittedBatch(
-            topic=row["topic"],
-            partition=row["partition"],
-            remote_topic=row["remote_topic"],
-            source_start=row["source_start"],
-            source_end=row["source_end"],
-            target_start=row["target_start"],
-            target_end=row["target_end"],
-            records=row["records"],
-            bytes=row["bytes"],
-            sync_points=tuple((int(s), int(t)) for s, t in json.loads(row["sync_points"])),
-            flow=row["flow"],
-            run_id=row["run_id"],
-            committed_at=_as_utc(row["committed_at"]),
-        )
-        # Offset translation and retried commits build on the row: it must be one commit could write.
-        batch.validate()
-    except (ValueError, TypeError, PlanError) as error:
-        raise _corrupt(
-            batches_table,
-            row["flow"],
-            row["topic"],
-            row["partition"],
-            f"the batch from source offset {row['source_start']} is not valid ({error})",
-        ) from error
-    return batch
-
-
-# ----------------------------------------------------------------------------------------------- CLI
-
-
-def _default_db_url() -> str:
-    from mirrorflow.config.model import load_config
-
-    return str(load_config().offsets_db_url)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m mirrorflow.store", description="Inspect and repair the offsets table."
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    show = commands.add_parser("show", help="print a flow's lock and committed progress")
-    release = commands.add_parser(
-        "release-lock", help="release a flow's lock whoever holds it (only when that run is dead)"
-    )
-    forget = commands.add_parser(
-        "forget-topic",
-        help="delete a flow's progress, batch log, gaps, topic id and checkpoints of one source topic "
-        "(e.g. after the topic was recreated): the next run mirrors it as a new topic",
-    )
-    forget.add_argument("--topic", required=True, help="the source topic")
-    for sub in (show, release, forget):
-        sub.add_argument("--flow", required=True, help="the flow, e.g. 'primary->backup'")
-        sub.add_argument("--db", help="database URL (default: offsets_db_url of the configuration)")
-    args = parser.parse_args(argv)
-    try:
-        with OffsetsStore(args.db or _default_db_url()) as store:
-            if args.command == "release-lock":
-                released = store.force_release_lock(args.flow)
-                if released is None:
-                    print(f"flow {args.flow} is not locked")
-                else:
-                    print(
-                        f"released the lock of flow {args.flow} held by run {released.run_id} "
-                        f"since {_fmt(released.acquired_at)} (expiring {_fmt(released.expires_at)})"
-                    )
-                return 0
-            if args.command == "forget-topic":
-                deleted = store.forget_topic(args.flow, args.topic)
-                print(f"flow {args.flow}: forgot topic {args.topic} ({deleted} rows deleted)")
-                return 0
-            _show(store, args.flow)
-            return 0
-    except MirrorError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-
-
-def _show(store: OffsetsStore, flow: str) -> None:
-    lock = store.lock_info(flow)
-    if lock is None:
-        print(f"flow {flow}: not locked")
-    else:
-        print(
-            f"flow {flow}: locked by run {lock.run_id} since {_fmt(lock.acquired_at)}, "
-            f"expires {_fmt(lock.expires_at)}"
-        )
-    rows = store._progress_rows(flow)
-    if not rows:
-        print("no progress")
-        return
-    _print_table(
-        ("topic", "partition", "next_source_offset", "next_target_offset", "last_run", "updated_at"), rows
-    )
-    gaps = store.gaps(flow)
-    if gaps:
-        print("source records lost before they were mirrored (skipped):")
-        _print_table(
-            ("partition", "source range", "target range", "run", "recorded_at"),
-            [
-                (
-                    f"{g.topic}-{g.partition}",
-                    f"[{g.source_start}, {g.source_end})",
-                    f"[{g.target_start}, {g.target_end})",
-                    g.run_id,
-                    _fmt(g.recorded_at),
-                )
-                for g in gaps
-            ],
-        )
-
-
-def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
-    table = [header, *rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    for line in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,177 @@
+"""The offsets database's schema: one ``MetaData`` with every table the store keeps.
+
+``mirror_progress`` (committed progress per partition), ``mirror_batches`` (the batch log),
+``mirror_gaps`` (source ranges lost before they were mirrored), ``mirror_topics`` (the id of each
+source topic a flow mirrors), ``mirror_checkpoints`` (the last checkpoint emitted per consumer group
+and partition), ``mirror_partition_metrics`` and ``mirror_checkpoint_metrics`` (the metrics history)
+and ``mirror_locks`` (one lock row per flow). ``OffsetsStore`` creates them on first use; what it
+guarantees about their rows is in ``mirrorflow.store.offsets_store``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+__all__ = [
+    "STATS_FIELDS",
+    "batches_table",
+    "checkpoint_metrics_table",
+    "checkpoints_table",
+    "gaps_table",
+    "locks_table",
+    "metadata",
+    "partition_metrics_table",
+    "progress_table",
+    "topics_table",
+]
+
+metadata = MetaData(
+    naming_convention={
+        "pk": "pk_%(table_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    }
+)
+
+_NAME = String(255)
+_ID = BigInteger().with_variant(Integer, "sqlite")  # SQLite autoincrements only INTEGER PRIMARY KEY
+
+# The columns of a ``Stats`` (``core.metrics``), in ``Stats.as_list`` order: ``<name>_<field>``.
+STATS_FIELDS = ("count", "min", "max", "total", "last")
+
+
+def _stats_columns(name: str) -> list[Column[Any]]:
+    return [Column(f"{name}_{f}", BigInteger, nullable=False) for f in STATS_FIELDS]
+
+
+progress_table = Table(
+    "mirror_progress",
+    metadata,
+    Column("flow", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("next_source_offset", BigInteger, nullable=False),
+    Column("next_target_offset", BigInteger, nullable=False),
+    Column("run_id", _NAME, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("flow", "topic", "partition"),
+)
+
+batches_table = Table(
+    "mirror_batches",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("flow", _NAME, nullable=False),
+    Column("run_id", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("remote_topic", _NAME, nullable=False),
+    Column("source_start", BigInteger, nullable=False),
+    Column("source_end", BigInteger, nullable=False),
+    Column("target_start", BigInteger, nullable=False),
+    Column("target_end", BigInteger, nullable=False),
+    Column("records", BigInteger, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("sync_points", Text, nullable=False),
+    Column("committed_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("flow", "topic", "partition", "source_start"),
+)
+
+gaps_table = Table(
+    "mirror_gaps",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("flow", _NAME, nullable=False),
+    Column("run_id", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("source_start", BigInteger, nullable=False),
+    Column("source_end", BigInteger, nullable=False),
+    Column("target_start", BigInteger, nullable=False),
+    Column("target_end", BigInteger, nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("flow", "topic", "partition", "source_start"),
+)
+
+topics_table = Table(
+    "mirror_topics",
+    metadata,
+    Column("flow", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("topic_id", _NAME, nullable=False),
+    Column("remote_topic", _NAME, nullable=False),
+    Column("first_seen_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("flow", "topic"),
+)
+
+checkpoints_table = Table(
+    "mirror_checkpoints",
+    metadata,
+    Column("flow", _NAME, nullable=False),
+    Column("group_id", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("remote_topic", _NAME, nullable=False),
+    Column("upstream_offset", BigInteger, nullable=False),
+    Column("downstream_offset", BigInteger, nullable=False),
+    Column("metadata", Text, nullable=False),
+    Column("emitted_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("flow", "group_id", "topic", "partition"),
+)
+
+partition_metrics_table = Table(
+    "mirror_partition_metrics",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("flow", _NAME, nullable=False),
+    Column("run_id", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("remote_topic", _NAME, nullable=False),
+    Column("records", BigInteger, nullable=False),
+    Column("skipped", BigInteger, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("lag", BigInteger, nullable=False),
+    Column("write_ms", BigInteger, nullable=False),
+    *_stats_columns("record_age"),
+    *_stats_columns("replication_latency"),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("flow", "run_id", "topic", "partition"),
+)
+
+checkpoint_metrics_table = Table(
+    "mirror_checkpoint_metrics",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("flow", _NAME, nullable=False),
+    Column("group_id", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("remote_topic", _NAME, nullable=False),
+    Column("upstream_offset", BigInteger, nullable=False),
+    Column("downstream_offset", BigInteger, nullable=False),
+    Column("latency_ms", BigInteger, nullable=False),
+    Column("emitted_at", DateTime(timezone=True), nullable=False),
+)
+
+locks_table = Table(
+    "mirror_locks",
+    metadata,
+    Column("flow", _NAME, primary_key=True),
+    Column("run_id", _NAME, nullable=False),
+    Column("acquired_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)

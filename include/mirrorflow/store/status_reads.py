@@ -1,0 +1,62 @@
+"""The status page's aggregates over a flow's metrics history (``mirror_partition_metrics``): the
+newest lag per partition and what each recent run committed. ``mirrorflow.app.status`` reads them
+with ``OffsetsStore``'s own reads (progress, totals, gaps, lock, checkpoints); each is one read
+transaction and returns plain values (``mirrorflow.store.read_model``).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.read_model import PartitionLag, RunTotals
+from mirrorflow.store.rows import as_utc
+from mirrorflow.store.schema import partition_metrics_table
+
+__all__ = ["newest_lags", "run_totals"]
+
+
+def newest_lags(store: OffsetsStore, flow: str) -> dict[tuple[str, int], PartitionLag]:
+    """Per partition of ``flow``, the lag of its newest metrics row and the run that measured it."""
+    m = partition_metrics_table
+    newest = select(func.max(m.c.id)).where(m.c.flow == flow).group_by(m.c.topic, m.c.partition)
+    with store.read() as conn:
+        rows = conn.execute(
+            select(m.c.topic, m.c.partition, m.c.lag, m.c.run_id).where(m.c.id.in_(newest))
+        ).all()
+    return {(r.topic, r.partition): PartitionLag(int(r.lag), str(r.run_id)) for r in rows}
+
+
+def run_totals(store: OffsetsStore, flow: str, limit: int) -> dict[str, RunTotals]:
+    """The ``limit`` newest runs of ``flow`` that committed metrics, each summed over its rows in the
+    database, by run id."""
+    m = partition_metrics_table
+    query = (
+        select(
+            m.c.run_id,
+            func.sum(m.c.records).label("records"),
+            func.sum(m.c.bytes).label("bytes"),
+            func.sum(m.c.skipped).label("skipped"),
+            func.max(m.c.write_ms).label("write_ms"),
+            func.sum(m.c.lag).label("lag"),
+            func.min(m.c.recorded_at).label("committed_at"),
+        )
+        .where(m.c.flow == flow)
+        .group_by(m.c.run_id)
+        .order_by(func.max(m.c.id).desc())
+        .limit(limit)
+    )
+    with store.read() as conn:
+        rows = conn.execute(query).all()
+    return {
+        r.run_id: RunTotals(
+            run_id=r.run_id,
+            records=int(r.records),
+            bytes=int(r.bytes),
+            skipped=int(r.skipped),
+            write_ms=int(r.write_ms),
+            lag=int(r.lag),
+            committed_at=as_utc(r.committed_at),
+        )
+        for r in rows
+    }
