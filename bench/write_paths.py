@@ -35,9 +35,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from mirrorflow.app import runner
+from mirrorflow.app.run_folder import RunFolder, write_atomically
 from mirrorflow.config.model import parse_config
 from mirrorflow.copy.spark_copy import copy_plan
-from mirrorflow.core.plan import write_atomically
 from mirrorflow_dev import local_kafka, paths
 from mirrorflow_dev.local_kafka import LocalCluster
 
@@ -275,7 +275,7 @@ def measure(
 
         def ours() -> None:
             result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
-            write_atomically(runner.run_files(config, flow, "bench").result, result.to_json())
+            write_atomically(RunFolder.of(config.state_dir, flow.name, "bench").result, result.to_json())
 
         results.append(timed("(ii) mapInArrow + librdkafka (ours)", ours, f"primary.{SOURCE}"))
         assert runner.commit_run(config, flow.name, "bench").report.records == records

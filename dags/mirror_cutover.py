@@ -21,7 +21,7 @@ CONFIG = load_config()
 
 for _flow in CONFIG.flows:
     with DAG(
-        dag_id=f"{_flow.dag_id}_cutover",
+        dag_id=_flow.cutover_dag_id,
         description=f"Migration cutover of flow {_flow.name}: drain, verify, move consumer groups",
         schedule=None,
         start_date=START_DATE,

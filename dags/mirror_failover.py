@@ -16,7 +16,7 @@ from datetime import timedelta
 from airflow.sdk import DAG, task
 
 from mirrorflow.app.dag_spec import START_DATE
-from mirrorflow.app.failover import FAILOVER_PARAMS, failover_dag_id
+from mirrorflow.app.failover import FAILOVER_PARAMS
 from mirrorflow.config.model import TASK_RETRY_DELAY_SECONDS, load_config
 from mirrorflow_airflow import failover_tasks
 from mirrorflow_airflow.params import trigger_form
@@ -24,7 +24,7 @@ from mirrorflow_airflow.params import trigger_form
 CONFIG = load_config()
 
 for _flow in CONFIG.flows:
-    _dag_id = failover_dag_id(_flow)
+    _dag_id = _flow.failover_dag_id
     with DAG(
         dag_id=_dag_id,
         description=(

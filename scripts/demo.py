@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.model import FlowConfig, MirrorConfig
-from mirrorflow.core.plan import metrics_file
 from mirrorflow.kafka.admin import ClusterAdmin, NewTopic
 from mirrorflow.kafka.heartbeats import freshness_seconds
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -95,7 +95,8 @@ def show_mirror(flow: FlowConfig) -> None:
 
 
 def show_last_run(config: MirrorConfig, flow: FlowConfig) -> None:
-    batches = OffsetsStore(config.offsets_db_url).batches(flow.name)
+    with OffsetsStore(config.offsets_db_url) as store:
+        batches = store.batches(flow.name)
     if batches:
         last = max(batches, key=lambda b: b.committed_at)
         copied = sum(b.records for b in batches if b.run_id == last.run_id)

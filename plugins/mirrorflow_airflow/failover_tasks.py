@@ -14,8 +14,8 @@ from typing import Any
 from airflow.sdk import get_current_context
 
 from mirrorflow.app.failover import failover_options, run_failover, write_report
+from mirrorflow.app.run_folder import RunFolder
 from mirrorflow.config.model import load_config
-from mirrorflow.core.plan import run_dir
 from mirrorflow_airflow.tasks import classified
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,6 @@ def failover(flow: str) -> dict[str, Any]:
     options = failover_options(context["params"], config.flow(flow))
     report = run_failover(config, flow, options)
     log.info("%s", report.markdown())
-    md, js = write_report(report, run_dir(config.state_dir, flow, str(context["run_id"])))
+    md, js = write_report(report, RunFolder.of(config.state_dir, flow, str(context["run_id"])))
     log.info("failover report written to %s and %s", md, js)
     return report.as_dict()

@@ -21,8 +21,8 @@ from mirror_helpers import (
     migrated_airflow,
 )
 
+from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.model import MirrorConfig
-from mirrorflow.core.plan import metrics_file
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster

@@ -32,6 +32,7 @@ from sqlalchemy import create_engine, select, text
 
 from mirrorflow.app import runner
 from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.app.run_folder import RunFolder
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.core.progress import Batch, PartitionProgress
@@ -264,8 +265,8 @@ class Scene:
     state_url: str | None
 
     @property
-    def files(self) -> runner.RunFiles:
-        return runner.run_files(self.config, self.config.flow(FLOW), RUN)
+    def files(self) -> RunFolder:
+        return RunFolder.of(self.config.state_dir, FLOW, RUN)
 
     def store(self) -> OffsetsStore:
         assert self.state_url is not None

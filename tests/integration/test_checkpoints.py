@@ -17,8 +17,8 @@ from mirror_helpers import commit_group, create_topic, run_flow, transactional_p
 from pyspark.sql import SparkSession
 
 from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.model import MirrorConfig
-from mirrorflow.core.plan import metrics_file
 from mirrorflow.mm2.records import Checkpoint, OffsetSync
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data

@@ -25,8 +25,8 @@ from mirror_helpers import airflow, commit_group, create_topic, migrated_airflow
 from pyspark.sql import SparkSession
 
 from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.app.run_folder import flow_runs
 from mirrorflow.config.model import MirrorConfig, load_config
-from mirrorflow.core.plan import run_dir
 from mirrorflow.errors import TransientError
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow_dev import sample_data
@@ -127,7 +127,7 @@ def _failover(env: dict[str, str], cwd: Path, conf: dict[str, Any]) -> str:
 
 def _reports(config: MirrorConfig) -> dict[Path, tuple[str, dict[str, Any]]]:
     """Every failover report of the flow: run folder -> (Markdown, JSON)."""
-    runs = run_dir(config.state_dir, FLOW, "x").parent
+    runs = flow_runs(config.state_dir, FLOW)
     return {
         d: ((d / "failover.md").read_text(), json.loads((d / "failover.json").read_text()))
         for d in runs.iterdir()

@@ -36,8 +36,8 @@ from mirror_helpers import (
     secured_config,
 )
 
+from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.clients import librdkafka_config
-from mirrorflow.core.plan import metrics_file
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import SUPER_USER, LocalCluster, LocalTls, ScramSecurity

@@ -18,9 +18,10 @@ from mirror_helpers import create_topic, run_flow, transactional_producer, wait_
 from pyspark.sql import SparkSession
 
 from mirrorflow.app import runner
+from mirrorflow.app.run_folder import RunFolder, metrics_file, write_atomically
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_copy import copy_plan
-from mirrorflow.core.plan import CopyResult, Plan, metrics_file, write_atomically
+from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.core.progress import PartitionProgress
 from mirrorflow.core.report import RunReport
 from mirrorflow.errors import TargetStateError
@@ -63,7 +64,7 @@ def _copy(config: MirrorConfig, plan: Plan, spark: SparkSession) -> CopyResult:
 
 
 def _commit(config: MirrorConfig, run_id: str, result: CopyResult) -> RunReport:
-    write_atomically(runner.run_files(config, config.flow(FLOW), run_id).result, result.to_json())
+    write_atomically(RunFolder.of(config.state_dir, config.flow(FLOW).name, run_id).result, result.to_json())
     return runner.commit_run(config, FLOW, run_id).report
 
 

@@ -20,7 +20,8 @@ from mirror_helpers import create_topic, delete_records, run_flow, transactional
 from pyspark.sql import SparkSession
 
 from mirrorflow.app.dag_spec import flow_dag_spec, spark_jars
-from mirrorflow.app.verify import load_verify_result, plan_verification, verify_files, write_verify_plan
+from mirrorflow.app.run_folder import RunFolder
+from mirrorflow.app.verify import load_verify_result, plan_verification, write_verify_plan
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_verify import verify_ranges
 from mirrorflow.core.progress import Batch
@@ -225,4 +226,4 @@ def test_the_verify_job_runs_through_spark_submit_and_succeeds_on_a_difference(
     assert missing.returncode != 0
     assert "mirrorflow.errors.PlanError: verify plan " in missing.stdout
     assert "verify-2/verify_plan.json does not exist" in missing.stdout
-    assert not verify_files(config, flow, "verify-2").result.exists()
+    assert not RunFolder.of(config.state_dir, flow.name, "verify-2").verify_result.exists()

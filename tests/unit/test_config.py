@@ -320,6 +320,20 @@ def test_clashing_dag_ids() -> None:
     assert error_key(text) == "clusters"
 
 
+def test_a_run_dag_may_not_clash_with_another_flows_failover_dag() -> None:
+    text = (
+        "clusters = a, b, b_failover\na.bootstrap.servers = x:1\nb.bootstrap.servers = y:1\n"
+        "b_failover.bootstrap.servers = z:1\na->b.enabled = true\na->b_failover.enabled = true\n"
+        "mirrorflow.state.dir = /state\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, env=NO_ENV)
+    assert str(caught.value) == (
+        "clusters: flows a->b and a->b_failover would both be Airflow DAG mirror_a_to_b_failover; "
+        "rename one of the aliases"
+    )
+
+
 # --- validation: each error names the key as written ---------------------------------------------
 
 

@@ -12,10 +12,10 @@ import pytest
 from mirrorflow.app.failover import (
     FAILOVER_PARAMS,
     FailoverOptions,
-    failover_dag_id,
     failover_options,
     write_report,
 )
+from mirrorflow.app.run_folder import RunFolder
 from mirrorflow.config.model import FlowConfig, parse_config
 from mirrorflow.core.failover_rules import (
     ActiveGroup,
@@ -212,7 +212,7 @@ def test_invalid_params_are_refused(params: dict[str, Any], message: str) -> Non
 
 
 def test_the_failover_dag_is_named_after_the_flow_dag() -> None:
-    assert failover_dag_id(flow()) == "mirror_primary_to_backup_failover"
+    assert flow().failover_dag_id == "mirror_primary_to_backup_failover"
 
 
 # --- report --------------------------------------------------------------------------------------
@@ -363,7 +363,7 @@ def test_a_dry_run_report_says_nothing_was_committed() -> None:
 
 
 def test_report_files_are_the_markdown_and_the_dict(tmp_path: Path) -> None:
-    md, js = write_report(report(dry_run=False), tmp_path / "runs" / "r1")
+    md, js = write_report(report(dry_run=False), RunFolder(tmp_path / "runs" / "r1"))
 
     assert (md, js) == (tmp_path / "runs" / "r1" / "failover.md", tmp_path / "runs" / "r1" / "failover.json")
     assert md.read_text() == MARKDOWN

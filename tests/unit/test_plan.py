@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mirrorflow.app.run_folder import RunFolder, read_file, write_atomically
 from mirrorflow.app.runner import batches_for
 from mirrorflow.core.plan import (
     CopyResult,
@@ -15,9 +16,6 @@ from mirrorflow.core.plan import (
     PartitionResult,
     PartitionState,
     Plan,
-    read_file,
-    run_dir,
-    write_atomically,
 )
 from mirrorflow.core.progress import Batch
 from mirrorflow.errors import PlanError
@@ -199,21 +197,21 @@ def test_check_belongs_to_refuses_another_flow_or_run(flow: str, run_id: str) ->
 
 
 def test_run_dir_makes_safe_folder_names() -> None:
-    folder = run_dir(Path("/state"), "a->b", "manual__2026-01-01T00:00:00+00:00")
+    folder = RunFolder.of(Path("/state"), "a->b", "manual__2026-01-01T00:00:00+00:00").path
 
     assert folder.parent == Path("/state/runs/a_to_b")
     assert folder.name.startswith("manual__2026-01-01T00_00_00_00_00-")
 
 
 def test_run_dir_keeps_distinct_run_ids_apart_and_never_climbs() -> None:
-    names = {run_dir(Path("/s"), "a->b", r).name for r in ("x:y", "x+y", "x_y", "..", ".")}
+    names = {RunFolder.of(Path("/s"), "a->b", r).path.name for r in ("x:y", "x+y", "x_y", "..", ".")}
 
     assert len(names) == 5
     assert not any(set(n) <= {"."} for n in names)
 
 
 def test_run_dir_keeps_dots_dashes_and_equals_and_replaces_separators() -> None:
-    folder = run_dir(Path("/state"), "eu.west-1->us", "scheduled__x=1/../y z")
+    folder = RunFolder.of(Path("/state"), "eu.west-1->us", "scheduled__x=1/../y z").path
 
     assert folder.parent == Path("/state/runs/eu.west-1_to_us")
     assert folder.name.startswith("scheduled__x=1____y_z-")

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from mirrorflow.app import runner
+from mirrorflow.app.run_folder import RunFolder, write_atomically
 from mirrorflow.app.status import (
     AirflowRun,
     CheckpointStatus,
@@ -21,7 +22,7 @@ from mirrorflow.app.status import (
 )
 from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
 from mirrorflow.core.metrics import Stats
-from mirrorflow.core.plan import CopyResult, PartitionPlan, Plan, SourceGap, write_atomically
+from mirrorflow.core.plan import CopyResult, PartitionPlan, Plan, SourceGap
 from mirrorflow.core.progress import Batch, GroupPosition, PartitionProgress, RecordedGap
 from mirrorflow.core.report import PartitionReport
 from mirrorflow.errors import SourceDataLostError, TransientError
@@ -65,7 +66,7 @@ def _config(folder: Path, *extra: str) -> MirrorConfig:
 def _plan_file(config: MirrorConfig, run_id: str, at: int, partitions: tuple[PartitionPlan, ...]) -> Plan:
     """The plan as the plan task writes it into the run's folder."""
     plan = Plan(FLOW, run_id, (T0 + timedelta(seconds=at)).isoformat(timespec="seconds"), partitions)
-    write_atomically(runner.run_files(config, config.flow(FLOW), run_id).plan, plan.to_json())
+    write_atomically(RunFolder.of(config.state_dir, config.flow(FLOW).name, run_id).plan, plan.to_json())
     return plan
 
 
@@ -296,7 +297,7 @@ def test_an_unreachable_offsets_database_is_an_error_of_the_flow_and_its_runs_st
 def test_unreadable_run_folders_are_named_and_the_rest_is_shown(tmp_path: Path) -> None:
     config = _config(tmp_path)
     _fill(config)
-    broken = runner.run_files(config, config.flow(FLOW), "run-9").plan
+    broken = RunFolder.of(config.state_dir, config.flow(FLOW).name, "run-9").plan
     write_atomically(broken, "{not json")
 
     (status,) = flow_statuses(config, heartbeat=lambda flow: 1.0)

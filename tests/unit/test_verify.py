@@ -15,11 +15,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from mirrorflow.app.run_folder import RunFolder
 from mirrorflow.app.verify import (
     load_verify_plan,
     load_verify_result,
     save_verify_result,
-    verify_files,
     write_verify_plan,
 )
 from mirrorflow.config.model import MirrorConfig, load_config
@@ -398,7 +398,10 @@ def test_plan_and_result_survive_json() -> None:
     ("text", "message"),
     [
         ("{", "not a valid verify plan"),
-        (json.dumps({"version": 9, "flow": FLOW, "run_id": "r", "ranges": []}), "version 9, expected 1"),
+        (
+            json.dumps({"version": 9, "flow": FLOW, "run_id": "r", "ranges": []}),
+            "verify plan version 9, expected 1",
+        ),
         (json.dumps({"version": 1, "flow": FLOW, "run_id": "r"}), "not a valid verify plan"),
         (
             json.dumps({"version": 1, "flow": FLOW, "run_id": "r", "ranges": [{"topic": "t"}]}),
@@ -431,29 +434,29 @@ def _config(folder: Path) -> MirrorConfig:
 def test_plan_and_result_files_live_in_the_run_folder(tmp_path: Path) -> None:
     config = _config(tmp_path)
     flow = config.flow(FLOW)
-    files = verify_files(config, flow, "r1")
+    files = RunFolder.of(config.state_dir, flow.name, "r1")
     result = VerifyResult(FLOW, "r1", tuple(PartitionVerdict(r, digest(A), digest(A)) for r in TWO.ranges))
 
     with pytest.raises(PlanError, match=r"verify plan .*verify_plan\.json does not exist"):
         load_verify_plan(config, flow, "r1")
-    assert write_verify_plan(config, flow, TWO) == files.plan
-    assert save_verify_result(config, flow, result) == files.result
+    assert write_verify_plan(config, flow, TWO) == files.verify_plan
+    assert save_verify_result(config, flow, result) == files.verify_result
 
-    assert files.plan.parent == tmp_path / "state" / "runs" / "primary_to_backup" / "r1"
-    assert (files.plan.name, files.result.name) == ("verify_plan.json", "verify_result.json")
+    assert files.verify_plan.parent == tmp_path / "state" / "runs" / "primary_to_backup" / "r1"
+    assert (files.verify_plan.name, files.verify_result.name) == ("verify_plan.json", "verify_result.json")
     assert load_verify_plan(config, flow, "r1") == TWO
     assert load_verify_result(config, flow, "r1") == result
     # A new plan drops the result of the old one.
     write_verify_plan(config, flow, dataclasses.replace(TWO, ranges=TWO.ranges[:1]))
-    assert not files.result.exists()
+    assert not files.verify_result.exists()
 
 
 def test_files_of_another_run_or_plan_are_refused(tmp_path: Path) -> None:
     config = _config(tmp_path)
     flow = config.flow(FLOW)
-    files = verify_files(config, flow, "r1")
-    files.plan.parent.mkdir(parents=True)
-    files.plan.write_text(dataclasses.replace(TWO, run_id="r0").to_json())
+    files = RunFolder.of(config.state_dir, flow.name, "r1")
+    files.verify_plan.parent.mkdir(parents=True)
+    files.verify_plan.write_text(dataclasses.replace(TWO, run_id="r0").to_json())
 
     with pytest.raises(PlanError, match="belongs to flow 'primary->backup' run 'r0', not flow"):
         load_verify_plan(config, flow, "r1")

@@ -20,10 +20,11 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from mirrorflow.app.run_folder import metrics_file, write_atomically
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.core.group_positions import next_positions, offsets_to_sync
 from mirrorflow.core.metrics import checkpoint_metrics_text
-from mirrorflow.core.plan import SourceGap, metrics_file, write_atomically
+from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch, GroupPosition
 from mirrorflow.core.translation import OffsetTranslator
 from mirrorflow.kafka.admin import TP, ClusterAdmin
@@ -64,41 +65,41 @@ def emit_checkpoints(config: MirrorConfig, flow_name: str) -> CheckpointReport:
     flow = config.flow(flow_name)
     if not flow.emit_checkpoints:
         return CheckpointReport(0, (), 0)
-    store = OffsetsStore(config.offsets_db_url)
-    translators, remote_names = translators_for(store, flow.name)
-    with ClusterAdmin(flow.source) as source:
-        groups = [g for g in source.consumer_groups() if flow.group_filter.should_replicate_group(g)]
-        read_at = time.monotonic()
-        committed = source.group_offsets(groups)
-    previous = store.checkpoints(flow.name)
-    emit, untranslated = next_positions(committed, translators, remote_names, previous)
-    if emit:
-        _write(flow, emit)
-        # MM2's checkpoint latency: from reading the group's offsets to the checkpoint's ack.
-        store.record_checkpoints(flow.name, emit, round((time.monotonic() - read_at) * 1000))
-        write_atomically(
-            metrics_file(config.state_dir, flow.name, "checkpoint"),
-            checkpoint_metrics_text(
-                flow.source.alias, flow.target.alias, store.latest_checkpoint_metrics(flow.name)
-            ),
-        )
-    synced: dict[str, dict[TP, int]] = {}
-    active: list[str] = []
-    if flow.sync_group_offsets:
-        # Every group's newest position, not only what moved now: a target group may have become
-        # idle since its checkpoint was emitted.
-        newest = {**previous, **{(p.group_id, p.topic, p.partition): p for p in emit}}
-        synced, active = _sync_group_offsets(flow, newest.values())
-    for p in emit:
+    with OffsetsStore(config.offsets_db_url) as store:
+        translators, remote_names = translators_for(store, flow.name)
+        with ClusterAdmin(flow.source) as source:
+            groups = [g for g in source.consumer_groups() if flow.group_filter.should_replicate_group(g)]
+            read_at = time.monotonic()
+            committed = source.group_offsets(groups)
+        previous = store.checkpoints(flow.name)
+        emit, untranslated = next_positions(committed, translators, remote_names, previous)
+        if emit:
+            _write(flow, emit)
+            # MM2's checkpoint latency: from reading the group's offsets to the checkpoint's ack.
+            store.record_checkpoints(flow.name, emit, round((time.monotonic() - read_at) * 1000))
+            write_atomically(
+                metrics_file(config.state_dir, flow.name, "checkpoint"),
+                checkpoint_metrics_text(
+                    flow.source.alias, flow.target.alias, store.latest_checkpoint_metrics(flow.name)
+                ),
+            )
+        synced: dict[str, dict[TP, int]] = {}
+        active: list[str] = []
+        if flow.sync_group_offsets:
+            # Every group's newest position, not only what moved now: a target group may have become
+            # idle since its checkpoint was emitted.
+            newest = {**previous, **{(p.group_id, p.topic, p.partition): p for p in emit}}
+            synced, active = _sync_group_offsets(flow, newest.values())
+        for p in emit:
+            log.info(
+                "checkpoint %s %s-%d: source offset %d -> %s offset %d",
+                p.group_id, p.topic, p.partition, p.upstream_offset, p.remote_topic, p.downstream_offset,
+            )  # fmt: skip
         log.info(
-            "checkpoint %s %s-%d: source offset %d -> %s offset %d",
-            p.group_id, p.topic, p.partition, p.upstream_offset, p.remote_topic, p.downstream_offset,
+            "flow %s: %d groups, %d checkpoints emitted, %d committed offsets not mirrored yet",
+            flow.name, len(committed), len(emit), untranslated,
         )  # fmt: skip
-    log.info(
-        "flow %s: %d groups, %d checkpoints emitted, %d committed offsets not mirrored yet",
-        flow.name, len(committed), len(emit), untranslated,
-    )  # fmt: skip
-    return CheckpointReport(len(committed), tuple(emit), untranslated, synced, tuple(active))
+        return CheckpointReport(len(committed), tuple(emit), untranslated, synced, tuple(active))
 
 
 def _sync_group_offsets(

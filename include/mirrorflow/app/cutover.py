@@ -23,10 +23,11 @@ from typing import Any
 from mirrorflow.app import runner
 from mirrorflow.app.checkpoints import translators_for
 from mirrorflow.app.remote_topics import remote_topic_changes
+from mirrorflow.app.run_folder import CUTOVER_REPORT, RunFolder, flow_runs, write_atomically
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import ParamTable, RunOptions
 from mirrorflow.core.group_positions import next_positions, offsets_to_sync
-from mirrorflow.core.plan import Plan, run_dir, write_atomically
+from mirrorflow.core.plan import Plan
 from mirrorflow.core.report import markdown_table
 from mirrorflow.core.verify import VerifyResult
 from mirrorflow.errors import DrainTimeoutError, FlowLockedError, ParamError
@@ -92,34 +93,35 @@ def preflight(config: MirrorConfig, flow_name: str, options: CutoverOptions) -> 
     """What the cutover starts from, read from both clusters and the offsets table; writes nothing.
     Unknown topics or groups fail here, before anything is written."""
     flow = config.flow(flow_name)
-    store = OffsetsStore(config.offsets_db_url)
-    with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
-        runner.check_topic_subset(flow, source, RunOptions(topics=options.topics))
-        groups = _groups(flow, source, options)
-        topics = remote_topic_changes(flow, source, target, options.topics)
-        tps = [(t, p) for t, n in topics.partitions.items() for p in range(n)]
-        ends = source.latest_offsets(tps)
-        starts = source.earliest_offsets(tps)
-    progress = store.progress(flow.name)
-    lag = {
-        f"{t}-{p}": ends[(t, p)]
-        - (progress[(t, p)].next_source_offset if (t, p) in progress else starts[(t, p)])
-        for t, p in tps
-    }
-    return {
-        "flow": flow.name,
-        "replication_policy": type(flow.replication_policy).__name__,
-        "topics": {
-            t: {"partitions": n, "remote_topic": topics.remote_names[t]} for t, n in topics.partitions.items()
-        },
-        "remote_topics_to_create": sorted(topics.created),
-        "remote_topics_to_grow": {r: list(g) for r, g in topics.grown.items()},
-        "remote_configs_to_sync": {r: dict(c) for r, c in topics.reconfigured.items()},
-        "groups": groups,
-        "lag": lag,
-        "lag_total": sum(lag.values()),
-        "lock_holder": store.lock_holder(flow.name),
-    }
+    with OffsetsStore(config.offsets_db_url) as store:
+        with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
+            runner.check_topic_subset(flow, source, RunOptions(topics=options.topics))
+            groups = _groups(flow, source, options)
+            topics = remote_topic_changes(flow, source, target, options.topics)
+            tps = [(t, p) for t, n in topics.partitions.items() for p in range(n)]
+            ends = source.latest_offsets(tps)
+            starts = source.earliest_offsets(tps)
+        progress = store.progress(flow.name)
+        lag = {
+            f"{t}-{p}": ends[(t, p)]
+            - (progress[(t, p)].next_source_offset if (t, p) in progress else starts[(t, p)])
+            for t, p in tps
+        }
+        return {
+            "flow": flow.name,
+            "replication_policy": type(flow.replication_policy).__name__,
+            "topics": {
+                t: {"partitions": n, "remote_topic": topics.remote_names[t]}
+                for t, n in topics.partitions.items()
+            },
+            "remote_topics_to_create": sorted(topics.created),
+            "remote_topics_to_grow": {r: list(g) for r, g in topics.grown.items()},
+            "remote_configs_to_sync": {r: dict(c) for r, c in topics.reconfigured.items()},
+            "groups": groups,
+            "lag": lag,
+            "lag_total": sum(lag.values()),
+            "lock_holder": store.lock_holder(flow.name),
+        }
 
 
 def _groups(flow: FlowConfig, source: ClusterAdmin, options: CutoverOptions) -> list[str]:
@@ -183,31 +185,33 @@ def translate_groups(config: MirrorConfig, flow_name: str, options: CutoverOptio
     """Each selected group's committed source offsets, translated exactly to the target and (unless a
     dry run) committed there for idle groups, only forward."""
     flow = config.flow(flow_name)
-    store = OffsetsStore(config.offsets_db_url)
-    translators, remote_names = translators_for(store, flow.name)
-    with ClusterAdmin(flow.source) as source:
-        committed = source.group_offsets(_groups(flow, source, options))
-    positions, untranslated = next_positions(committed, translators, remote_names, {})
-    groups = sorted({p.group_id for p in positions})
-    with ClusterAdmin(flow.target) as target:
-        sync, active = offsets_to_sync(positions, target.group_states(groups), target.group_offsets(groups))
-        if not options.dry_run:
-            for group, offsets in sorted(sync.items()):
-                target.commit_group_offsets(group, offsets)
-    return {
-        "dry_run": options.dry_run,
-        "positions": [asdict(p) for p in positions],
-        # With dry_run: what would have been committed.
-        "committed": {
-            g: {f"{t}-{p}": o for (t, p), o in sorted(offsets.items())} for g, offsets in sorted(sync.items())
-        },
-        "active_groups_left_alone": active,
-        "offsets_not_mirrored_yet": untranslated,
-    }
+    with OffsetsStore(config.offsets_db_url) as store:
+        translators, remote_names = translators_for(store, flow.name)
+        with ClusterAdmin(flow.source) as source:
+            committed = source.group_offsets(_groups(flow, source, options))
+        positions, untranslated = next_positions(committed, translators, remote_names, {})
+        groups = sorted({p.group_id for p in positions})
+        with ClusterAdmin(flow.target) as target:
+            sync, active = offsets_to_sync(
+                positions, target.group_states(groups), target.group_offsets(groups)
+            )
+            if not options.dry_run:
+                for group, offsets in sorted(sync.items()):
+                    target.commit_group_offsets(group, offsets)
+        return {
+            "dry_run": options.dry_run,
+            "positions": [asdict(p) for p in positions],
+            # With dry_run: what would have been committed.
+            "committed": {
+                g: {f"{t}-{p}": o for (t, p), o in sorted(offsets.items())}
+                for g, offsets in sorted(sync.items())
+            },
+            "active_groups_left_alone": active,
+            "offsets_not_mirrored_yet": untranslated,
+        }
 
 
 STEPS = ("preflight", "drain", "verify", "groups")
-REPORT_NAME = "cutover_report"
 
 
 def cutover_report(
@@ -230,16 +234,15 @@ def cutover_report(
 
 def report_files(config: MirrorConfig, flow_name: str) -> list[Path]:
     """The flow's cutover reports (Markdown), newest first."""
-    runs = run_dir(config.state_dir, flow_name, "_").parent
-    return sorted(runs.glob(f"*/{REPORT_NAME}.md"), key=lambda p: p.stat().st_mtime, reverse=True)
+    runs = flow_runs(config.state_dir, flow_name)
+    return sorted(runs.glob(f"*/{CUTOVER_REPORT}.md"), key=lambda p: p.stat().st_mtime, reverse=True)
 
 
 def write_report(
     config: MirrorConfig, flow_name: str, run_id: str, report: Mapping[str, Any]
 ) -> tuple[str, str]:
     """Writes ``cutover_report.json`` and ``cutover_report.md`` into the run's folder; returns their paths."""
-    folder = run_dir(config.state_dir, flow_name, run_id)
-    as_json, as_md = folder / f"{REPORT_NAME}.json", folder / f"{REPORT_NAME}.md"
+    as_json, as_md = RunFolder.of(config.state_dir, flow_name, run_id).cutover_report
     write_atomically(as_json, json.dumps(report, indent=1, sort_keys=True))
     write_atomically(as_md, markdown(report))
     return str(as_json), str(as_md)

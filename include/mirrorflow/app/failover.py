@@ -35,18 +35,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mirrorflow.app.run_folder import RunFolder, write_atomically
 from mirrorflow.config.model import ClusterConfig, FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import ParamTable
 from mirrorflow.copy.range_reader import read_partition
 from mirrorflow.core.failover_rules import FailoverReport, Timings, decide, newest_checkpoints, or_none
-from mirrorflow.core.plan import write_atomically
 from mirrorflow.errors import ParamError, TargetStateError
 from mirrorflow.kafka.admin import ClusterAdmin
 
 __all__ = [
     "FAILOVER_PARAMS",
     "FailoverOptions",
-    "failover_dag_id",
     "failover_options",
     "run_failover",
     "write_report",
@@ -54,7 +53,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-REPORT_FILES = ("failover.md", "failover.json")
 
 # The trigger form of the failover DAG: name -> (default, JSON schema, description).
 FAILOVER_PARAMS: ParamTable = {
@@ -70,11 +68,6 @@ FAILOVER_PARAMS: ParamTable = {
         "Show what would be set (task log, report files) and commit nothing.",
     ),
 }
-
-
-def failover_dag_id(flow: FlowConfig) -> str:
-    """``mirror_<source>_to_<target>_failover``: the flow DAG's id with ``_failover``."""
-    return f"{flow.dag_id}_failover"
 
 
 # --------------------------------------------------------------------------------------- options
@@ -111,9 +104,9 @@ def failover_options(params: Mapping[str, Any], flow: FlowConfig) -> FailoverOpt
 # ------------------------------------------------------------------------------------------ I/O
 
 
-def write_report(report: FailoverReport, folder: Path) -> tuple[Path, Path]:
-    """``failover.md`` and ``failover.json`` in ``folder`` (a run's folder), each written atomically."""
-    md, js = (folder / name for name in REPORT_FILES)
+def write_report(report: FailoverReport, folder: RunFolder) -> tuple[Path, Path]:
+    """``failover.md`` and ``failover.json`` in the run's folder, each written atomically."""
+    md, js = folder.failover_report
     write_atomically(md, report.markdown())
     write_atomically(js, json.dumps(report.as_dict(), indent=1, sort_keys=True) + "\n")
     return md, js

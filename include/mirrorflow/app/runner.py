@@ -18,25 +18,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from pathlib import Path
 
 from mirrorflow.app.dry_run import DryRun, dry_run_of
 from mirrorflow.app.remote_topics import RemoteTopics, ensure_remote_topics, remote_topic_changes
+from mirrorflow.app.run_folder import RunFolder, metrics_file, read_file, write_atomically
 from mirrorflow.config.model import ON_SOURCE_DATA_LOSS, FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS, RunOptions
 from mirrorflow.copy.inprocess_copy import copy_in_process
 from mirrorflow.copy.range_reader import record_digests
 from mirrorflow.core.metrics import PartitionMetrics, source_metrics_text
-from mirrorflow.core.plan import (
-    CopyResult,
-    Plan,
-    SourceGap,
-    metrics_file,
-    offset_range,
-    read_file,
-    run_dir,
-    write_atomically,
-)
+from mirrorflow.core.plan import CopyResult, Plan, SourceGap, offset_range
 from mirrorflow.core.planner import (
     PlannerInput,
     PlannerOutput,
@@ -65,88 +56,75 @@ from mirrorflow.store.offsets_store import OffsetsStore
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class RunFiles:
-    """A run's plan, and the outcome of its copy: a result, or the error that stopped it and that a
-    retry would meet again (the copy writes one of the two and removes the other)."""
-
-    plan: Path
-    result: Path
-    failure: Path
-
-
-def run_files(config: MirrorConfig, flow: FlowConfig, run_id: str) -> RunFiles:
-    folder = run_dir(config.state_dir, flow.name, run_id)
-    return RunFiles(folder / "plan.json", folder / "result.json", folder / "copy_failed.json")
-
-
 def plan_run(
     config: MirrorConfig, flow_name: str, run_id: str, options: RunOptions = DEFAULT_OPTIONS
 ) -> Plan:
     """Plan the run and write the plan file. Holds the flow's lock from here until ``release_run``.
     Invalid options fail before anything is written."""
     flow = config.flow(flow_name)
-    store = OffsetsStore(config.offsets_db_url)
-    with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
-        check_topic_subset(flow, source, options)
-        # A crashed run's lock is taken over once it expires: after every copy attempt has timed out.
-        store.acquire_lock(flow.name, run_id, flow.settings.lock_ttl_seconds)
-        try:
-            # Before planning, so that this run mirrors the source's new heartbeat too.
-            emit_heartbeats(flow)
-            topics = ensure_remote_topics(flow, source, target, options.topics)
-            if flow.sync_topic_acls:
-                _sync_acls(flow, source, target, topics.remote_names)
-            planned = _plan(flow, run_id, options, source, target, topics, store, frozenset())
-            store.anchor(flow.name, run_id, planned.anchors, planned.topics)
-            write_atomically(run_files(config, flow, run_id).plan, planned.plan.to_json())
-            if planned.plan.in_process:
-                execute_copy(config, flow, planned.plan, lambda: copy_in_process(flow, planned.plan))
-        except BaseException:
-            store.release_lock(flow.name, run_id)
-            raise
-    plan = planned.plan
-    for gap in plan.gaps:
-        log.warning(
-            "flow %s run %s: source records %s were deleted from the source before they were mirrored; "
-            "skipped (%s = skip), recorded as a gap when the run commits",
+    with OffsetsStore(config.offsets_db_url) as store:
+        with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
+            check_topic_subset(flow, source, options)
+            # A crashed run's lock is taken over once it expires: after every copy attempt has timed out.
+            store.acquire_lock(flow.name, run_id, flow.settings.lock_ttl_seconds)
+            try:
+                # Before planning, so that this run mirrors the source's new heartbeat too.
+                emit_heartbeats(flow)
+                topics = ensure_remote_topics(flow, source, target, options.topics)
+                if flow.sync_topic_acls:
+                    _sync_acls(flow, source, target, topics.remote_names)
+                planned = _plan(flow, run_id, options, source, target, topics, store, frozenset())
+                store.anchor(flow.name, run_id, planned.anchors, planned.topics)
+                write_atomically(
+                    RunFolder.of(config.state_dir, flow.name, run_id).plan, planned.plan.to_json()
+                )
+                if planned.plan.in_process:
+                    execute_copy(config, flow, planned.plan, lambda: copy_in_process(flow, planned.plan))
+            except BaseException:
+                store.release_lock(flow.name, run_id)
+                raise
+        plan = planned.plan
+        for gap in plan.gaps:
+            log.warning(
+                "flow %s run %s: source records %s were deleted from the source before they were mirrored; "
+                "skipped (%s = skip), recorded as a gap when the run commits",
+                flow.name,
+                run_id,
+                gap,
+                ON_SOURCE_DATA_LOSS,
+            )
+        for remote, changes in sorted(topics.reconfigured.items()):
+            log.info(
+                "remote topic %s: configs synced from the source: %s",
+                remote,
+                ", ".join(f"{k}={'(default)' if v is None else v}" for k, v in sorted(changes.items())),
+            )
+        log.info(
+            "flow %s run %s: %d topics selected, %d remote topics created, %d reconfigured, "
+            "%d partitions to copy, up to %d records",
             flow.name,
             run_id,
-            gap,
-            ON_SOURCE_DATA_LOSS,
+            len(topics.partitions),
+            len(topics.created),
+            len(topics.reconfigured),
+            len(plan.partitions),
+            plan.max_records,
         )
-    for remote, changes in sorted(topics.reconfigured.items()):
-        log.info(
-            "remote topic %s: configs synced from the source: %s",
-            remote,
-            ", ".join(f"{k}={'(default)' if v is None else v}" for k, v in sorted(changes.items())),
-        )
-    log.info(
-        "flow %s run %s: %d topics selected, %d remote topics created, %d reconfigured, "
-        "%d partitions to copy, up to %d records",
-        flow.name,
-        run_id,
-        len(topics.partitions),
-        len(topics.created),
-        len(topics.reconfigured),
-        len(plan.partitions),
-        plan.max_records,
-    )
-    return plan
+        return plan
 
 
 def dry_run(config: MirrorConfig, flow_name: str, run_id: str, options: RunOptions) -> DryRun:
     """What ``plan_run`` with these options would plan and change now; writes nothing."""
     flow = config.flow(flow_name)
-    store = OffsetsStore(config.offsets_db_url)
-    with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
-        check_topic_subset(flow, source, options)
-        topics = remote_topic_changes(flow, source, target, options.topics)
-        acls = _missing_acls(flow, source, target, topics.remote_names) if flow.sync_topic_acls else []
-        planned = _plan(flow, run_id, options, source, target, topics, store, topics.absent_partitions())
-        sizes = source.partition_sizes(topics.partitions)
-    new = frozenset((a.topic, a.partition) for a in planned.anchors)
-    return dry_run_of(planned.plan, topics, new, sizes, [str(a) for a in acls or []])
+    with OffsetsStore(config.offsets_db_url) as store:
+        with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
+            check_topic_subset(flow, source, options)
+            topics = remote_topic_changes(flow, source, target, options.topics)
+            acls = _missing_acls(flow, source, target, topics.remote_names) if flow.sync_topic_acls else []
+            planned = _plan(flow, run_id, options, source, target, topics, store, topics.absent_partitions())
+            sizes = source.partition_sizes(topics.partitions)
+        new = frozenset((a.topic, a.partition) for a in planned.anchors)
+        return dry_run_of(planned.plan, topics, new, sizes, [str(a) for a in acls or []])
 
 
 def check_topic_subset(flow: FlowConfig, source: ClusterAdmin, options: RunOptions) -> None:
@@ -286,7 +264,7 @@ def _sync_acls(
 
 
 def load_plan(config: MirrorConfig, flow: FlowConfig, run_id: str) -> Plan:
-    path = run_files(config, flow, run_id).plan
+    path = RunFolder.of(config.state_dir, flow.name, run_id).plan
     plan = Plan.from_json(read_file(path, "plan file"), str(path))
     plan.check_belongs_to(flow.name, run_id, str(path))
     return plan
@@ -305,18 +283,18 @@ def execute_copy(config: MirrorConfig, flow: FlowConfig, plan: Plan, copy: Calla
     target, a refused login) is saved as a note instead of a result, and the step itself succeeds,
     so that Airflow does not retry it; the commit task fails the run with the error, which Airflow
     does not retry either. Transient errors propagate, to be retried."""
-    files = run_files(config, flow, plan.run_id)
+    files = RunFolder.of(config.state_dir, flow.name, plan.run_id)
     try:
         result = copy()
     except TransientError:
         raise
     except MirrorError as failed:
         note = json.dumps({"error": type(failed).__name__, "message": str(failed)})
-        write_atomically(files.failure, note)
+        write_atomically(files.copy_failed, note)
         files.result.unlink(missing_ok=True)
         return f"copy of {flow.name} stopped: {failed}; the commit task fails the run"
     write_atomically(files.result, result.to_json())
-    files.failure.unlink(missing_ok=True)
+    files.copy_failed.unlink(missing_ok=True)
     return f"copied {sum(r.records - r.skipped for r in result.partitions)} records for {flow.name}"
 
 
@@ -345,9 +323,9 @@ def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> Committed:
     run here with that error (lost source records: with the exact lost ranges), committing nothing."""
     flow = config.flow(flow_name)
     plan = load_plan(config, flow, run_id)
-    files = run_files(config, flow, run_id)
-    if plan.partitions and files.failure.exists():
-        raise _copy_failure(flow, plan, files.failure.read_text())
+    files = RunFolder.of(config.state_dir, flow.name, run_id)
+    if plan.partitions and files.copy_failed.exists():
+        raise _copy_failure(flow, plan, files.copy_failed.read_text())
     result = (
         CopyResult.from_json(read_file(files.result, "copy result"), str(files.result))
         if plan.partitions
@@ -355,23 +333,25 @@ def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> Committed:
     )
     batches = batches_for(plan, result)
     report = build_report(plan, result)
-    store = OffsetsStore(config.offsets_db_url)
-    store.commit(flow.name, run_id, batches, [p for p in report.partitions if p.records or p.lag], plan.gaps)
-    # After the commit: a retried commit task commits nothing twice and rewrites the same syncs.
-    syncs = emit_offset_syncs(flow, batches)
-    log.info(
-        "flow %s run %s committed, %d offset syncs written\n%s", flow.name, run_id, syncs, report.table()
-    )
-    age = freshness_seconds(flow)
-    log.info(
-        "flow %s: newest mirrored heartbeat is %s old",
-        flow.name,
-        "none yet" if age is None else f"{age:.1f} s",
-    )
-    path = metrics_file(config.state_dir, flow.name, "source")
-    write_atomically(path, _source_metrics(flow, store, report, age))
-    log.info("metrics of flow %s in %s", flow.name, path)
-    return Committed(report, age)
+    with OffsetsStore(config.offsets_db_url) as store:
+        store.commit(
+            flow.name, run_id, batches, [p for p in report.partitions if p.records or p.lag], plan.gaps
+        )
+        # After the commit: a retried commit task commits nothing twice and rewrites the same syncs.
+        syncs = emit_offset_syncs(flow, batches)
+        log.info(
+            "flow %s run %s committed, %d offset syncs written\n%s", flow.name, run_id, syncs, report.table()
+        )
+        age = freshness_seconds(flow)
+        log.info(
+            "flow %s: newest mirrored heartbeat is %s old",
+            flow.name,
+            "none yet" if age is None else f"{age:.1f} s",
+        )
+        path = metrics_file(config.state_dir, flow.name, "source")
+        write_atomically(path, _source_metrics(flow, store, report, age))
+        log.info("metrics of flow %s in %s", flow.name, path)
+        return Committed(report, age)
 
 
 def _lost_during_copy(flow: FlowConfig, plan: Plan, spark_reason: str) -> SourceDataLostError:
@@ -475,4 +455,5 @@ def batches_for(plan: Plan, result: CopyResult) -> list[Batch]:
 
 def release_run(config: MirrorConfig, flow_name: str, run_id: str) -> bool:
     flow = config.flow(flow_name)
-    return OffsetsStore(config.offsets_db_url).release_lock(flow.name, run_id)
+    with OffsetsStore(config.offsets_db_url) as store:
+        return store.release_lock(flow.name, run_id)

@@ -29,12 +29,12 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from mirrorflow.app.cutover import report_files
+from mirrorflow.app.run_folder import RunFolder, flow_runs
 from mirrorflow.config.model import FlowConfig, MirrorConfig
-from mirrorflow.core.plan import Plan, run_dir
+from mirrorflow.core.plan import Plan
 from mirrorflow.core.progress import RecordedGap
 from mirrorflow.errors import MirrorError
 from mirrorflow.kafka.heartbeats import freshness_seconds
@@ -440,7 +440,7 @@ def _derived_state(
 def _run_folders(config: MirrorConfig, flow: FlowConfig, limit: int) -> tuple[dict[str, _Folder], list[str]]:
     """The ``limit`` newest run folders of the flow (by plan file time) and what could not be read.
     A folder on another machine's disk is simply absent: runs are then known from the other sources."""
-    base = run_dir(config.state_dir, flow.name, "run").parent
+    base = flow_runs(config.state_dir, flow.name)
     try:
         plans = sorted(
             (p for p in base.glob("*/plan.json") if p.is_file()),
@@ -458,14 +458,17 @@ def _run_folders(config: MirrorConfig, flow: FlowConfig, limit: int) -> tuple[di
             errors.append(f"cannot read {path}: {error}")
             continue
         folders[plan.run_id] = _Folder(
-            plan.run_id, _parse_time(plan.created_at), len(plan.partitions), _copy_failure(path.parent)
+            plan.run_id,
+            _parse_time(plan.created_at),
+            len(plan.partitions),
+            _copy_failure(RunFolder(path.parent)),
         )
     return folders, errors
 
 
-def _copy_failure(folder: Path) -> str | None:
+def _copy_failure(folder: RunFolder) -> str | None:
     """The error the copy noted in ``copy_failed.json`` (see ``runner.execute_copy``)."""
-    note = folder / "copy_failed.json"
+    note = folder.copy_failed
     try:
         saved = json.loads(note.read_text())
         return f"{saved['error']}: {saved['message']}"

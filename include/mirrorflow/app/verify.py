@@ -11,70 +11,59 @@ Imports no pyspark: the plan task runs where pyspark is not installed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
+from mirrorflow.app.run_folder import RunFolder, read_file, write_atomically
 from mirrorflow.config.model import FlowConfig, MirrorConfig
-from mirrorflow.core.plan import read_file, run_dir, write_atomically
 from mirrorflow.core.verify import VerifyPlan, VerifyResult, verify_plan
 from mirrorflow.errors import PlanError
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.store.offsets_store import OffsetsStore
 
 __all__ = [
-    "VerifyFiles",
     "load_verify_plan",
     "load_verify_result",
     "plan_verification",
     "save_verify_result",
-    "verify_files",
     "write_verify_plan",
 ]
-
-
-@dataclass(frozen=True)
-class VerifyFiles:
-    plan: Path
-    result: Path
-
-
-def verify_files(config: MirrorConfig, flow: FlowConfig, run_id: str) -> VerifyFiles:
-    """The verification's files in the run's folder, next to a copy's plan and result."""
-    folder = run_dir(config.state_dir, flow.name, run_id)
-    return VerifyFiles(folder / "verify_plan.json", folder / "verify_result.json")
 
 
 def write_verify_plan(config: MirrorConfig, flow: FlowConfig, plan: VerifyPlan) -> Path:
     """Write ``plan`` for the verify job (atomically); removes an earlier result of the same run,
     which would describe another plan."""
-    files = verify_files(config, flow, plan.run_id)
-    write_atomically(files.plan, plan.to_json())
-    files.result.unlink(missing_ok=True)
-    return files.plan
+    folder = RunFolder.of(config.state_dir, flow.name, plan.run_id)
+    write_atomically(folder.verify_plan, plan.to_json())
+    folder.verify_result.unlink(missing_ok=True)
+    return folder.verify_plan
 
 
 def load_verify_plan(config: MirrorConfig, flow: FlowConfig, run_id: str) -> VerifyPlan:
-    path = verify_files(config, flow, run_id).plan
+    path = RunFolder.of(config.state_dir, flow.name, run_id).verify_plan
     plan = VerifyPlan.from_json(read_file(path, "verify plan"), str(path))
     plan.check_belongs_to(flow.name, run_id, str(path))
     return plan
 
 
 def save_verify_result(config: MirrorConfig, flow: FlowConfig, result: VerifyResult) -> Path:
-    path = verify_files(config, flow, result.run_id).result
+    path = RunFolder.of(config.state_dir, flow.name, result.run_id).verify_result
     write_atomically(path, result.to_json())
     return path
 
 
 def load_verify_result(config: MirrorConfig, flow: FlowConfig, run_id: str) -> VerifyResult:
     """The result of the run's verification; it must be of the plan the run's folder holds now."""
-    files = verify_files(config, flow, run_id)
-    result = VerifyResult.from_json(read_file(files.result, "verify result"), str(files.result))
+    folder = RunFolder.of(config.state_dir, flow.name, run_id)
+    result = VerifyResult.from_json(
+        read_file(folder.verify_result, "verify result"), str(folder.verify_result)
+    )
     plan = load_verify_plan(config, flow, run_id)
     if (result.flow, result.run_id) != (plan.flow, plan.run_id) or tuple(
         v.range for v in result.partitions
     ) != plan.ranges:
-        raise PlanError(f"{files.result} is not the result of {files.plan}; run the verification again")
+        raise PlanError(
+            f"{folder.verify_result} is not the result of {folder.verify_plan}; run the verification again"
+        )
     return result
 
 

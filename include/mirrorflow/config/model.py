@@ -332,9 +332,23 @@ class FlowConfig:
 
     @property
     def dag_id(self) -> str:
-        """``mirror_<source>_to_<target>``, characters outside ``[A-Za-z0-9_]`` replaced by ``_``."""
+        """``mirror_<source>_to_<target>``, characters outside ``[A-Za-z0-9_]`` replaced by ``_``: the
+        flow's DAG; its cutover and failover DAGs add a suffix (``dag_ids``)."""
         source, target = (_NOT_IDENTIFIER.sub("_", side.alias) for side in (self.source, self.target))
         return f"mirror_{source}_to_{target}"
+
+    @property
+    def cutover_dag_id(self) -> str:
+        return f"{self.dag_id}_cutover"
+
+    @property
+    def failover_dag_id(self) -> str:
+        return f"{self.dag_id}_failover"
+
+    @property
+    def dag_ids(self) -> tuple[str, str, str]:
+        """Every Airflow DAG of the flow: its runs, its cutover, its failover."""
+        return (self.dag_id, self.cutover_dag_id, self.failover_dag_id)
 
     def should_replicate_topic(self, topic: str) -> bool:
         """MM2's rule for a source topic of this flow (see ``filters.should_replicate_topic``)."""
@@ -622,15 +636,18 @@ def _flow_config(
 
 
 def _check_dag_ids(flows: Sequence[FlowConfig]) -> None:
+    """No two flows may share a DAG id: not their run DAGs, nor one's cutover or failover DAG and
+    another's (a target alias ending in ``_failover`` could otherwise make one)."""
     seen: dict[str, str] = {}
     for flow in flows:
-        if flow.dag_id in seen:
-            raise ConfigError(
-                f"flows {seen[flow.dag_id]} and {flow.name} would both be Airflow DAG {flow.dag_id}; "
-                "rename one of the aliases",
-                key="clusters",
-            )
-        seen[flow.dag_id] = flow.name
+        for dag_id in flow.dag_ids:
+            if dag_id in seen:
+                raise ConfigError(
+                    f"flows {seen[dag_id]} and {flow.name} would both be Airflow DAG {dag_id}; "
+                    "rename one of the aliases",
+                    key="clusters",
+                )
+            seen[dag_id] = flow.name
 
 
 def _state_dir(top: Mapping[str, str], env: Mapping[str, str], base: Path) -> Path:

@@ -1,23 +1,21 @@
 """The plan of one run: an explicit, immutable list of what to copy, and the result of executing it.
 
 A plan is written once by the plan task and only read afterwards: every attempt of the copy task
-executes the same plan, and the commit task checks the result against it. Both travel as JSON files
-in the run's folder (see ``run_dir``).
+executes the same plan, and the commit task checks the result against it. Both travel as JSON
+documents (``core.documents``) in the run's folder (``app.run_folder``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import re
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from typing import Any
 
+from mirrorflow.core import documents
 from mirrorflow.core.metrics import Stats
 from mirrorflow.errors import PlanError
 
 PLAN_VERSION = 1
+RESULT_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -147,26 +145,31 @@ class Plan:
         return [tuple(sorted(g, key=lambda p: order[p.topic, p.partition])) for g in groups if g]
 
     def to_json(self) -> str:
-        return json.dumps({"version": PLAN_VERSION, **asdict(self)}, indent=1)
+        return documents.dump(("version", PLAN_VERSION), asdict(self))
 
     @classmethod
     def from_json(cls, text: str, source: str = "plan") -> Plan:
-        try:
-            raw = json.loads(text)
-            if raw.get("version") != PLAN_VERSION:
-                raise ValueError(f"plan version {raw.get('version')!r}, expected {PLAN_VERSION}")
-            return cls(
-                flow=raw["flow"],
-                run_id=raw["run_id"],
-                created_at=raw["created_at"],
-                partitions=tuple(PartitionPlan(**p) for p in raw["partitions"]),
-                states=tuple(PartitionState(**s) for s in raw["states"]),
-                # Absent from plans written before gaps were recorded: those have none.
-                gaps=tuple(SourceGap(**g) for g in raw.get("gaps", ())),
-                in_process=bool(raw.get("in_process", False)),
-            )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise PlanError(f"{source}: not a valid plan ({exc}); re-run the plan task") from exc
+        return documents.load(
+            text,
+            ("version", PLAN_VERSION),
+            cls._build,
+            what="plan",
+            source=source,
+            remedy="re-run the plan task",
+        )
+
+    @classmethod
+    def _build(cls, raw: dict[str, Any]) -> Plan:
+        return cls(
+            flow=raw["flow"],
+            run_id=raw["run_id"],
+            created_at=raw["created_at"],
+            partitions=tuple(PartitionPlan(**p) for p in raw["partitions"]),
+            states=tuple(PartitionState(**s) for s in raw["states"]),
+            # Absent from plans written before gaps were recorded: those have none.
+            gaps=tuple(SourceGap(**g) for g in raw.get("gaps", ())),
+            in_process=bool(raw.get("in_process", False)),
+        )
 
     def check_belongs_to(self, flow: str, run_id: str, source: str) -> None:
         """Refuse a plan written for another flow or run: executing it would copy the wrong ranges."""
@@ -213,62 +216,33 @@ class CopyResult:
     partitions: tuple[PartitionResult, ...]
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1)
+        return documents.dump(("version", RESULT_VERSION), asdict(self))
 
     @classmethod
     def from_json(cls, text: str, source: str = "result") -> CopyResult:
-        try:
-            raw = json.loads(text)
-            return cls(
-                flow=raw["flow"],
-                run_id=raw["run_id"],
-                partitions=tuple(
-                    PartitionResult(
-                        **{
-                            **p,
-                            "sync_points": tuple(tuple(s) for s in p["sync_points"]),
-                            "record_age": Stats(**p["record_age"]),
-                            "replication_latency": Stats(**p["replication_latency"]),
-                        }
-                    )
-                    for p in raw["partitions"]
-                ),
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise PlanError(f"{source}: not a valid copy result ({exc}); re-run the copy task") from exc
+        return documents.load(
+            text,
+            ("version", RESULT_VERSION),
+            cls._build,
+            what="copy result",
+            source=source,
+            remedy="re-run the copy task",
+        )
 
-
-def run_dir(state_dir: Path, flow: str, run_id: str) -> Path:
-    """The folder holding one run's plan and result; names made safe for any file system."""
-    return state_dir / "runs" / _safe(flow) / _safe(run_id)
-
-
-def metrics_file(state_dir: Path, flow: str, kind: str) -> Path:
-    """A flow's Prometheus text file of one ``kind`` (``source`` or ``checkpoint``): one folder for
-    every flow, as node_exporter's textfile collector reads it."""
-    return state_dir / "metrics" / f"{_safe(flow)}.{kind}.prom"
-
-
-def _safe(name: str) -> str:
-    """A folder name for ``name``; where characters had to be replaced, a digest of the original keeps
-    distinct names apart (``x:y`` and ``x+y``), and a name of dots alone never means a parent folder."""
-    arrows = name.replace("->", "_to_")
-    readable = re.sub(r"[^A-Za-z0-9._=-]", "_", arrows)
-    if readable == arrows and readable.strip("."):
-        return readable
-    return f"{readable.replace('.', '_')}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Readers see the old file or the whole new one, never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def read_file(path: Path, what: str) -> str:
-    try:
-        return path.read_text()
-    except FileNotFoundError as exc:
-        raise PlanError(f"{what} {path} does not exist; re-run the task that writes it") from exc
+    @classmethod
+    def _build(cls, raw: dict[str, Any]) -> CopyResult:
+        return cls(
+            flow=raw["flow"],
+            run_id=raw["run_id"],
+            partitions=tuple(
+                PartitionResult(
+                    **{
+                        **p,
+                        "sync_points": tuple(tuple(s) for s in p["sync_points"]),
+                        "record_age": Stats(**p["record_age"]),
+                        "replication_latency": Stats(**p["replication_latency"]),
+                    }
+                )
+                for p in raw["partitions"]
+            ),
+        )

@@ -32,7 +32,6 @@ from __future__ import annotations
 import bisect
 import hashlib
 import itertools
-import json
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -41,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mirrorflow.core import documents
 from mirrorflow.core.progress import Batch
 from mirrorflow.core.translation import OffsetTranslator, runs
 from mirrorflow.errors import PlanError
@@ -149,19 +149,18 @@ class VerifyPlan:
         return sum(r.records for r in self.ranges)
 
     def to_json(self) -> str:
-        return json.dumps({"version": VERIFY_PLAN_VERSION, **asdict(self)}, indent=1)
+        return documents.dump(("version", VERIFY_PLAN_VERSION), asdict(self))
 
     @classmethod
     def from_json(cls, text: str, source: str = "verify plan") -> VerifyPlan:
-        try:
-            raw = json.loads(text)
-            if raw.get("version") != VERIFY_PLAN_VERSION:
-                raise ValueError(f"version {raw.get('version')!r}, expected {VERIFY_PLAN_VERSION}")
-            return cls(raw["flow"], raw["run_id"], tuple(VerifyRange(**r) for r in raw["ranges"]))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise PlanError(
-                f"{source}: not a valid verify plan ({exc}); plan the verification again"
-            ) from exc
+        return documents.load(
+            text,
+            ("version", VERIFY_PLAN_VERSION),
+            lambda raw: cls(raw["flow"], raw["run_id"], tuple(VerifyRange(**r) for r in raw["ranges"])),
+            what="verify plan",
+            source=source,
+            remedy="plan the verification again",
+        )
 
     def check_belongs_to(self, flow: str, run_id: str, source: str) -> None:
         if (self.flow, self.run_id) != (flow, run_id):
@@ -403,15 +402,14 @@ class VerifyResult:
         return line
 
     def to_json(self) -> str:
-        return json.dumps({"digest_scheme": DIGEST_SCHEME, **asdict(self)}, indent=1)
+        return documents.dump(("digest_scheme", DIGEST_SCHEME), asdict(self))
 
     @classmethod
     def from_json(cls, text: str, source: str = "verify result") -> VerifyResult:
-        try:
-            raw = json.loads(text)
-            if raw.get("digest_scheme") != DIGEST_SCHEME:
-                raise ValueError(f"digest scheme {raw.get('digest_scheme')!r}, expected {DIGEST_SCHEME!r}")
-            return cls(
+        return documents.load(
+            text,
+            ("digest_scheme", DIGEST_SCHEME),
+            lambda raw: cls(
                 raw["flow"],
                 raw["run_id"],
                 tuple(
@@ -420,11 +418,11 @@ class VerifyResult:
                     )
                     for v in raw["partitions"]
                 ),
-            )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise PlanError(
-                f"{source}: not a valid verify result ({exc}); run the verification again"
-            ) from exc
+            ),
+            what="verify result",
+            source=source,
+            remedy="run the verification again",
+        )
 
 
 # ----------------------------------------------------------------------------------- Spark tasks
