@@ -238,6 +238,7 @@ def test_config_error_at_load_names_the_key(case: ConfigCase, tmp_path: Path) ->
     assert str(caught.value) == case.message.format(config=path)
 
 
+@pytest.mark.airflow  # Airflow's DagBag parses the dags folder
 @pytest.mark.parametrize("case", [c for c in CONFIG_CASES if c.dag], ids=lambda case: case.name)
 def test_config_error_is_a_dag_import_error(
     case: ConfigCase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -582,7 +583,7 @@ def stage(
     return build
 
 
-@pytest.mark.integration
+@pytest.mark.kafka
 @pytest.mark.parametrize(
     "case",
     [
@@ -614,7 +615,7 @@ def test_bad_state_stops_the_step_and_applies_nothing(
         assert after["mirror_locks"] == []
 
 
-@pytest.mark.integration
+@pytest.mark.kafka
 def test_the_repair_named_for_a_corrupt_row_lets_the_flow_plan_again(
     stage: Callable[[StateCase], Scene],
 ) -> None:
