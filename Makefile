@@ -21,8 +21,9 @@ airflow: setup
 test: setup
 	@bash scripts/test.sh $(PYTEST_ARGS)
 
+# The tests that start nothing (no broker, Spark, Airflow, PostgreSQL or browser): well under a minute.
 test-unit: setup
-	$(VENV)/bin/pytest tests/unit tests/dags $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not (kafka or spark or airflow or postgres or browser or faults)" $(PYTEST_ARGS)
 
 # The fault-injection suite with SOAK_KILLS more random kill points (seed: MIRROR_SOAK_SEED).
 soak: setup

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Compose Specification's JSON schema, for tests/unit/test_compose_file.py, into the git-ignored
+# The Compose Specification's JSON schema, for tests/unit/dev/test_compose_file.py, into the git-ignored
 # .cache/compose-spec/compose-spec.json (third-party files are fetched, never committed).
 #
 # Source: the npm registry package dclint (Docker Compose linter), which ships compose-spec's

@@ -45,7 +45,7 @@ resolve_jars() {  # pom folder, destination
 }
 resolve_jars jvm/kafka "$JVM_CACHE/kafka-$KAFKA_VERSION"
 resolve_jars jvm/spark-kafka "$JVM_CACHE/spark-kafka-$SPARK_VERSION"
-# The Compose Specification schema that tests/unit/test_compose_file.py validates docker-compose.yaml with.
+# The Compose Specification schema that tests/unit/dev/test_compose_file.py validates docker-compose.yaml with.
 bash scripts/fetch_compose_schema.sh
 
 # PostgreSQL server programs (initdb, pg_ctl, postgres) for the throwaway test server of

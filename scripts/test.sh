@@ -5,7 +5,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/lint.sh || exit 1
-.venv/bin/pytest "$@"
+# The 25 slowest tests in the output; every result as JUnit XML for CI.
+mkdir -p .state/test-results
+.venv/bin/pytest --durations=25 --junitxml=.state/test-results/junit.xml "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "test.sh: pytest collected no tests: treating as a failure" >&2

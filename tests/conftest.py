@@ -1,5 +1,11 @@
 """Shared fixtures. Brokers start only when a test requests ``kafka_clusters``, the PostgreSQL server
-only when one requests ``postgres_server`` (each once per session)."""
+only when one requests ``postgres_server`` (each once per session).
+
+A test using one of the server fixtures, directly or through another fixture, is marked for it
+(``kafka``, ``spark``, ``postgres``), so that ``-m "not (kafka or spark or airflow or postgres or browser
+or faults)"`` (``make test-unit``) leaves only the tests that start nothing. Tests that start servers of
+their own, or run Airflow, a browser or the fault injection, carry their marks themselves.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +32,21 @@ if TYPE_CHECKING:
 
 SESSION_ALIASES = ("primary", "backup", "dr")
 _names = itertools.count()
+
+# The fixtures that start a server, and the mark a test using one gets.
+SERVER_MARKS = {"kafka_clusters": "kafka", "spark": "spark", "postgres_server": "postgres"}
+
+# Shared test bodies outside test modules still get pytest's assertion messages.
+pytest.register_assert_rewrite("offsets_store_cases")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))  # the test's whole fixture closure
+        for fixture, mark in SERVER_MARKS.items():
+            if fixture in used:
+                item.add_marker(mark)
 
 
 @pytest.fixture(scope="session")

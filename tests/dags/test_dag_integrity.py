@@ -18,6 +18,8 @@ from dag_parsing import dagbag_class, import_error_line, parse_dags
 from mirrorflow_dev.local_kafka import free_ports
 from mirrorflow_dev.paths import REPO_ROOT
 
+pytestmark = pytest.mark.airflow  # Airflow's DagBag parses the dags folder
+
 FLOWS = """\
 clusters = primary, backup, dr
 primary.bootstrap.servers = {primary}

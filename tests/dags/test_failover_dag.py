@@ -13,6 +13,8 @@ from dag_parsing import DAGS_FOLDER, dagbag_class, parse_dags
 
 from mirrorflow_dev.local_kafka import free_ports
 
+pytestmark = pytest.mark.airflow  # Airflow's DagBag parses the dags folder
+
 FLOWS = """\
 clusters = primary, backup, dr
 primary.bootstrap.servers = 127.0.0.1:{0}

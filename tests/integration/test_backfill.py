@@ -21,7 +21,7 @@ from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_airflow import LocalAirflow
 from mirrorflow_dev.local_kafka import LocalCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.airflow]
+pytestmark = [pytest.mark.kafka, pytest.mark.airflow]
 
 FLOW = "primary->backup"
 DAG = "mirror_primary_to_backup"

@@ -25,7 +25,7 @@ from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.sample_data import Record, sample_record
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 FLOW = "primary->backup"
 Clusters = dict[str, LocalCluster]

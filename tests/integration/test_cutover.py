@@ -17,7 +17,7 @@ from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.paths import REPO_ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.airflow]
+pytestmark = [pytest.mark.kafka, pytest.mark.airflow]
 
 DAG = "mirror_primary_to_backup_cutover"
 ARTIFACTS = REPO_ROOT / ".state" / "test-artifacts"

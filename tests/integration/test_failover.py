@@ -32,7 +32,7 @@ from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.airflow]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
 
 FLOW = "primary->backup"
 DAG = "mirror_primary_to_backup_failover"

@@ -46,7 +46,7 @@ from mirrorflow_dev import local_kafka, sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.sample_data import BASE_TIMESTAMP_MS, Record
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.faults]
 
 FLOW = "primary->backup"
 PARTITIONS = 3

@@ -24,7 +24,7 @@ from mirrorflow.mm2.records import Heartbeat
 from mirrorflow_dev import paths, sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 ALIASES = ("west", "east", "north")
 

@@ -15,7 +15,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from mirrorflow_dev import local_kafka
 from mirrorflow_dev.local_kafka import LocalCluster
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.kafka
 
 Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]
 

@@ -15,7 +15,7 @@ from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 FLOW = "primary->backup"
 

@@ -42,7 +42,7 @@ from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import SUPER_USER, LocalCluster, LocalTls, ScramSecurity
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.airflow]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
 
 FLOW = "primary->backup"
 TOPIC = "payments"

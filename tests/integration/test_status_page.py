@@ -46,7 +46,7 @@ from mirrorflow_dev.local_airflow import USER, LocalAirflow
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.paths import REPO_ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.airflow]
+pytestmark = [pytest.mark.kafka, pytest.mark.airflow, pytest.mark.browser]
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO_ROOT / ".state" / "test-artifacts"

@@ -88,7 +88,7 @@ from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import SUPER_USER, LocalCluster, ScramSecurity
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.kafka]
 
 FLOW = "primary->backup"
 DENY = ACLPermissionType.DENY

@@ -16,7 +16,7 @@ from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.airflow]
+pytestmark = [pytest.mark.kafka, pytest.mark.airflow]
 
 FLOW = "primary->backup"
 DAG = "mirror_primary_to_backup"

@@ -28,7 +28,7 @@ from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.sample_data import BASE_TIMESTAMP_MS, Record, sample_record
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 _SCHEMA = StructType(
     [

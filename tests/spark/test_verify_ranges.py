@@ -39,7 +39,7 @@ from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.paths import REPO_ROOT
 from mirrorflow_dev.sample_data import Record, sample_record
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 FLOW = "primary->backup"
 Clusters = dict[str, LocalCluster]

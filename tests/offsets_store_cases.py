@@ -1,21 +1,19 @@
-"""The offsets table on real SQLite files and on a real PostgreSQL server (one per session, a schema
-per test): locks, anchors, commits, the batch log, racing and crashing processes, the CLI.
-
-Every test taking ``db_url`` runs on both backends with the same expectations.
+"""The offsets table's cases that hold on every backend: locks, anchors, commits, the batch log, racing
+and crashing processes, the CLI. Not a test module itself: tests/unit/store/test_offsets_store.py runs
+them on SQLite files, tests/integration/test_offsets_store_postgres.py on a real PostgreSQL server (one
+per session, a schema per test), each module giving the ``db_url`` fixture, with the same expectations.
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +22,7 @@ from sqlalchemy import Engine, create_engine, event, inspect, select
 from mirrorflow.core.metrics import CheckpointMetrics, Stats
 from mirrorflow.core.progress import Batch, CommittedBatch, GroupPosition, LockInfo, PartitionProgress
 from mirrorflow.core.report import PartitionReport
-from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
+from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.schema import metadata
 
@@ -48,16 +46,6 @@ class FakeClock:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(T0)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A new, empty offsets database: a SQLite file in a folder that does not exist yet, or a role
-    and schema of this test's own on the session's PostgreSQL server."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'state' / 'nested' / 'offsets.db'}"
-    url: str = request.getfixturevalue("postgres_db_url")
-    return url
 
 
 @pytest.fixture
@@ -128,28 +116,6 @@ def test_schema_created_on_first_use(db_url: str) -> None:
     with OffsetsStore(db_url) as again:
         assert again.batches(FLOW) == []
         assert again.lock_holder(FLOW) is None
-
-
-def test_sqlite_file_and_its_folder_are_created_on_first_use(tmp_path: Path) -> None:
-    # SQLite only: a PostgreSQL database is created by its administrator, never by the store.
-    path = tmp_path / "state" / "nested" / "offsets.db"
-    store = OffsetsStore(f"sqlite:///{path}")
-    assert not path.exists()
-    assert store.progress(FLOW) == {}
-    store.close()
-    with sqlite3.connect(path) as conn:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert tables == TABLES
-
-
-def test_unreachable_database_is_transient_with_redacted_url() -> None:
-    store = OffsetsStore("postgresql+psycopg2://mirror:s3cret@127.0.0.1:1/offsets?connect_timeout=2")
-    with pytest.raises(TransientError) as info:
-        store.progress(FLOW)
-    message = str(info.value)
-    assert "postgresql+psycopg2://mirror:***@127.0.0.1:1/offsets" in message
-    assert "s3cret" not in message
-    assert store.url == "postgresql+psycopg2://mirror:***@127.0.0.1:1/offsets?connect_timeout=2"
 
 
 # ----------------------------------------------------------------------------------------------- locks
@@ -693,7 +659,7 @@ def test_same_batch_twice_in_one_commit_is_refused(store: OffsetsStore) -> None:
 # ------------------------------------------------------------------------------------------------- CLI
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def store_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mirrorflow.store", *args],
         capture_output=True,
@@ -707,7 +673,7 @@ def test_cli_show_and_release_lock(db_url: str, clock: FakeClock) -> None:
         _anchored(store, "run-7")
         store.commit(FLOW, "run-7", [_batch()])
 
-    shown = _cli("show", "--flow", FLOW, "--db", db_url)
+    shown = store_cli("show", "--flow", FLOW, "--db", db_url)
     assert (shown.returncode, shown.stderr) == (0, "")
     assert shown.stdout == (
         "flow primary->backup: locked by run run-7 since 2030-01-02T03:04:05+00:00, "
@@ -717,7 +683,7 @@ def test_cli_show_and_release_lock(db_url: str, clock: FakeClock) -> None:
         "orders  1          0                   50                  run-7     2030-01-02T03:04:05+00:00\n"
     )
 
-    released = _cli("release-lock", "--flow", FLOW, "--db", db_url)
+    released = store_cli("release-lock", "--flow", FLOW, "--db", db_url)
     assert (released.returncode, released.stderr) == (0, "")
     assert released.stdout == (
         "released the lock of flow primary->backup held by run run-7 since 2030-01-02T03:04:05+00:00 "
@@ -725,20 +691,10 @@ def test_cli_show_and_release_lock(db_url: str, clock: FakeClock) -> None:
     )
     assert OffsetsStore(db_url).lock_holder(FLOW) is None
 
-    again = _cli("release-lock", "--flow", FLOW, "--db", db_url)
+    again = store_cli("release-lock", "--flow", FLOW, "--db", db_url)
     assert (again.returncode, again.stdout) == (0, "flow primary->backup is not locked\n")
-    empty = _cli("show", "--flow", "other->backup", "--db", db_url)
+    empty = store_cli("show", "--flow", "other->backup", "--db", db_url)
     assert (empty.returncode, empty.stdout) == (0, "flow other->backup: not locked\nno progress\n")
-
-
-def test_cli_unreachable_database_fails_with_redacted_url() -> None:
-    result = _cli(
-        "show", "--flow", FLOW, "--db", "postgresql+psycopg2://u:pw@127.0.0.1:1/x?connect_timeout=2"
-    )
-    assert result.returncode == 1
-    assert result.stdout == ""
-    assert result.stderr.startswith("error: offsets database postgresql+psycopg2://u:***@127.0.0.1:1/x")
-    assert ":pw@" not in result.stderr
 
 
 def test_recorded_checkpoints_replace_the_previous_per_group_and_partition(
