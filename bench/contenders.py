@@ -38,7 +38,7 @@ from workload import (
     steady_rate,
 )
 
-from mirrorflow_dev import local_kafka, paths
+from mirrorflow_dev import local_kafka, paths, processes
 from mirrorflow_dev.devenv import airflow_env
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
@@ -178,7 +178,7 @@ class SparkStandalone:
         self.home, self.n_workers, self.timeout = home, workers, timeout
         self.procs: list[subprocess.Popen[bytes]] = []
         self.workers: list[subprocess.Popen[bytes]] = []
-        self.port, self.webui, *self._worker_ports = local_kafka.free_ports(2 + 2 * workers)
+        self.port, self.webui, *self._worker_ports = processes.free_ports(2 + 2 * workers)
         self.url = f"spark://127.0.0.1:{self.port}"
 
     def _spawn(self, name: str, args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -56,7 +56,7 @@ import scenarios
 from contenders import Context, Result
 from workload import PARTITIONS, PRODUCER_TUNING, create_topics, end_offsets, fingerprint, produce_w1
 
-from mirrorflow_dev import local_kafka
+from mirrorflow_dev import local_kafka, processes
 from mirrorflow_dev.local_kafka import LocalCluster
 
 TOPICS = ("w1-orders", "w1-payments")
@@ -69,7 +69,7 @@ CONTENDERS: dict[str, tuple[str, Callable[[Context], Result]]] = {
 
 
 def start(alias: str, home: Path, heap_mb: int) -> LocalCluster:
-    port, controller = local_kafka.free_ports(2)
+    port, controller = processes.free_ports(2)
     return local_kafka.start_cluster(alias, port, controller, home, heap_mb=heap_mb, timeout=120)
 
 

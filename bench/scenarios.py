@@ -33,7 +33,7 @@ from workload import (
     produce_w1,
 )
 
-from mirrorflow_dev import local_kafka
+from mirrorflow_dev import local_kafka, processes
 from mirrorflow_dev.devenv import airflow_env
 from mirrorflow_dev.local_kafka import LocalCluster
 
@@ -220,7 +220,7 @@ def compare_counts(
 
 
 def start(alias: str, home: Path, heap_mb: int) -> LocalCluster:
-    port, controller = local_kafka.free_ports(2)
+    port, controller = processes.free_ports(2)
     return local_kafka.start_cluster(alias, port, controller, home, heap_mb=heap_mb, timeout=120)
 
 

@@ -38,7 +38,7 @@ from mirrorflow.app import runner
 from mirrorflow.app.run_folder import RunFolder, write_atomically
 from mirrorflow.config.model import parse_config
 from mirrorflow.copy.spark_copy import copy_plan
-from mirrorflow_dev import local_kafka, paths
+from mirrorflow_dev import local_kafka, paths, processes
 from mirrorflow_dev.local_kafka import LocalCluster
 
 PARTITIONS = 6
@@ -186,7 +186,7 @@ def librdkafka_task_copy(spark: SparkSession, src: str, dst: str, target: str) -
 
 
 def bench(records: int, skip_kafka_python: bool, work: Path) -> list[tuple[str, float]]:
-    ports = local_kafka.free_ports(4)
+    ports = processes.free_ports(4)
     clusters = local_kafka.start_clusters(
         [("primary", ports[0], ports[1]), ("backup", ports[2], ports[3])], work / "kafka", heap_mb=1024
     )

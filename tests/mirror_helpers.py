@@ -31,10 +31,11 @@ from mirrorflow.app import runner
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.report import RunReport
-from mirrorflow_dev import local_kafka, sample_data
+from mirrorflow_dev import local_kafka, processes, sample_data
 from mirrorflow_dev.devenv import airflow_env
+from mirrorflow_dev.kafka_security import SUPER_USER, ScramSecurity
 from mirrorflow_dev.local_airflow import LocalAirflow, free_port
-from mirrorflow_dev.local_kafka import SUPER_USER, LocalCluster, ScramSecurity
+from mirrorflow_dev.local_kafka import LocalCluster
 
 
 def run_flow(config: MirrorConfig, flow_name: str, run_id: str, spark: SparkSession) -> RunReport:
@@ -160,7 +161,7 @@ def local_clusters(
 ) -> Iterator[dict[str, LocalCluster]]:
     """Single-node clusters on free loopback ports, stopped by PID however the block ends.
     With ``security``, every cluster has its SASL users and authorizer (see ``ScramSecurity``)."""
-    ports = local_kafka.free_ports(2 * len(aliases))
+    ports = processes.free_ports(2 * len(aliases))
     specs = [(alias, ports[2 * i], ports[2 * i + 1]) for i, alias in enumerate(aliases)]
     # start_clusters is all-or-nothing: on failure it has already stopped the ones that started.
     clusters = local_kafka.start_clusters(specs, root, extra_properties=extra_properties, security=security)

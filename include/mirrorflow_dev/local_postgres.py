@@ -35,7 +35,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from mirrorflow_dev.local_kafka import free_port, process_alive, wait_gone
+from mirrorflow_dev.processes import free_port, process_alive, wait_gone
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from dag_parsing import dagbag_class, import_error_line, parse_dags
 
-from mirrorflow_dev.local_kafka import free_ports
 from mirrorflow_dev.paths import REPO_ROOT
+from mirrorflow_dev.processes import free_ports
 
 pytestmark = pytest.mark.airflow  # Airflow's DagBag parses the dags folder
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from dag_parsing import DAGS_FOLDER, dagbag_class, parse_dags
 
-from mirrorflow_dev.local_kafka import free_ports
+from mirrorflow_dev.processes import free_ports
 
 pytestmark = pytest.mark.airflow  # Airflow's DagBag parses the dags folder
 

@@ -48,7 +48,8 @@ from mirrorflow.store import cli, schema
 from mirrorflow.store.database import redact_url
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
-from mirrorflow_dev.local_kafka import LocalCluster, free_ports
+from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.processes import free_ports
 
 FLOW = "primary->backup"
 RUN = "manual__bad-input"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from mirrorflow_dev import local_kafka
+from mirrorflow_dev import local_kafka, processes
 from mirrorflow_dev.local_kafka import LocalCluster
 
 pytestmark = pytest.mark.kafka
@@ -99,7 +99,7 @@ def test_clusters_are_independent_and_round_trip_exactly(
 
 def test_restart_on_same_home_keeps_data_and_pid_is_gone(tmp_path: Path) -> None:
     home = tmp_path / "solo"
-    port, controller_port = local_kafka.free_ports(2)
+    port, controller_port = processes.free_ports(2)
     records = _records("before-restart", int(time.time() * 1000) - 60_000)
     first = local_kafka.start_cluster("solo", port, controller_port, home, heap_mb=256)
     second: LocalCluster | None = None
@@ -112,7 +112,7 @@ def test_restart_on_same_home_keeps_data_and_pid_is_gone(tmp_path: Path) -> None
         _produce(first.bootstrap, "kept", records)
 
         assert local_kafka.stop_cluster(first) is True
-        assert not local_kafka.process_alive(first.pid)
+        assert not processes.process_alive(first.pid)
         assert not Path(f"/proc/{first.pid}").exists(), "our own child must be reaped, not a zombie"
         assert not (home / "kafka.pid").exists()
         assert local_kafka.stop_cluster(home) is False, "stopping twice is a no-op"
@@ -126,7 +126,7 @@ def test_restart_on_same_home_keeps_data_and_pid_is_gone(tmp_path: Path) -> None
             local_kafka.start_cluster("solo", port, controller_port, home, heap_mb=256)
     finally:
         local_kafka.stop_clusters([c for c in (first, second) if c is not None])
-    assert second is not None and not local_kafka.process_alive(second.pid)
+    assert second is not None and not processes.process_alive(second.pid)
 
 
 def test_stop_never_signals_a_foreign_process_with_a_reused_pid(tmp_path: Path) -> None:
@@ -148,7 +148,7 @@ def _free_port_pairs(n: int) -> list[int]:
     """Ports p with p+1 also free (the CLI derives controller = port + 1)."""
     chosen: list[int] = []
     while len(chosen) < n:
-        p = local_kafka.free_port()
+        p = processes.free_port()
         if p + 1 > 65535 or any(abs(p - q) < 2 for q in chosen):
             continue
         with socket.socket() as s:
@@ -183,7 +183,7 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
             pid = int((root / alias / "kafka.pid").read_text())
             pids[alias] = pid
             assert f"{alias}\t127.0.0.1:{port}\tstarted (pid {pid})" in up.stdout
-            assert local_kafka.process_alive(pid)
+            assert processes.process_alive(pid)
 
         again = cli("up")
         assert again.returncode == 0, again.stderr
@@ -198,7 +198,7 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
         assert down.returncode == 0, down.stderr
         for alias, pid in pids.items():
             assert f"{alias}\tstopped (pid {pid})" in down.stdout
-            assert not local_kafka.process_alive(pid)
+            assert not processes.process_alive(pid)
             assert not (root / alias / "kafka.pid").exists()
 
         stopped = cli("status")
@@ -207,7 +207,7 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
         assert cli("down").stdout.count("not running") == 2
     finally:
         local_kafka.stop_clusters([root / alias for alias in ("east", "west")])
-    assert not any(local_kafka.process_alive(pid) for pid in pids.values())
+    assert not any(processes.process_alive(pid) for pid in pids.values())
 
 
 def test_cli_rejects_bad_cluster_spec(tmp_path: Path) -> None:

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from mirrorflow_dev import local_postgres
-from mirrorflow_dev.local_kafka import process_alive
 from mirrorflow_dev.local_postgres import LocalPostgres, LocalPostgresError
+from mirrorflow_dev.processes import process_alive
 
 pytestmark = pytest.mark.postgres
 

@@ -40,7 +40,8 @@ from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.clients import librdkafka_config
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
-from mirrorflow_dev.local_kafka import SUPER_USER, LocalCluster, LocalTls, ScramSecurity
+from mirrorflow_dev.kafka_security import SUPER_USER, LocalTls, ScramSecurity
+from mirrorflow_dev.local_kafka import LocalCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
 

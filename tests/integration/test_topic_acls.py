@@ -86,7 +86,8 @@ from mirrorflow.errors import AuthorizationError
 from mirrorflow.kafka.heartbeats import freshness_seconds
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
-from mirrorflow_dev.local_kafka import SUPER_USER, LocalCluster, ScramSecurity
+from mirrorflow_dev.kafka_security import SUPER_USER, ScramSecurity
+from mirrorflow_dev.local_kafka import LocalCluster
 
 pytestmark = [pytest.mark.kafka]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -22,6 +22,7 @@ from sqlalchemy.exc import ArgumentError
 
 from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, check_translatable
 from mirrorflow.config.properties import parse_properties
+from mirrorflow.config.property_view import PropertyView
 from mirrorflow.config.providers import resolve_references
 from mirrorflow.errors import ConfigError
 from mirrorflow.mm2.filters import (
@@ -101,135 +102,7 @@ _FLOW_ARROW = "->"
 _Layers = Sequence[tuple[str, Mapping[str, str]]]
 _CLIENT_ROLES = ("consumer", "producer", "admin")
 _ROLE_PREFIXES = tuple(f"{role}." for role in _CLIENT_ROLES)
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-_REFERENCE = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
-_LIST_SEPARATOR = re.compile(r"\s*,\s*")
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
-# Values of such keys are masked in repr() so that configs can be logged.
-_SECRET_KEY = re.compile(r"password|secret|jaas\.config|keystore\.key", re.IGNORECASE)
-
-
-class PropertyView(Mapping[str, str]):
-    """Immutable effective properties of one scope, with typed accessors.
-
-    Each value remembers the key it was written under in the file (``written_as``), so that errors
-    name what the user must edit, e.g. ``primary->backup.topics`` rather than ``topics``.
-    """
-
-    __slots__ = ("_entries",)
-
-    _entries: Mapping[str, tuple[str, str]]
-
-    def __init__(self, entries: Mapping[str, tuple[str, str]] | None = None) -> None:
-        """``entries``: key -> (value, key as written)."""
-        object.__setattr__(self, "_entries", MappingProxyType(dict(entries or {})))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
-
-    @classmethod
-    def layered(cls, layers: Iterable[tuple[str, Mapping[str, str]]]) -> PropertyView:
-        """Merge ``(prefix as written, properties with the prefix stripped)`` layers, lowest first."""
-        return cls({key: (value, prefix + key) for prefix, props in layers for key, value in props.items()})
-
-    def __getitem__(self, key: str) -> str:
-        return self._entries[key][0]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __hash__(self) -> int:
-        # Consistent with Mapping equality (values only), so frozen dataclasses holding views hash.
-        return hash(frozenset(self.items()))
-
-    def __repr__(self) -> str:
-        shown = {key: "******" if _SECRET_KEY.search(key) else value for key, value in self.items()}
-        return f"PropertyView({shown!r})"
-
-    def _shown(self, key: str) -> str:
-        """The value as error messages show it: masked, as in repr(), where the key holds a secret."""
-        return "******" if _SECRET_KEY.search(key) else repr(self[key])
-
-    def written_as(self, key: str) -> str:
-        """The key as written in the file; ``key`` itself when it was not written (a default)."""
-        return self._entries[key][1] if key in self._entries else key
-
-    def stripped(self, prefix: str) -> PropertyView:
-        """The keys starting with ``prefix``, without it."""
-        return PropertyView(
-            {key[len(prefix) :]: entry for key, entry in self._entries.items() if key.startswith(prefix)}
-        )
-
-    def excluding(self, prefixes: tuple[str, ...]) -> PropertyView:
-        return PropertyView(
-            {key: entry for key, entry in self._entries.items() if not key.startswith(prefixes)}
-        )
-
-    def overlaid(self, other: PropertyView) -> PropertyView:
-        """These properties with ``other``'s on top (``other`` wins)."""
-        return PropertyView({**self._entries, **other._entries})
-
-    def get_required(self, key: str, default: str) -> str:
-        """The value, ``default`` when absent; an empty value is an error."""
-        value = self.get(key, default)
-        if not value:
-            raise ConfigError("must not be empty; set a value or remove the key", key=self.written_as(key))
-        return value
-
-    def get_bool(self, key: str, default: bool) -> bool:
-        """``true`` or ``false`` in any case, as Kafka's ConfigDef (anything else is an error)."""
-        value = self.get(key)
-        if value is None:
-            return default
-        if value.lower() not in ("true", "false"):
-            raise ConfigError(f"expected true or false, got {self._shown(key)}", key=self.written_as(key))
-        return value.lower() == "true"
-
-    def get_positive_int(self, key: str, default: int, *, zero_allowed: bool = False) -> int:
-        value = self.get(key)
-        if value is None:
-            return default
-        if not _INTEGER.fullmatch(value) or int(value) < (0 if zero_allowed else 1):
-            kind = "whole number of at least 0" if zero_allowed else "positive whole number"
-            raise ConfigError(
-                f"expected a {kind}, got {self._shown(key)}; set e.g. {default}", key=self.written_as(key)
-            )
-        return int(value)
-
-    def get_optional_int(self, key: str, *, zero_allowed: bool = False) -> int | None:
-        """A whole number (at least 1, or 0 with ``zero_allowed``), or None when absent or empty."""
-        return self.get_positive_int(key, 1, zero_allowed=zero_allowed) if self.get(key) else None
-
-    def get_reference(self, key: str) -> str | None:
-        """``module.path:attribute`` naming a Python object, or None when absent or empty."""
-        value = (self.get(key) or "").strip()
-        if not value:
-            return None
-        if not _REFERENCE.fullmatch(value):
-            raise ConfigError(
-                f"expected module.path:attribute, got {self._shown(key)}; e.g. my_alerts:notify_on_call",
-                key=self.written_as(key),
-            )
-        return value
-
-    def get_choice(self, key: str, choices: tuple[str, ...]) -> str:
-        """One of ``choices`` in any case (the first when absent); anything else is an error."""
-        value = self.get(key, choices[0]).strip().lower()
-        if value not in choices:
-            raise ConfigError(
-                f"expected {' or '.join(choices)}, got {self._shown(key)}", key=self.written_as(key)
-            )
-        return value
-
-    def get_list(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
-        """Comma-separated items, trimmed, as Kafka's LIST type: an empty value is an empty list."""
-        value = self.get(key)
-        if value is None:
-            return default
-        return tuple(_LIST_SEPARATOR.split(value)) if value else ()
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ from types import MappingProxyType
 
 import pytest
 
-from mirrorflow.config.model import FlowConfig, MirrorSettings, PropertyView, load_config, parse_config
+from mirrorflow.config.model import FlowConfig, MirrorSettings, load_config, parse_config
+from mirrorflow.config.property_view import PropertyView
 from mirrorflow.errors import ConfigError
 from mirrorflow.mm2.filters import TopicFilter
 from mirrorflow.mm2.policy import DefaultReplicationPolicy, IdentityReplicationPolicy

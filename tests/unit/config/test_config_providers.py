@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mirrorflow.config.model import MirrorConfig, PropertyView, load_config, parse_config
+from mirrorflow.config.model import MirrorConfig, load_config, parse_config
+from mirrorflow.config.property_view import PropertyView
 from mirrorflow.errors import ConfigError
 
 BASE = """\

@@ -1,0 +1,244 @@
+"""Security for the local clusters: a throwaway certificate authority and broker certificates
+(``LocalTls``), and SASL/SCRAM users with an authorizer (``ScramSecurity``), for brokers started by
+``local_kafka`` and the clients that talk to them."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+SUPER_USER = "admin"
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+_SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
+_PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+# Names and passwords go unquoted into the storage tool's --add-scram argument and quoted into JAAS
+# strings: characters outside this set would need escaping in one or the other.
+_CREDENTIAL_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _certificate(
+    subject: str,
+    public_key: ec.EllipticCurvePublicKey,
+    issuer: str,
+    issuer_key: ec.EllipticCurvePrivateKey,
+    extensions: Sequence[tuple[x509.ExtensionType, bool]],
+    days: int,
+) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        # An hour back: a clock a little behind the one that signed must not reject the certificate.
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), False)
+    )
+    for extension, critical in extensions:
+        builder = builder.add_extension(extension, critical)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def _key_usage(*, signs_certificates: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=not signs_certificates,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+@dataclass(frozen=True)
+class LocalTls:
+    """A throwaway certificate authority and a server certificate for 127.0.0.1 that it signed, in PEM.
+
+    ``ca_file`` holds the CA's certificate only (public): clients trust it, and so do the brokers'
+    own inter-broker clients. ``server_pem`` is the server's private key (unencrypted PKCS#8: its
+    password would sit next to it in server.properties) followed by its certificate chain, the form
+    of Kafka's ``ssl.keystore.type=PEM``; each cluster gets it as ``home/tls/server.pem``, readable by
+    the owner only, when it starts. The CA's private key is never written anywhere, so nothing else
+    can be signed by it. The server certificate names 127.0.0.1 as an IP SAN, so every client keeps
+    hostname verification on.
+    """
+
+    ca_file: Path
+    server_pem: bytes = field(repr=False)
+
+    @classmethod
+    def generate(cls, folder: Path, days: int = 7) -> LocalTls:
+        """A new CA and server key (EC P-256), valid for ``days``; writes ``folder/ca.pem``."""
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca_name = "mirrorflow throwaway test CA"
+        ca = _certificate(
+            ca_name,
+            ca_key.public_key(),
+            ca_name,
+            ca_key,
+            [
+                (x509.BasicConstraints(ca=True, path_length=0), True),
+                (_key_usage(signs_certificates=True), True),
+                (x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False),
+            ],
+            days,
+        )
+        server_key = ec.generate_private_key(ec.SECP256R1())
+        server = _certificate(
+            "127.0.0.1",
+            server_key.public_key(),
+            ca_name,
+            ca_key,
+            [
+                (x509.SubjectAlternativeName([x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))]), False),
+                (x509.BasicConstraints(ca=False, path_length=None), True),
+                (_key_usage(signs_certificates=False), True),
+                (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
+            ],
+            days,
+        )
+        ca_pem = ca.public_bytes(serialization.Encoding.PEM)
+        key_pem = server_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        folder.mkdir(parents=True, exist_ok=True)
+        ca_file = folder / "ca.pem"
+        ca_file.write_bytes(ca_pem)
+        return cls(ca_file.resolve(), key_pem + server.public_bytes(serialization.Encoding.PEM) + ca_pem)
+
+    @staticmethod
+    def keystore_file(home: Path) -> Path:
+        return home / "tls" / "server.pem"
+
+    def install(self, home: Path) -> None:
+        """Write the server's key and certificate chain into ``home``, readable by the owner only."""
+        path = self.keystore_file(home)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        # Created with its final mode: the key is never readable by others, not even for a moment.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(self.server_pem)
+
+
+@dataclass(frozen=True)
+class ScramSecurity:
+    """SASL users, an authorizer and a super user for a local cluster, optionally behind TLS.
+
+    The client and inter-broker listener is SASL_PLAINTEXT with SCRAM-SHA-512, or SASL_SSL with
+    ``tls``; ``passwords`` (user -> password, ``admin`` included) are written to the metadata log
+    when the storage is formatted.
+    The controller listener is SASL_PLAINTEXT with PLAIN and the single static user ``admin``: KRaft
+    supports SCRAM on broker listeners only (KIP-900).
+    ``admin`` is the only super user, and the broker itself logs in as ``admin``; no one can connect
+    without a password and, as ``allow.everyone.if.no.acl.found`` stays false, other users may only
+    do what ACLs grant them.
+    """
+
+    passwords: Mapping[str, str] = field(repr=False)
+    tls: LocalTls | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if SUPER_USER not in self.passwords:
+            raise ValueError(f"the super user {SUPER_USER!r} needs a password")
+        for user, password in self.passwords.items():
+            if not (_CREDENTIAL_RE.match(user) and _CREDENTIAL_RE.match(password)):
+                raise ValueError(f"user {user!r}: names and passwords must match {_CREDENTIAL_RE.pattern}")
+
+    @classmethod
+    def generate(cls, *users: str, tls: LocalTls | None = None) -> ScramSecurity:
+        """``admin`` and ``users``, each with a random password (never the same twice)."""
+        return cls({user: secrets.token_urlsafe(18) for user in (SUPER_USER, *users)}, tls)
+
+    @property
+    def protocol(self) -> str:
+        """The security protocol of the client listener, which is also its listener name."""
+        return "SASL_PLAINTEXT" if self.tls is None else "SASL_SSL"
+
+    def server_properties(self, port: int, controller_port: int, home: Path) -> dict[str, str]:
+        """Listener, SASL, TLS and authorizer settings of a cluster in ``home``; they replace the
+        PLAINTEXT ones."""
+        protocol = self.protocol
+        client = f"{protocol}://127.0.0.1:{port}"
+        controller = f"CONTROLLER://127.0.0.1:{controller_port}"
+        password = self.passwords[SUPER_USER]
+        props = {
+            "listeners": f"{client},{controller}",
+            "advertised.listeners": f"{client},{controller}",
+            "listener.security.protocol.map": f"CONTROLLER:SASL_PLAINTEXT,{protocol}:{protocol}",
+            "inter.broker.listener.name": protocol,
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
+            f"listener.name.{protocol.lower()}.scram-sha-512.sasl.jaas.config": self.jaas_config(SUPER_USER),
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            # username/password: the broker's login to the controller; user_admin: the accepted one.
+            "listener.name.controller.plain.sasl.jaas.config": (
+                f'{_PLAIN_LOGIN} required username="{SUPER_USER}" password="{password}" '
+                f'user_{SUPER_USER}="{password}";'
+            ),
+            "authorizer.class.name": STANDARD_AUTHORIZER,
+            "super.users": f"User:{SUPER_USER}",
+        }
+        if self.tls is not None:
+            props |= {
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(LocalTls.keystore_file(home)),
+                # What the broker's own inter-broker client trusts.
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(self.tls.ca_file),
+            }
+        return props
+
+    def format_args(self) -> list[str]:
+        """StorageTool format arguments that create the SCRAM users."""
+        return [
+            arg
+            for user, password in sorted(self.passwords.items())
+            for arg in ("--add-scram", f"{SCRAM_MECHANISM}=[name={user},password={password}]")
+        ]
+
+    def jaas_config(self, user: str, password: str | None = None) -> str:
+        """The JAAS login of ``user``; ``password`` replaces theirs, e.g. by a config provider reference."""
+        secret = self.passwords[user] if password is None else password
+        return f'{_SCRAM_LOGIN} required username="{user}" password="{secret}";'
+
+    def client_properties(self, user: str) -> dict[str, str]:
+        """Java client properties (MM2's keys, without a cluster alias) that log in as ``user``."""
+        props = {
+            "security.protocol": self.protocol,
+            "sasl.mechanism": SCRAM_MECHANISM,
+            "sasl.jaas.config": self.jaas_config(user),
+        }
+        if self.tls is not None:
+            props |= {"ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.tls.ca_file)}
+        return props
+
+    def kafka_python(self, user: str) -> dict[str, Any]:
+        """kafka-python settings that log in as ``user`` (bootstrap servers not included)."""
+        conf: dict[str, Any] = {
+            "security_protocol": self.protocol,
+            "sasl_mechanism": SCRAM_MECHANISM,
+            "sasl_plain_username": user,
+            "sasl_plain_password": self.passwords[user],
+        }
+        if self.tls is not None:
+            conf["ssl_cafile"] = str(self.tls.ca_file)
+        return conf
