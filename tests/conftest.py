@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import pytest
 from mirror_helpers import local_clusters
 
+from mirrorflow.app.dag_spec import ENV_JVM_CACHE
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow_dev import local_kafka, local_postgres, paths
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -29,6 +30,10 @@ from mirrorflow_dev.local_postgres import LocalPostgres
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# The copy task's spark-submit (and the tests that build it) finds Spark's Kafka connector jars here, as
+# a deployment sets it; from the checkout, they are the ones `make setup` resolved.
+os.environ.setdefault(ENV_JVM_CACHE, str(paths.jvm_cache()))
 
 SESSION_ALIASES = ("primary", "backup", "dr")
 _names = itertools.count()

@@ -1,0 +1,49 @@
+"""Where a flow's Spark job and its connector jars are found: from the installed package and from
+MIRROR_JVM_CACHE, with errors that say what to set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mirrorflow.app.dag_spec import SPARK_VERSION, job_path, spark_jars
+from mirrorflow.errors import ConfigError
+
+
+def test_the_spark_jobs_are_found_in_the_installed_jobs_package() -> None:
+    path = Path(job_path("mirror_copy.py"))
+    assert path.is_file()
+    assert path.parent.joinpath("mirror_verify.py").is_file()
+
+
+def test_a_job_the_package_lacks_is_an_error() -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"Spark job .*mirror_nothing\.py is missing from the installed mirrorflow_jobs; reinstall",
+    ):
+        job_path("mirror_nothing.py")
+
+
+def test_the_connector_jars_come_from_mirror_jvm_cache(tmp_path: Path) -> None:
+    folder = tmp_path / f"spark-kafka-{SPARK_VERSION}"
+    folder.mkdir()
+    for name in ("b.jar", "a.jar", "notes.txt"):
+        (folder / name).write_text("")
+    assert spark_jars({"MIRROR_JVM_CACHE": str(tmp_path)}) == f"{folder / 'a.jar'},{folder / 'b.jar'}"
+
+
+def test_without_mirror_jvm_cache_the_error_says_what_to_set() -> None:
+    with pytest.raises(ConfigError) as caught:
+        spark_jars({})
+    assert str(caught.value) == (
+        f"env MIRROR_JVM_CACHE is not set: set it to the folder holding spark-kafka-{SPARK_VERSION}/ "
+        "(Spark's Kafka connector jars, resolved by Maven from jvm/spark-kafka/pom.xml)"
+    )
+
+
+def test_an_empty_jar_folder_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=rf"no jars in {tmp_path}/spark-kafka-{SPARK_VERSION} \(env MIRROR_JVM_CACHE\)"
+    ):
+        spark_jars({"MIRROR_JVM_CACHE": str(tmp_path)})
