@@ -3,9 +3,13 @@ through Airflow, and give the mirror user of secured clusters its least-privileg
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -348,13 +352,25 @@ def airflow(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedP
 
 def migrated_airflow(home: Path, config: MirrorConfig, cwd: Path) -> dict[str, str]:
     """Env for `airflow` commands with a fresh Airflow home and metadata DB in ``home``, wired to this
-    repo's DAGs and ``config``."""
+    repo's DAGs and ``config``. The DB is a copy of one migrated once per session: each test still
+    starts from an empty, fully migrated database, without paying for the migration again."""
     assert config.path is not None
     env = airflow_env(home, config.path, config.state_dir)
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    migrated = airflow(env, cwd, "db", "migrate")
-    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_migrated_metadata_db(), home / "airflow.db")
     return env
+
+
+@functools.cache
+def _migrated_metadata_db() -> Path:
+    """An Airflow metadata DB (SQLite) that `airflow db migrate` made, in a folder removed at exit."""
+    home = Path(tempfile.mkdtemp(prefix="mirrorflow-airflow-template-"))
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    env = airflow_env(home, home / "absent.properties", home / "state")
+    migrated = airflow(env, home, "db", "migrate")
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    return home / "airflow.db"
 
 
 @contextmanager
@@ -364,6 +380,8 @@ def running_airflow(home: Path, config: MirrorConfig, **env: str) -> Iterator[Lo
     assert config.path is not None
     airflow = LocalAirflow(home, config.path, config.state_dir, free_port(), {**os.environ, **env})
     airflow.env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_migrated_metadata_db(), home / "airflow.db")  # standalone then finds nothing to migrate
     airflow.start()
     try:
         yield airflow

@@ -500,8 +500,8 @@ STATE_CASES = [
         planned_then(result_truncated),
         "commit",
         PlanError,
-        "{result}: not a valid copy result (Expecting property name enclosed in double quotes: line 3 "
-        "column 1 (char 30)); re-run the copy task",
+        "{result}: not a valid copy result (Unterminated string starting at: line 3 column 10 (char 26)); "
+        "re-run the copy task",
     ),
     StateCase(
         "result-of-another-run",
