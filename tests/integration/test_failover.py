@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer
+from failover_report import row
 from kafka import KafkaAdminClient
 from mirror_helpers import airflow, commit_group, create_topic, migrated_airflow, run_flow, topics
 from pyspark.sql import SparkSession
@@ -98,20 +99,6 @@ def _first_records(
     finally:
         consumer.close()
     return first
-
-
-def _row(
-    group: str, topic: str, partition: int, upstream: int, checkpoint: int, **more: Any
-) -> dict[str, Any]:
-    """A report's entry for one checkpoint."""
-    return {
-        "group": group,
-        "topic": topic,
-        "partition": partition,
-        "upstream_offset": upstream,
-        "checkpoint": checkpoint,
-        **more,
-    }
 
 
 def _at(topic: str, partition: int, offset: int) -> dict[str, Any]:
@@ -231,9 +218,9 @@ def test_failover_sets_target_groups_from_the_newest_checkpoints_without_the_sou
     records = len(checkpoint_records)
     keys = len({r.key for r in checkpoint_records})
     untranslatable = [
-        _row(resume, remote_gone, 0, 4, 4, reason="the remote topic does not exist on the target")
+        row(resume, remote_gone, 0, 4, 4, reason="the remote topic does not exist on the target")
     ]
-    kept = [_row(ahead, remote, 0, 10, 10, committed=25)]
+    kept = [row(ahead, remote, 0, 10, 10, committed=25)]
     assert {k: v for k, v in real.items() if k != "timings"} == {
         "flow": FLOW,
         "source": "primary",
@@ -245,9 +232,9 @@ def test_failover_sets_target_groups_from_the_newest_checkpoints_without_the_sou
         "selected": 6,
         "groups_set": {ahead: [_at(remote, 1, 10)], resume: [_at(remote, 0, 20), _at(remote, 1, 25)]},
         "set": [
-            _row(ahead, remote, 1, 10, 10, committed=None),
-            _row(resume, remote, 0, 20, 20, committed=None),
-            _row(resume, remote, 1, 25, 25, committed=None),
+            row(ahead, remote, 1, 10, 10, committed=None),
+            row(resume, remote, 0, 20, 20, committed=None),
+            row(resume, remote, 1, 25, 25, committed=None),
         ],
         "unchanged": [],
         "ahead": kept,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from failover_report import row
 
 from mirrorflow.app.failover import (
     FAILOVER_PARAMS,
@@ -245,19 +246,6 @@ def report(dry_run: bool) -> FailoverReport:
         undecodable=(4,),
         timings=Timings("2026-01-31T00:00:00+00:00", 0.25, 0.125, 0.5, 0.875),
     )
-
-
-def row(
-    group: str, topic: str, partition: int, upstream: int, checkpoint: int, **more: Any
-) -> dict[str, Any]:
-    return {
-        "group": group,
-        "topic": topic,
-        "partition": partition,
-        "upstream_offset": upstream,
-        "checkpoint": checkpoint,
-        **more,
-    }
 
 
 def test_the_report_as_a_dict_is_json_ready_and_complete() -> None:
