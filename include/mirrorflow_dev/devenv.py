@@ -21,6 +21,9 @@ def airflow_env(
     return {
         **base,
         "AIRFLOW_HOME": str(home),
+        # SQLite as Airflow's own default, but waiting up to a minute for a lock instead of 5 s: the
+        # scheduler and a CLI command (backfill create, dags test) write to it at the same time.
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}?timeout=60",
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins" / "mirrorflow_airflow"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
