@@ -18,7 +18,7 @@ from datetime import timedelta
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, task
 
-from mirrorflow.app.dag_spec import flow_dag_spec, spark_jars
+from mirrorflow.app.dag_spec import flow_dag_spec
 from mirrorflow.app.freshness import resolve_notifier
 from mirrorflow.config.model import TASK_RETRY_DELAY_SECONDS, load_config
 from mirrorflow.config.run_options import TRIGGER_PARAMS
@@ -41,7 +41,6 @@ for _flow in CONFIG.flows:
             "retries": _flow.settings.task_retries,
             "retry_delay": timedelta(seconds=TASK_RETRY_DELAY_SECONDS),
         },
-        user_defined_macros={"spark_jars": spark_jars},
         params=trigger_form(TRIGGER_PARAMS),
         doc_md=__doc__,
     ) as _dag:
@@ -55,7 +54,6 @@ for _flow in CONFIG.flows:
             application_args=list(_spec.copy.application_args),
             conf=dict(_spec.copy.conf),
             env_vars=dict(_spec.copy.env_vars),
-            jars="{{ spark_jars() }}",
             name=_spec.copy.name,
             # On timeout Airflow calls on_kill, which kills the spark-submit process; nothing of the
             # attempt is committed (commit only runs after a successful copy).

@@ -38,7 +38,17 @@ def sample_record(topic: str, partition: int, index: int, value_size: int = 64) 
 
 
 def producer(bootstrap: str, extra: Mapping[str, str] | None = None) -> Producer:
-    return Producer({"bootstrap.servers": bootstrap, "linger.ms": "20", **(extra or {})})
+    # Idempotent with one request in flight: otherwise a broker race (KAFKA-15591) can append a new
+    # partition's first batches out of order, and the source would not hold what the test wrote.
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": "20",
+            "enable.idempotence": "true",
+            "max.in.flight.requests.per.connection": "1",
+            **(extra or {}),
+        }
+    )
 
 
 def produce(p: Producer, topic: str, partition: int, records: Iterable[Record]) -> None:

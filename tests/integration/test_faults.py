@@ -36,7 +36,7 @@ from mirror_helpers import Process, assert_all_gone, create_topic, live_processe
 from pyspark.sql import SparkSession
 
 from mirrorflow.app import runner
-from mirrorflow.app.dag_spec import flow_dag_spec, spark_jars
+from mirrorflow.app.dag_spec import flow_dag_spec
 from mirrorflow.app.run_folder import RunFolder, write_atomically
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.copy.spark_copy import copy_plan
@@ -110,7 +110,10 @@ def _produce(bootstrap: str, topic: str, start: int, count: int) -> None:
         sample_data.produce(p, topic, partition, (_record(partition, s) for s in range(start, start + count)))
 
 
-def _assert_exactly_once(backup: LocalCluster, remote: str, count: int) -> None:
+def _assert_exactly_once(
+    primary: LocalCluster, topic: str, backup: LocalCluster, remote: str, count: int
+) -> None:
+    """Every source record once, in the source's order (read back from the source)."""
     for partition in range(PARTITIONS):
         got = sample_data.read_partition(backup.bootstrap, remote, partition)
         seqs = [int((r.value or b"").split(b":")[1]) for r in got]
@@ -119,7 +122,8 @@ def _assert_exactly_once(backup: LocalCluster, remote: str, count: int) -> None:
             f"{remote}-{partition}: {len(seqs)} records, {len(seqs) - len(set(seqs))} duplicates, "
             f"missing {missing[:5]}"
         )
-        assert got == [_record(partition, s) for s in range(count)], f"{remote}-{partition} out of order"
+        source = sample_data.read_partition(primary.bootstrap, topic, partition)
+        assert got == source, f"{remote}-{partition} not in the source's order"
 
 
 class _Targets:
@@ -143,7 +147,7 @@ def _spark_submit(config: MirrorConfig, run_id: str, log: Path) -> subprocess.Po
     cmd = [
         str(Path(sys.executable).parent / "spark-submit"),
         "--master", "local[2]", *conf, "--conf", "spark.driver.host=127.0.0.1",
-        "--jars", spark_jars(), "--name", spec.name, spec.application, *spec.application_args,
+        "--name", spec.name, spec.application, *spec.application_args,
     ]  # fmt: skip
     mark = uuid.uuid4().hex
     env = {**os.environ, **spec.env_vars, "SPARK_LOCAL_IP": "127.0.0.1", _JOB_MARK: mark}
@@ -240,12 +244,7 @@ def test_a_killed_copy_or_commit_then_carrying_on_leaves_every_record_exactly_on
     topic, remote = unique_name, f"primary.{unique_name}"
     create_topic(primary.bootstrap, topic, PARTITIONS)
     _produce(primary.bootstrap, topic, 0, RECORDS)
-    config = write_config(
-        f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n"
-        # Smaller Arrow batches than Spark's 10,000 records: the copy's progress on the target grows
-        # in finer steps, so the watcher sees a kill point before the copy has passed it.
-        f"mirrorflow.spark.conf.spark.sql.execution.arrow.maxRecordsPerBatch = {RECORDS // 30}\n"
-    )
+    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n")
     flow = config.flow(FLOW)
     targets = _Targets(backup.bootstrap, remote)
     try:
@@ -276,7 +275,7 @@ def test_a_killed_copy_or_commit_then_carrying_on_leaves_every_record_exactly_on
     finally:
         targets.close()
 
-    _assert_exactly_once(backup, remote, total)
+    _assert_exactly_once(primary, topic, backup, remote, total)
     with OffsetsStore(config.offsets_db_url) as store:
         assert {tp: p.next_source_offset for tp, p in store.progress(FLOW).items()} == {
             (topic, p): total for p in range(PARTITIONS)
@@ -339,16 +338,11 @@ def _pause(cluster: LocalCluster) -> None:
             "backup",
             _restart,
             id="target-restarted",
-            # Known, not yet fixed (README: Guarantees): rarely, the partition's first producer batch
-            # lands after the next one. Every record still arrives once; the order check catches it.
-            marks=pytest.mark.xfail(strict=False, reason="order across a target broker restart"),
         ),
         pytest.param(
             "primary",
             _pause,
             id="source-unreachable",
-            # Writes to the target broker the test above restarted: the same known order gap.
-            marks=pytest.mark.xfail(strict=False, reason="order on a target broker after its restart"),
         ),
     ],
 )
@@ -394,4 +388,4 @@ def test_a_broker_fault_during_the_copy_loses_and_duplicates_nothing(
         targets.close()
 
     assert faulted and 0 < faulted[0] < planned, f"the fault hit after {faulted} of {planned} records"
-    _assert_exactly_once(backup, remote, RECORDS)
+    _assert_exactly_once(primary, topic, backup, remote, RECORDS)

@@ -122,7 +122,8 @@ def spark_kafka_folder(jvm_cache: Path) -> Path:
 
 
 def spark_jars(env: Mapping[str, str] = os.environ) -> str:
-    """Comma-separated connector jars, looked up when the copy task runs (not when DAGs are parsed)."""
+    """Comma-separated connector jars for the verify job (Spark's Kafka source reads both sides), looked
+    up when the task runs, not when DAGs are parsed. The copy job needs none."""
     if not env.get(ENV_JVM_CACHE):
         raise ConfigError(
             f"env {ENV_JVM_CACHE} is not set: set it to the folder holding spark-kafka-{SPARK_VERSION}/ "

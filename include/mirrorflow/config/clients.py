@@ -94,10 +94,23 @@ def _tls(
     return location, bool(algorithm)
 
 
+# Producer tuning the record copy does not apply: it moves the source's record batches as they are
+# (their batching and compression kept), idempotent with acks=all. The small control-plane writes
+# (heartbeats, offset syncs, checkpoints) still take them.
+COPY_KEEPS_SOURCE_BATCHES = frozenset(
+    {"acks", "linger.ms", "batch.size", "compression.type", "retry.backoff.ms", "delivery.timeout.ms"}
+)
+
+
 def check_translatable(props: Mapping[str, str], written_as: Callable[[str], str]) -> None:
     """Raise ``ConfigError`` (naming keys by ``written_as``) for client settings that librdkafka and
     kafka-python cannot be given: called when the config is loaded, so that they fail it."""
     _tls(props, written_as)
+
+
+def copy_ignored(producer_props: Mapping[str, str], written_as: Callable[[str], str]) -> list[str]:
+    """The producer settings, named as written, that the record copy does not apply."""
+    return sorted(written_as(k) for k in producer_props if k in COPY_KEEPS_SOURCE_BATCHES)
 
 
 def librdkafka_config(props: Mapping[str, str]) -> dict[str, str]:

@@ -10,6 +10,7 @@ Everything is validated while parsing: a ``MirrorConfig`` that exists is usable,
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -20,7 +21,7 @@ from types import MappingProxyType
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, check_translatable
+from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, check_translatable, copy_ignored
 from mirrorflow.config.properties import parse_properties
 from mirrorflow.config.property_view import PropertyView
 from mirrorflow.config.providers import resolve_references
@@ -44,6 +45,8 @@ from mirrorflow.mm2.policy import (
     ReplicationPolicy,
     replication_policy,
 )
+
+log = logging.getLogger(__name__)
 
 ENV_CONFIG = "MIRROR_CONFIG"
 ENV_STATE_DIR = "MIRROR_STATE_DIR"
@@ -428,6 +431,14 @@ def _cluster_config(alias: str, layers: _Layers) -> ClusterConfig:
     roles["admin"].get_positive_int("request.timeout.ms", ADMIN_REQUEST_TIMEOUT_MS_DEFAULT)
     for props in roles.values():
         check_translatable(props, props.written_as)
+    ignored = copy_ignored(roles["producer"], roles["producer"].written_as)
+    if ignored:
+        log.warning(
+            "%s: not applied to the record copy, which keeps the source's record batches (their batching "
+            "and compression) and writes idempotently with acks=all; heartbeats, offset syncs and "
+            "checkpoints still use them",
+            ", ".join(ignored),
+        )
     return ClusterConfig(alias, client["bootstrap.servers"], client, **roles)
 
 

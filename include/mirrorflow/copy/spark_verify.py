@@ -1,7 +1,7 @@
 """The Spark side of a verification: read both sides of every range of a verify plan and digest them.
 
 ``verify_ranges`` reads each range of a ``VerifyPlan`` (``mirrorflow.core.verify``) on the source and
-on the target with Spark's Kafka source, the way the copy reads (``spark_copy.read_ranges``), and
+on the target with Spark's Kafka source, committed records only (``read_ranges``), and
 digests the records inside the Spark tasks (``digest_partitions``, through ``mapInArrow``); the
 verdicts compare both sides' counts and digests. A Spark module: it imports pyspark, and only the
 verify job (``jobs/mirror_verify.py``) imports it.
@@ -9,6 +9,7 @@ verify job (``jobs/mirror_verify.py``) imports it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
@@ -17,6 +18,7 @@ from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from mirrorflow.config.clients import spark_reader_options
 from mirrorflow.copy import spark_copy
 from mirrorflow.core.plan import PartitionPlan
 from mirrorflow.core.verify import (
@@ -35,6 +37,9 @@ from mirrorflow.errors import PlanError
 
 __all__ = ["verify_ranges"]
 
+# Columns the digest reads, as produced by Spark's Kafka source.
+READ_COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp", "headers")
+
 
 def verify_ranges(
     spark: SparkSession,
@@ -42,7 +47,7 @@ def verify_ranges(
     source_consumer_props: Mapping[str, str],
     target_consumer_props: Mapping[str, str],
 ) -> VerifyResult:
-    """Read both sides of every range with Spark's Kafka source (``spark_copy.read_ranges``: committed
+    """Read both sides of every range with Spark's Kafka source (``read_ranges``: committed
     records only, headers included, records missing from a range fail the read) and compare them.
 
     Relies on Spark's Kafka source reading each topic-partition's range as one Spark partition, in
@@ -67,7 +72,7 @@ def verify_ranges(
             spans = [span(r, side) for r in layer]
             wanted = [PartitionPlan(t, p, a, b, t, 0) for t, p, a, b in spans if b > a]
             if wanted:
-                read = spark_copy.read_ranges(spark, wanted, props)
+                read = read_ranges(spark, wanted, props)
                 reads.append(read.withColumn("side", F.lit(side)).select(*DIGEST_INPUT_COLUMNS))
                 partitions += len(wanted)
     records = reads[0]
@@ -86,7 +91,7 @@ def verify_ranges(
         rows = records.mapInArrow(digest, DIGEST_DDL).collect()
     except (Py4JJavaError, CapturedException) as error:
         # Spark's reason when records a read needs are gone, found as the copy finds it.
-        lost = spark_copy.source_data_loss(error) if isinstance(error, Py4JJavaError) else None
+        lost = source_data_loss(error) if isinstance(error, Py4JJavaError) else None
         if lost is not None:
             raise PlanError(
                 f"flow {plan.flow} verification {plan.run_id}: records of the verify plan are no longer "
@@ -97,6 +102,51 @@ def verify_ranges(
             raise
         raise classified from error
     return verdicts(plan, (r.asDict() for r in rows))
+
+
+def read_ranges(
+    spark: SparkSession, partitions: Iterable[PartitionPlan], consumer_props: Mapping[str, str]
+) -> DataFrame:
+    """The planned source records of these partitions; one Spark partition per source partition."""
+    assign: dict[str, list[int]] = {}
+    starting: dict[str, dict[str, int]] = {}
+    ending: dict[str, dict[str, int]] = {}
+    for p in partitions:
+        assign.setdefault(p.topic, []).append(p.partition)
+        starting.setdefault(p.topic, {})[str(p.partition)] = p.source_start
+        ending.setdefault(p.topic, {})[str(p.partition)] = p.source_end
+    return (
+        spark.read.format("kafka")
+        # Larger fetches than the consumer's 1 MiB per partition; the cluster's consumer settings win.
+        .option("kafka.max.partition.fetch.bytes", "10485760")
+        .option("kafka.fetch.max.bytes", "52428800")
+        # Each task's consumer otherwise ends on a fetch that waits the default 500 ms for data that
+        # will not come: half a second per planned partition, 50 s for 200 small partitions.
+        .option("kafka.fetch.max.wait.ms", "10")
+        .options(**spark_reader_options(consumer_props))
+        .option("kafka.isolation.level", "read_committed")
+        .option("assign", json.dumps(assign))
+        .option("startingOffsets", json.dumps(starting))
+        .option("endingOffsets", json.dumps(ending))
+        .option("includeHeaders", "true")
+        # Records missing from a planned range are lost data, never a reason to skip ahead.
+        .option("failOnDataLoss", "true")
+        .load()
+        .select(*READ_COLUMNS)
+    )
+
+
+def source_data_loss(error: Py4JJavaError) -> str | None:
+    """Spark's reason when the job failed because planned records are gone from the source (its
+    Kafka reader's error condition ``KAFKA_DATA_LOSS.*``, with ``failOnDataLoss``), else None."""
+    cause = error.java_exception
+    while cause is not None:
+        kafka_error = cause.getClass().getName() == "org.apache.spark.sql.kafka010.KafkaIllegalStateException"
+        if kafka_error and str(cause.getCondition()).startswith("KAFKA_DATA_LOSS"):
+            # The reason follows advice meant for streaming queries (failOnDataLoss), which is no option.
+            return " ".join(str(cause.getMessage()).split("Reason:", 1)[-1].split())
+        cause = cause.getCause()
+    return None
 
 
 def _layers(ranges: Sequence[VerifyRange]) -> list[list[VerifyRange]]:

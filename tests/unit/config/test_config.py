@@ -593,3 +593,17 @@ def test_offset_syncs_topic_location(written: str, expected: str) -> None:
 def test_an_unknown_offset_syncs_location_is_named() -> None:
     with pytest.raises(ConfigError, match=r"primary->backup\.offset-syncs\.topic\.location.*'middle'"):
         parse("primary->backup.offset-syncs.topic.location = middle\n")
+
+
+def test_producer_tuning_the_record_copy_does_not_apply_is_warned_about_by_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    text = (
+        "clusters = a, b\na.bootstrap.servers = a:9092\nb.bootstrap.servers = b:9092\n"
+        "a->b.enabled = true\nb.producer.linger.ms = 50\nb.compression.type = lz4\nb.client.id = m\n"
+        "mirrorflow.state.dir = /tmp/s\n"
+    )
+    with caplog.at_level("WARNING", logger="mirrorflow.config.model"):
+        parse_config(text, env={})
+    warned = [r.getMessage() for r in caplog.records if "not applied to the record copy" in r.getMessage()]
+    assert warned and warned[0].startswith("b.compression.type, b.producer.linger.ms: not applied")

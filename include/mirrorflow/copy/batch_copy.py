@@ -1,0 +1,711 @@
+"""Copies planned partitions' record batches from the source to the target as bytes.
+
+Runs inside one Spark task (or, for a plan of heartbeats only, in the plan task's process) over a
+group of planned partitions, and never imports pyspark. A reader thread fetches the group's
+partitions from the source (Fetch, read_committed) and turns each batch into what the target gets
+(``record_batches``: passed as it is, or re-encoded exactly); the calling thread produces them
+(Produce, acks=all, idempotent). Invariants:
+- Records reach each remote partition in source order, each exactly once: one produce request in
+  flight per partition, its batch resent with the same producer id and sequence until the target
+  answers, so the broker appends it once and never after a later one.
+- What an attempt leaves on the target is a prefix of the planned records. Before writing, the
+  ``target end - target_start`` records already there are read back and compared with the planned
+  ones (key, value, headers, timestamp): records written by anything else are never taken for
+  ours; ours are skipped, never written twice.
+- Memory is bounded by ``_BUFFER_BYTES`` per task, whatever the backlog.
+- A failure fails the task with a classified error; the caller commits nothing for it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from kafka.errors import for_code
+from kafka.net.compat import KafkaNetClient
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.producer.transaction import InitProducerIdRequest
+from kafka.structs import TopicPartition
+
+from mirrorflow.config.clients import kafka_python_config
+from mirrorflow.copy.record_batches import SourceBatch, SourceRecord, committed_batches, encode, stamp
+from mirrorflow.core.metrics import Stats, Timestamps
+from mirrorflow.core.plan import CopyResult, PartitionPlan, PartitionResult, Plan
+from mirrorflow.errors import AuthorizationError, SourceDataLostError, TargetStateError, TransientError
+
+TP = tuple[str, int]
+
+_TIMEOUT_S = 30.0
+# How long a batch may keep failing with retriable errors before the task gives up (the producer's
+# delivery.timeout.ms default).
+_DELIVERY_TIMEOUT_S = 120.0
+_BUFFER_BYTES = 64 << 20
+_FETCH_MAX_BYTES = 52_428_800
+_PARTITION_FETCH_BYTES = 10_485_760
+# Re-encoded batches: the size the Java producer's batch.size would give at most, well below the
+# broker's 1 MiB default message.max.bytes.
+_ENCODE_BYTES = 512 << 10
+_READ_COMMITTED = 1
+_READ_UNCOMMITTED = 0
+_LATEST = -1
+
+_DUPLICATE_SEQUENCE = 46
+_TOO_LARGE = frozenset({10, 18})  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE
+_REFUSED = frozenset({29, 31})  # TOPIC_/CLUSTER_AUTHORIZATION_FAILED
+_OUT_OF_RANGE = 1
+# Errors after which the writer's state on the broker is gone: only a fresh attempt, which reads
+# the target back first, may continue.
+_WRITER_LOST = frozenset(
+    {45, 47, 59}
+)  # OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID
+
+
+class _Cluster:
+    """One cluster's connections for the task, with its partitions' leaders."""
+
+    def __init__(self, props: Mapping[str, str], side: str, topics: Iterable[str]) -> None:
+        self.side = side
+        self.client = KafkaNetClient(
+            **kafka_python_config(props),
+            request_timeout_ms=int(_TIMEOUT_S * 1000),
+            # A whole fetch response is one frame.
+            receive_message_max_bytes=_FETCH_MAX_BYTES + (1 << 20),
+        )
+        try:
+            self.client._manager.bootstrap(int(_TIMEOUT_S * 1000))
+            self.client.cluster.set_topics(sorted(set(topics)))
+            self.refresh()
+        except Exception as exc:
+            self.client.close()
+            raise TransientError(f"cannot reach the {side} cluster: {exc}") from exc
+
+    def refresh(self) -> None:
+        update = self.client.cluster.request_update()
+        self.client.poll(timeout_ms=int(_TIMEOUT_S * 1000), future=update)
+        if not update.succeeded():
+            raise TransientError(f"cannot read the {self.side} cluster's metadata: {update.exception}")
+
+    def leader(self, tp: TP) -> int:
+        node = self.client.cluster.leader_for_partition(TopicPartition(*tp))
+        if node is None or node < 0:
+            self.refresh()
+            node = self.client.cluster.leader_for_partition(TopicPartition(*tp))
+        if node is None or node < 0:
+            raise TransientError(f"{self.side} partition {tp[0]}-{tp[1]} has no leader")
+        return int(node)
+
+    def by_leader(self, tps: Iterable[TP]) -> dict[int, list[TP]]:
+        nodes: dict[int, list[TP]] = {}
+        for tp in tps:
+            nodes.setdefault(self.leader(tp), []).append(tp)
+        return nodes
+
+    def call(self, node: int, request: Any) -> Any:
+        try:
+            return self.client.send_and_receive(node, request, timeout_ms=int(_TIMEOUT_S * 1000))
+        except Exception as exc:
+            self.client.cluster.request_update()
+            raise TransientError(f"request to the {self.side} cluster failed: {exc!r}") from exc
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _error(code: int) -> str:
+    return str(for_code(code).__name__)
+
+
+def end_offsets(cluster: _Cluster, tps: Sequence[TP]) -> dict[TP, int]:
+    """Each partition's end offset (read_uncommitted: every record the mirror wrote counts)."""
+    ends: dict[TP, int] = {}
+    topic_type = ListOffsetsRequest.ListOffsetsTopic
+    for node, owned in cluster.by_leader(tps).items():
+        topics: dict[str, list[Any]] = {}
+        for topic, partition in owned:
+            topics.setdefault(topic, []).append(
+                topic_type.ListOffsetsPartition(
+                    partition_index=partition, timestamp=_LATEST, current_leader_epoch=-1
+                )
+            )
+        request = ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=_READ_UNCOMMITTED,
+            topics=[topic_type(name=t, partitions=ps) for t, ps in topics.items()],
+            min_version=1,
+        )
+        for t in cluster.call(node, request).topics:
+            for p in t.partitions:
+                if p.error_code:
+                    raise TransientError(
+                        f"cannot read the end offset of {t.name}-{p.partition_index} on the "
+                        f"{cluster.side} cluster: {_error(p.error_code)}"
+                    )
+                ends[(t.name, p.partition_index)] = int(p.offset)
+    return ends
+
+
+@dataclass
+class _Fetch:
+    """One partition's part of a fetch response."""
+
+    batches: list[SourceBatch]
+    next_offset: int | None
+    stable_end: int
+
+
+def fetch(cluster: _Cluster, positions: Mapping[TP, int], isolation: int) -> dict[TP, _Fetch]:
+    """One fetch round: each partition's whole batches from its position on (as many as the size
+    limits allow); read_committed drops control batches and aborted transactions."""
+    fetched: dict[TP, _Fetch] = {}
+    topic_type = FetchRequest.FetchTopic
+    for node, owned in cluster.by_leader(positions).items():
+        topics: dict[str, list[Any]] = {}
+        for topic, partition in owned:
+            topics.setdefault(topic, []).append(
+                topic_type.FetchPartition(
+                    partition=partition,
+                    fetch_offset=positions[(topic, partition)],
+                    partition_max_bytes=_PARTITION_FETCH_BYTES,
+                    current_leader_epoch=-1,
+                    last_fetched_epoch=-1,
+                    log_start_offset=-1,
+                )
+            )
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=10,
+            min_bytes=1,
+            max_bytes=_FETCH_MAX_BYTES,
+            isolation_level=isolation,
+            session_id=0,
+            session_epoch=-1,
+            topics=[topic_type(topic=t, partitions=ps) for t, ps in topics.items()],
+            forgotten_topics_data=[],
+            rack_id="",
+            min_version=4,
+            # v13 names topics by id only.
+            max_version=12,
+        )
+        response = cluster.call(node, request)
+        if response.error_code:
+            raise TransientError(
+                f"fetch from the {cluster.side} cluster failed: {_error(response.error_code)}"
+            )
+        for t in response.responses:
+            for p in t.partitions:
+                tp = (t.topic, p.partition_index)
+                if p.error_code:
+                    fetched_error(cluster, tp, positions[tp], p.error_code)
+                aborted = [(a.producer_id, a.first_offset) for a in p.aborted_transactions or ()]
+                got = committed_batches(bytes(p.records or b""), aborted if isolation else ())
+                stable = p.last_stable_offset if isolation and p.last_stable_offset >= 0 else p.high_watermark
+                fetched[tp] = _Fetch(got.batches, got.next_offset, int(stable))
+    return fetched
+
+
+def fetched_error(cluster: _Cluster, tp: TP, position: int, code: int) -> None:
+    if code == _OUT_OF_RANGE:
+        raise SourceDataLostError(
+            f"offset {position} of {tp[0]}-{tp[1]} is no longer on the {cluster.side} cluster (deleted by "
+            "retention, or the topic was recreated)"
+        )
+    if code in _REFUSED:
+        raise AuthorizationError(
+            f"the {cluster.side} cluster refused the mirror's login reading {tp[0]}-{tp[1]}: "
+            f"{_error(code)}. Grant it READ on the mirrored topics (README: Secured clusters); nothing "
+            "was committed."
+        )
+    cluster.client.cluster.request_update()
+    raise TransientError(f"fetching {tp[0]}-{tp[1]} from the {cluster.side} cluster failed: {_error(code)}")
+
+
+def read_records(
+    cluster: _Cluster, tp: TP, start: int, end: int, isolation: int, limit: int
+) -> list[SourceRecord]:
+    """Up to ``limit`` records of ``[start, end)``, decoded: only for the few read back after a
+    failed attempt."""
+    records: list[SourceRecord] = []
+    position = start
+    deadline = time.monotonic() + _TIMEOUT_S
+    while position < end and len(records) < limit:
+        got = fetch(cluster, {tp: position}, isolation)[tp]
+        for batch in got.batches:
+            records += [r for r in batch.records() if position <= r.offset < end]
+        if got.next_offset is None:
+            if time.monotonic() > deadline:
+                raise TransientError(
+                    f"{cluster.side} partition {tp[0]}-{tp[1]}: nothing to read at {position}"
+                )
+            continue
+        position = got.next_offset
+    return records[:limit]
+
+
+@dataclass
+class _Piece:
+    """Records of one partition ready to produce as one batch; stamped when first sent."""
+
+    data: bytearray
+    count: int
+    timestamps: Timestamps
+    budgeted: int
+    stamped: bool = False
+
+
+@dataclass
+class _Partition:
+    """Running state of one planned partition's copy."""
+
+    plan: PartitionPlan
+    already_written: int
+    position: int
+    records: int = 0
+    bytes: int = 0
+    prev_offset: int = -1
+    sync_points: list[tuple[int, int]] = field(default_factory=list)
+    record_age: Stats = field(default_factory=Stats)
+    replication_latency: Stats = field(default_factory=Stats)
+    first_received_ms: int = 0
+    last_acked_ms: int = 0
+    sequence: int = 0
+    pending: deque[_Piece] = field(default_factory=deque)
+    in_flight: bool = False
+    failing_since: float = 0.0
+
+    @property
+    def tp(self) -> TP:
+        return (self.plan.topic, self.plan.partition)
+
+    @property
+    def remote(self) -> TP:
+        return (self.plan.remote_topic, self.plan.partition)
+
+    def count(self, offsets: Sequence[int] | range) -> int:
+        """Account for planned records at these source offsets (in order); returns the target offset
+        of the first. A record whose offset does not follow the previous one is an offset-sync point."""
+        target = self.plan.target_start + self.records
+        if isinstance(offsets, range):
+            if offsets.start != self.prev_offset + 1:
+                self.sync_points.append((offsets.start, target))
+        else:
+            prev = self.prev_offset
+            for i, offset in enumerate(offsets):
+                if offset != prev + 1:
+                    self.sync_points.append((offset, target + i))
+                prev = offset
+        if len(offsets):
+            self.prev_offset = offsets[-1]
+        self.records += len(offsets)
+        return target
+
+    def result(self) -> PartitionResult:
+        return PartitionResult(
+            topic=self.plan.topic,
+            partition=self.plan.partition,
+            records=self.records,
+            skipped=min(self.already_written, self.records),
+            bytes=self.bytes,
+            target_start=self.plan.target_start,
+            sync_points=tuple(self.sync_points),
+            record_age=self.record_age,
+            replication_latency=self.replication_latency,
+            write_ms=max(self.last_acked_ms - self.first_received_ms, 0),
+        )
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Budget:
+    """Bytes read but not yet acknowledged, bounded: the reader waits while the writer is behind."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._used = 0
+        self._cond = threading.Condition()
+        self.closed = False
+
+    def take(self, n: int) -> bool:
+        with self._cond:
+            while self._used > 0 and self._used + n > self._limit and not self.closed:
+                self._cond.wait(0.5)
+            self._used += n
+            return not self.closed
+
+    def give(self, n: int) -> None:
+        with self._cond:
+            self._used -= n
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+
+class _Reader(threading.Thread):
+    """Fetches the task's partitions and queues their pieces, in source order per partition."""
+
+    def __init__(self, source: _Cluster, parts: Sequence[_Partition], budget: _Budget) -> None:
+        super().__init__(name="mirror-reader", daemon=True)
+        self.source = source
+        self.parts = {p.tp: p for p in parts}
+        self.budget = budget
+        self.ready: deque[tuple[_Partition, _Piece]] = deque()
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+        self.wake = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self._read()
+        except BaseException as exc:  # handed to the writer, which raises it
+            self.error = exc
+        finally:
+            self.finished.set()
+            self.wake.set()
+
+    def _read(self) -> None:
+        stalled_since: dict[TP, float] = {}
+        while not self.budget.closed:
+            todo = {tp: p.position for tp, p in self.parts.items() if p.position < p.plan.source_end}
+            if not todo:
+                return
+            for tp, got in fetch(self.source, todo, _READ_COMMITTED).items():
+                part = self.parts[tp]
+                received = _now_ms()
+                for batch in got.batches:
+                    self._queue(part, batch, received)
+                if got.next_offset is not None:
+                    part.position = max(part.position, got.next_offset)
+                    stalled_since.pop(tp, None)
+                elif got.stable_end <= part.position:
+                    # Waiting for an open transaction before the planned end to finish.
+                    since = stalled_since.setdefault(tp, time.monotonic())
+                    if time.monotonic() - since > _TIMEOUT_S:
+                        raise TransientError(
+                            f"{tp[0]}-{tp[1]} has no committed records at {part.position} (planned up "
+                            f"to {part.plan.source_end}): a transaction stays open; the plan can be re-run"
+                        )
+            self.wake.set()
+
+    def _queue(self, part: _Partition, batch: SourceBatch, received: int) -> None:
+        start, end = max(part.position, part.plan.source_start), part.plan.source_end
+        if batch.last_offset < start or batch.base_offset >= end:
+            return
+        if not part.first_received_ms:
+            part.first_received_ms = received
+        if batch.passes(start, end):
+            part.count(range(batch.base_offset, batch.last_offset + 1))
+            pieces = [(bytearray(batch.data), batch.count, batch.timestamps())]
+        else:
+            records = [r for r in batch.records() if start <= r.offset < end]
+            part.count([r.offset for r in records])
+            pieces = [
+                (data, len(chunk), _timestamps(chunk)) for chunk, data in _encoded(records, batch.codec)
+            ]
+        for data, count, timestamps in pieces:
+            part.record_age = part.record_age.merge(timestamps.elapsed(received))
+            part.bytes += len(data)
+            if not self.budget.take(len(data)):
+                return
+            self.ready.append((part, _Piece(data, count, timestamps, len(data))))
+
+
+def _encoded(
+    records: Sequence[SourceRecord], codec: int, max_bytes: int = _ENCODE_BYTES
+) -> Iterator[tuple[Sequence[SourceRecord], bytearray]]:
+    """Records as re-encoded batches, each with the records it holds."""
+    i = 0
+    for data in encode(records, codec, max_bytes):
+        n = _record_count(data)
+        yield records[i : i + n], data
+        i += n
+
+
+def _timestamps(records: Sequence[SourceRecord]) -> Timestamps:
+    return Timestamps.of(np.array([r.timestamp for r in records], dtype=np.int64))
+
+
+def _record_count(data: bytearray) -> int:
+    return int.from_bytes(data[57:61], "big", signed=True)
+
+
+class BatchCopy:
+    """The copy of one group of planned partitions; use as a context manager."""
+
+    def __init__(
+        self, plans: Sequence[PartitionPlan], source_props: Mapping[str, str], target_props: Mapping[str, str]
+    ) -> None:
+        self.plans = plans
+        self.target = _Cluster(target_props, "target", {p.remote_topic for p in plans})
+        try:
+            self.source = _Cluster(source_props, "source", {p.topic for p in plans})
+        except BaseException:
+            self.target.close()
+            raise
+        self.budget = _Budget(_BUFFER_BYTES)
+
+    def __enter__(self) -> BatchCopy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.budget.close()
+        self.source.close()
+        self.target.close()
+
+    def run(self) -> list[PartitionResult]:
+        ends = end_offsets(self.target, [(p.remote_topic, p.partition) for p in self.plans])
+        parts = []
+        for plan in self.plans:
+            written = ends[(plan.remote_topic, plan.partition)] - plan.target_start
+            if written < 0:
+                raise TargetStateError(
+                    f"remote partition {plan.remote_topic}-{plan.partition} ends before the planned start "
+                    f"{plan.target_start}: it was truncated or recreated since the plan was made"
+                )
+            part = _Partition(plan, written, plan.source_start, prev_offset=plan.source_start - 1)
+            if written:
+                self._check_written(part)
+            parts.append(part)
+        producer_id, epoch = self._producer_id()
+        reader = _Reader(self.source, parts, self.budget)
+        reader.start()
+        try:
+            self._write(reader, parts, producer_id, epoch)
+        finally:
+            self.budget.close()
+            reader.join(_TIMEOUT_S)
+        for part in parts:
+            self._check_result(part)
+        return [p.result() for p in parts]
+
+    def _check_written(self, part: _Partition) -> None:
+        """The ``already_written`` records after the planned target start must be the first planned
+        records; the source position then moves past them."""
+        plan = part.plan
+        n = part.already_written
+        source = read_records(self.source, part.tp, plan.source_start, plan.source_end, _READ_COMMITTED, n)
+        target = read_records(
+            self.target, part.remote, plan.target_start, plan.target_start + n, _READ_UNCOMMITTED, n
+        )
+        if len(source) < n:
+            raise _too_many(plan, n, len(source))
+        for i, want in enumerate(source):
+            got = target[i] if i < len(target) else None
+            if got is None or (got.key, got.value, got.headers, got.timestamp) != (
+                want.key,
+                want.value,
+                want.headers,
+                want.timestamp,
+            ):
+                raise TargetStateError(
+                    f"remote partition {plan.remote_topic}-{plan.partition} offset {plan.target_start + i} "
+                    f"holds {'nothing readable' if got is None else 'another record'} where this flow "
+                    f"wrote the record of source offset {want.offset} of {plan.topic}-{plan.partition}: "
+                    "something else writes to the remote topic. Nothing was committed; stop the other "
+                    "writer, then reset the flow's progress for that topic to mirror it again."
+                )
+        part.count([r.offset for r in source])
+        part.position = source[-1].offset + 1
+
+    def _producer_id(self) -> tuple[int, int]:
+        """A fresh idempotent producer id for this attempt (any broker gives one)."""
+        deadline = time.monotonic() + _TIMEOUT_S
+        while True:
+            node = self.target.client.least_loaded_node(bootstrap_fallback=True)
+            response = self.target.call(
+                node, InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1)
+            )
+            if not response.error_code:
+                return int(response.producer_id), int(response.producer_epoch)
+            if response.error_code in _REFUSED:
+                raise _refused_write(_error(response.error_code))
+            if time.monotonic() > deadline:
+                raise TransientError(f"the target gave no producer id: {_error(response.error_code)}")
+            time.sleep(0.1)
+
+    def _write(self, reader: _Reader, parts: Sequence[_Partition], producer_id: int, epoch: int) -> None:
+        in_flight: dict[int, tuple[Any, list[_Partition]]] = {}
+        try:
+            self._write_all(reader, parts, producer_id, epoch, in_flight)
+        except BaseException:
+            # A retry must never race a request of this attempt still on the wire: wait for the
+            # answers (or the connections' end) before giving up.
+            deadline = time.monotonic() + _TIMEOUT_S
+            while any(not f.is_done for f, _ in in_flight.values()) and time.monotonic() < deadline:
+                self.target.client.poll(timeout_ms=100)
+            raise
+
+    def _write_all(
+        self,
+        reader: _Reader,
+        parts: Sequence[_Partition],
+        producer_id: int,
+        epoch: int,
+        in_flight: dict[int, tuple[Any, list[_Partition]]],
+    ) -> None:
+        while True:
+            if reader.error is not None:
+                raise reader.error
+            while reader.ready:
+                part, piece = reader.ready.popleft()
+                part.pending.append(piece)
+            idle = [p for p in parts if p.pending and not p.in_flight]
+            for node, owned in self.target.by_leader(p.remote for p in idle).items():
+                if node in in_flight:
+                    continue
+                batch_of = {p.remote: p for p in idle}
+                sending = [batch_of[tp] for tp in owned]
+                in_flight[node] = (
+                    self.target.client.send(node, self._produce(sending, producer_id, epoch)),
+                    sending,
+                )
+                for p in sending:
+                    p.in_flight = True
+            if not in_flight:
+                if reader.finished.is_set() and not reader.ready and not any(p.pending for p in parts):
+                    if reader.error is not None:
+                        raise reader.error
+                    return
+                reader.wake.wait(0.05)
+                reader.wake.clear()
+                continue
+            self.target.client.poll(timeout_ms=5)
+            for node, (future, sending) in list(in_flight.items()):
+                if future.is_done:
+                    del in_flight[node]
+                    self._settle(future, sending)
+
+    def _produce(self, sending: Sequence[_Partition], producer_id: int, epoch: int) -> ProduceRequest:
+        topic_type = ProduceRequest.TopicProduceData
+        topics: dict[str, list[Any]] = {}
+        for part in sending:
+            piece = part.pending[0]
+            if not piece.stamped:
+                stamp(piece.data, producer_id, epoch, part.sequence)
+                piece.stamped = True
+            topics.setdefault(part.plan.remote_topic, []).append(
+                topic_type.PartitionProduceData(index=part.plan.partition, records=bytes(piece.data))
+            )
+        return ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=int(_TIMEOUT_S * 1000),
+            topic_data=[topic_type(name=t, partition_data=ps) for t, ps in topics.items()],
+            min_version=3,
+            max_version=9,
+        )
+
+    def _settle(self, future: Any, sending: Sequence[_Partition]) -> None:
+        now = _now_ms()
+        by_tp = {p.remote: p for p in sending}
+        codes: dict[TP, int] = {}
+        if future.succeeded():
+            for t in future.value.responses:
+                for r in t.partition_responses:
+                    codes[(t.name, r.index)] = r.error_code
+        for tp, part in by_tp.items():
+            part.in_flight = False
+            code = codes.get(tp)
+            if code in (0, _DUPLICATE_SEQUENCE):
+                piece = part.pending.popleft()
+                part.sequence += piece.count
+                part.replication_latency = part.replication_latency.merge(piece.timestamps.elapsed(now))
+                part.last_acked_ms = now
+                part.failing_since = 0.0
+                self.budget.give(piece.budgeted)
+                continue
+            self._failed(part, code, future.exception if code is None else None)
+
+    def _failed(self, part: _Partition, code: int | None, exception: BaseException | None) -> None:
+        """The head batch was not appended, or its answer was lost: classify, or resend it as it is
+        (same producer id and sequence, so the broker appends it at most once)."""
+        where = f"{part.plan.remote_topic}-{part.plan.partition}"
+        if code in _REFUSED:
+            raise _refused_write(f"{where}: {_error(code)}")
+        if code in _WRITER_LOST:
+            raise TransientError(
+                f"the target lost this copy's producer state for {where} ({_error(code)}); the plan can be "
+                "re-run safely: the next attempt reads back what is there"
+            )
+        if code in _TOO_LARGE:
+            self._split(part, where)
+            return
+        if not part.failing_since:
+            part.failing_since = time.monotonic()
+        reason = _error(code) if code is not None else repr(exception)
+        if time.monotonic() - part.failing_since > _DELIVERY_TIMEOUT_S:
+            raise TransientError(
+                f"the target kept refusing a batch for {where}: {reason}; the plan can be re-run safely"
+            )
+        self.target.client.cluster.request_update()
+        time.sleep(0.1)
+
+    def _split(self, part: _Partition, where: str) -> None:
+        """The head batch re-encoded as batches of half its size, in its place."""
+        piece = part.pending.popleft()
+        batch = SourceBatch.parse(memoryview(piece.data))
+        records = batch.records()
+        if len(records) < 2:
+            raise TargetStateError(
+                f"{where}: a record of {len(piece.data)} bytes is larger than the target accepts; raise "
+                "the remote topic's max.message.bytes (and the broker's message.max.bytes) to at least "
+                "the source's"
+            )
+        halves = [
+            _Piece(data, len(chunk), _timestamps(chunk), budgeted=0)
+            for chunk, data in _encoded(records, batch.codec, len(piece.data) // 2)
+        ]
+        halves[0].budgeted = piece.budgeted
+        part.pending.extendleft(reversed(halves))
+
+    def _check_result(self, part: _Partition) -> None:
+        plan = part.plan
+        if part.already_written > part.records:
+            raise _too_many(plan, part.already_written, part.records)
+        end = end_offsets(self.target, [part.remote])[part.remote]
+        if end != plan.target_start + part.records:
+            raise TargetStateError(
+                f"remote partition {plan.remote_topic}-{plan.partition} ends at {end}, expected "
+                f"{plan.target_start + part.records} after this copy: something else writes to the "
+                "remote topic. Nothing was committed; stop the other writer."
+            )
+
+
+def _too_many(plan: PartitionPlan, found: int, planned: int) -> TargetStateError:
+    return TargetStateError(
+        f"remote partition {plan.remote_topic}-{plan.partition} holds {found} records past the planned "
+        f"start {plan.target_start}, more than the {planned} planned: something else writes to the "
+        "remote topic. Nothing was committed; stop the other writer."
+    )
+
+
+def _refused_write(detail: str) -> AuthorizationError:
+    return AuthorizationError(
+        f"the target cluster refused the mirror's login to write: {detail}. Grant it WRITE on the "
+        "remote topics (README: Secured clusters); nothing was committed."
+    )
+
+
+def copy_partitions(
+    plans: Sequence[PartitionPlan], source_props: Mapping[str, str], target_props: Mapping[str, str]
+) -> list[PartitionResult]:
+    """Copy one group of planned partitions (one Spark task's); one result per planned partition."""
+    if not plans:
+        return []
+    with BatchCopy(plans, source_props, target_props) as copy:
+        return copy.run()
+
+
+def copy_result(plan: Plan, results: Iterable[PartitionResult]) -> CopyResult:
+    """The copy's result, in plan order."""
+    done = {(r.topic, r.partition): r for r in results}
+    return CopyResult(plan.flow, plan.run_id, tuple(done[(p.topic, p.partition)] for p in plan.partitions))
