@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from mirrorflow.app import runner
 from mirrorflow.app.run_folder import RunFolder, metrics_file, write_atomically
 from mirrorflow.config.model import MirrorConfig
+from mirrorflow.copy import batch_copy
 from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.core.progress import PartitionProgress
@@ -409,3 +410,40 @@ def test_runs_measure_mm2_latency_and_age_keep_history_and_export_prometheus_tex
         assert metrics[f"{prefix}record_age_ms_min{{{labels}}}"] == m.record_age.min
         assert metrics[f"{prefix}record_rate{{{labels}}}"] == pytest.approx(m.record_rate)
         assert metrics[f"mirrorflow_lag_records{{{labels}}}"] == 0
+
+
+CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def test_compressed_batches_stay_compressed_and_logappendtime_records_keep_the_source_time(
+    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    appended = f"{unique_name}-appended"
+    create_topic(primary.bootstrap, appended, 1, {"message.timestamp.type": "LogAppendTime"})
+    sample_data.produce_samples(primary.bootstrap, appended, 1, 0, 30)
+    for codec in CODECS:
+        create_topic(primary.bootstrap, f"{unique_name}-{codec}", 1)
+        producer = sample_data.producer(primary.bootstrap, {"compression.type": codec})
+        sample_data.produce(
+            producer, f"{unique_name}-{codec}", 0, (sample_record(codec, 0, i) for i in range(300))
+        )
+
+    report = run_flow(_config(write_config, f"{unique_name}-.*"), FLOW, "run-1", spark)
+
+    assert report.records == 30 + 300 * len(CODECS)
+    for topic in [appended, *(f"{unique_name}-{c}" for c in CODECS)]:
+        source = _read(primary, topic, 0)
+        assert _read(backup, f"primary.{topic}", 0) == source, f"primary.{topic} differs"
+    # Consumers of the source saw the broker's append times: so do consumers of the copy.
+    assert all(r.timestamp > BASE_TIMESTAMP_MS + 10**9 for r in _read(backup, f"primary.{appended}", 0))
+    target = batch_copy._Cluster({"bootstrap.servers": backup.bootstrap}, "target", ())
+    try:
+        for codec, number in CODECS.items():
+            remote = (f"primary.{unique_name}-{codec}", 0)
+            target.client.cluster.set_topics([remote[0]])
+            target.refresh()
+            batches = batch_copy.fetch(target, {remote: 0}, 0)[remote].batches
+            assert batches and {b.codec for b in batches} == {number}, f"{codec} batches recompressed"
+    finally:
+        target.close()

@@ -500,12 +500,7 @@ class BatchCopy:
             raise _too_many(plan, n, len(source))
         for i, want in enumerate(source):
             got = target[i] if i < len(target) else None
-            if got is None or (got.key, got.value, got.headers, got.timestamp) != (
-                want.key,
-                want.value,
-                want.headers,
-                want.timestamp,
-            ):
+            if got is None or not _same(got, want):
                 raise TargetStateError(
                     f"remote partition {plan.remote_topic}-{plan.partition} offset {plan.target_start + i} "
                     f"holds {'nothing readable' if got is None else 'another record'} where this flow "
@@ -678,6 +673,14 @@ class BatchCopy:
                 f"{plan.target_start + part.records} after this copy: something else writes to the "
                 "remote topic. Nothing was committed; stop the other writer."
             )
+
+
+def _same(target: SourceRecord, source: SourceRecord) -> bool:
+    """The target record is a copy of the source one; a time the target's broker stamped (a
+    LogAppendTime remote topic) is not compared."""
+    return (target.key, target.value, target.headers) == (source.key, source.value, source.headers) and (
+        target.appended or target.timestamp == source.timestamp
+    )
 
 
 def _too_many(plan: PartitionPlan, found: int, planned: int) -> TargetStateError:

@@ -48,11 +48,14 @@ _LENGTH = struct.Struct(">i")
 
 @dataclass(frozen=True)
 class SourceRecord:
+    """A decoded record; ``appended``: its timestamp is the time the broker appended it."""
+
     offset: int
     timestamp: int
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+    appended: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,11 +112,13 @@ class SourceBatch:
                 SourceRecord(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
                 for r in MemoryRecords(bytes(self.data))
             ]
-        appended = self.max_timestamp if self.attributes & _LOG_APPEND_TIME else None
+        if self.attributes & _LOG_APPEND_TIME:
+            return [
+                SourceRecord(r.offset, self.max_timestamp, r.key, r.value, tuple(r.headers), appended=True)
+                for r in DefaultRecordBatch(self.data)
+            ]
         return [
-            SourceRecord(
-                r.offset, r.timestamp if appended is None else appended, r.key, r.value, tuple(r.headers)
-            )
+            SourceRecord(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
             for r in DefaultRecordBatch(self.data)
         ]
 

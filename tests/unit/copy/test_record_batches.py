@@ -83,7 +83,7 @@ def test_a_logappendtime_batch_does_not_pass_and_its_records_carry_the_append_ti
     struct.pack_into(">q", data, 35, 7_777)  # the broker's append time is the max timestamp
     batch = parse(bytes(data))
     assert not batch.passes(0, 100)
-    assert [r.timestamp for r in batch.records()] == [7_777] * 3
+    assert [(r.timestamp, r.appended) for r in batch.records()] == [(7_777, True)] * 3
     assert [r.offset for r in batch.records()] == [4, 5, 6]
 
 
