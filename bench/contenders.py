@@ -1,6 +1,7 @@
-"""The contenders of bench/run.py: Kafka's perf tools (copy limit), MirrorMaker 2, and mirrorflow.
+"""The contenders of bench/run.py: the copy limit (Kafka's perf tools and a librdkafka producer),
+MirrorMaker 2, and mirrorflow.
 
-Each contender copies W1 into a freshly started target cluster and returns a ``Result``. Every
+Each contender copies the workload into a freshly started target cluster and returns a ``Result``. Every
 process started here is stopped by its PID (process group for `airflow`, which starts spark-submit),
 also on failure.
 """
@@ -24,17 +25,17 @@ from types import TracebackType
 from typing import Any
 
 import pyspark
+from confluent_kafka import KafkaException
 from workload import (
-    KEY_SIZE,
     PARTITIONS,
-    PRODUCER_TUNING,
-    VALUE_SIZE,
     OffsetWatcher,
     PartitionDigest,
+    Workload,
     compare,
     create_topics,
     end_offsets,
     fingerprint,
+    produce,
     steady_rate,
 )
 
@@ -44,6 +45,7 @@ from mirrorflow_dev.devenv import airflow_env
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 # spark-class ships with pyspark; the venv's bin/ has a copy that finds the same SPARK_HOME.
 SPARK_CLASS = str(Path(sys.executable).parent / "spark-class")
+LIMIT = "copy limit (Kafka perf tools, librdkafka producer)"
 OURS = "mirrorflow (one DAG run)"
 OURS_STANDALONE = "mirrorflow on Spark standalone (1 master, 2 workers)"
 
@@ -75,6 +77,7 @@ class Context:
     source_bootstrap: str
     target_bootstrap: str
     topics: Sequence[str]
+    workload: Workload
     records: int
     source_digest: dict[tuple[str, int], PartitionDigest]
     source_ends: dict[tuple[str, int], int]
@@ -310,12 +313,16 @@ _PRODUCED = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/
 
 
 def copy_limit(ctx: Context) -> Result:
-    """Kafka's own ProducerPerformance into the target and ConsumerPerformance from the source."""
-    result = Result("copy limit (Kafka perf tools)")
-    sink = "limit-sink"
-    create_topics(ctx.target_bootstrap, [sink], PARTITIONS * len(ctx.topics))
-    record_size = KEY_SIZE + VALUE_SIZE  # ProducerPerformance sends no key: put its bytes in the value
-    props = [f"{k}={v}" for k, v in PRODUCER_TUNING.items()]
+    """Kafka's ProducerPerformance and a librdkafka producer into the target, Kafka's ConsumerPerformance
+    from the source: limit = min(max(the two write rates), the read rate)."""
+    result = Result(LIMIT)
+    workload = ctx.workload
+    partitions = PARTITIONS * len(ctx.topics)
+    sink, rdkafka_sink = "limit-sink", "limit-sink-librdkafka"
+    create_topics(ctx.target_bootstrap, [sink, rdkafka_sink], partitions)
+    # ProducerPerformance sends no key or headers: put the key's bytes in the value.
+    record_size = workload.record_bytes
+    props = [f"{k}={v}" for k, v in workload.producer.items()]
     log = ctx.work / "logs" / "producer-perf.out"
     start = time.monotonic()
     rc = run_logged(
@@ -346,6 +353,18 @@ def copy_limit(ctx: Context) -> Result:
     result.extra["producer"] = {"rc": rc, "wall_s": produce_wall, "records_per_s": produce_rps}
     if produce_rps is None:
         result.detail.append(f"ProducerPerformance failed (rc {rc}); see {log}")
+
+    # ProducerPerformance's values are random capital letters, not the workload's bytes (which decide
+    # what compression costs and saves), and the Java client may be slower or faster than librdkafka:
+    # so the workload's own records are written too, the way the source was.
+    rdkafka_rps: float | None
+    try:
+        rdkafka_rps = produce(ctx.target_bootstrap, [rdkafka_sink], ctx.records, workload, partitions)
+    except (KafkaException, RuntimeError) as exc:
+        rdkafka_rps = None
+        result.detail.append(f"librdkafka producer failed: {type(exc).__name__}: {exc}")
+    rdkafka_wall = None if rdkafka_rps is None else ctx.records / rdkafka_rps
+    result.extra["librdkafka_producer"] = {"wall_s": rdkafka_wall, "records_per_s": rdkafka_rps}
 
     log = ctx.work / "logs" / "consumer-perf.out"
     include = "^(" + "|".join(re.escape(t) for t in ctx.topics) + ")$"
@@ -386,27 +405,49 @@ def copy_limit(ctx: Context) -> Result:
     if consume_rps is None:
         result.detail.append(f"ConsumerPerformance failed (rc {rc}); see {log}")
 
-    written = sum(end_offsets(ctx.target_bootstrap, [sink], PARTITIONS * len(ctx.topics)).values())
-    ok = written == ctx.records and consumed == ctx.records
+    written = {
+        t: sum(end_offsets(ctx.target_bootstrap, [t], partitions).values()) for t in (sink, rdkafka_sink)
+    }
+    ok = written[sink] == written[rdkafka_sink] == consumed == ctx.records
     result.verified = "count only" if ok else "no"
     if not ok:
-        result.detail.append(f"produced {written}, consumed {consumed}, expected {ctx.records} each")
-    rates = [r for r in (produce_rps, consume_rps) if r is not None]
-    if len(rates) == 2:
-        result.steady_rps = min(rates)
-        result.wall_s = max(produce_wall, consume_wall)
         result.detail.append(
-            f"produce {produce_rps:,.0f} rec/s in {produce_wall:.1f} s wall; "
-            f"consume {consume_rps:,.0f} rec/s (fetch) in {consume_wall:.1f} s wall"
+            f"ProducerPerformance wrote {written[sink]}, the librdkafka producer {written[rdkafka_sink]}, "
+            f"ConsumerPerformance read {consumed}; expected {ctx.records} each"
+        )
+    result.detail.append(
+        f"write: ProducerPerformance {_rate(produce_rps)} rec/s in {produce_wall:.1f} s wall, librdkafka "
+        f"producer {_rate(rdkafka_rps)} rec/s in {_seconds(rdkafka_wall)} s (first produce to flush); "
+        f"read: ConsumerPerformance {_rate(consume_rps)} rec/s (fetch) in {consume_wall:.1f} s wall"
+    )
+    if produce_rps is not None and rdkafka_rps is not None and consume_rps is not None:
+        write_rps, write_wall, writer = max(
+            (produce_rps, produce_wall, "ProducerPerformance"),
+            (rdkafka_rps, ctx.records / rdkafka_rps, "librdkafka producer"),
+        )
+        result.steady_rps = min(write_rps, consume_rps)
+        result.wall_s = max(write_wall, consume_wall)
+        result.extra["write_side"] = writer
+        result.detail.append(
+            f"limit = min(write {write_rps:,.0f} rec/s (the faster writer, {writer}), "
+            f"read {consume_rps:,.0f} rec/s) = {result.steady_rps:,.0f} rec/s"
         )
     return result
+
+
+def _rate(records_per_s: float | None) -> str:
+    return "n/a" if records_per_s is None else f"{records_per_s:,.0f}"
+
+
+def _seconds(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds:.1f}"
 
 
 # ------------------------------------------------------------------------------------- MM2
 
 
 def mm2_properties(ctx: Context) -> str:
-    tuning = PRODUCER_TUNING
+    tuning = ctx.workload.producer
     lines = [
         "clusters = source, target",
         f"source.bootstrap.servers = {ctx.source_bootstrap}",
@@ -489,8 +530,10 @@ def mirror_maker(ctx: Context) -> Result:
 # ------------------------------------------------------------------------------------- ours
 
 
-def flow_properties(source: str, target: str, topics: str, state: Path, cap: int) -> str:
-    """mm2.properties for our flow source->target, with the benchmark's producer tuning."""
+def flow_properties(
+    source: str, target: str, topics: str, state: Path, cap: int, producer: dict[str, str]
+) -> str:
+    """mm2.properties for our flow source->target, with the workload's producer settings."""
     lines = [
         "clusters = source, target",
         f"source.bootstrap.servers = {source}",
@@ -502,7 +545,7 @@ def flow_properties(source: str, target: str, topics: str, state: Path, cap: int
         "checkpoints.topic.replication.factor = 1",
         "heartbeats.topic.replication.factor = 1",
         "offset-syncs.topic.replication.factor = 1",
-        *(f"target.producer.{k} = {v}" for k, v in PRODUCER_TUNING.items()),
+        *(f"target.producer.{k} = {v}" for k, v in producer.items()),
         f"mirrorflow.state.dir = {state}",
         f"mirrorflow.max.records.per.partition = {cap}",
     ]
@@ -512,7 +555,12 @@ def flow_properties(source: str, target: str, topics: str, state: Path, cap: int
 def ours_properties(ctx: Context, state: Path) -> str:
     per_partition = max(ctx.source_ends.values()) + 1
     return flow_properties(
-        ctx.source_bootstrap, ctx.target_bootstrap, ", ".join(ctx.topics), state, per_partition
+        ctx.source_bootstrap,
+        ctx.target_bootstrap,
+        ", ".join(ctx.topics),
+        state,
+        per_partition,
+        ctx.workload.producer,
     )
 
 

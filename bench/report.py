@@ -11,9 +11,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from contenders import OURS, OURS_STANDALONE, Result
+from contenders import LIMIT, OURS, OURS_STANDALONE, Result
 from scenarios import ScenarioResult
-from workload import HEADERS, KEY_SIZE, VALUE_SIZE
+from workload import HEADERS, Workload
 
 from mirrorflow_dev import local_kafka, paths
 
@@ -79,8 +79,8 @@ def versions() -> dict[str, str]:
     return out
 
 
-def mib_per_s(records_per_s: float | None) -> float | None:
-    return None if records_per_s is None else records_per_s * (KEY_SIZE + VALUE_SIZE) / 2**20
+def mib_per_s(records_per_s: float | None, workload: Workload) -> float | None:
+    return None if records_per_s is None else records_per_s * workload.record_bytes / 2**20
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -92,11 +92,15 @@ def _fmt(v: float | None, spec: str) -> str:
 
 
 def render(
-    results: list[Result], settings: dict[str, Any], info: dict[str, Any], vers: dict[str, str]
+    results: list[Result],
+    settings: dict[str, Any],
+    info: dict[str, Any],
+    vers: dict[str, str],
+    workload: Workload,
 ) -> tuple[str, dict[str, Any]]:
     by_name = {r.name: r for r in results}
     ours, standalone = by_name.get(OURS), by_name.get(OURS_STANDALONE)
-    mm2, limit = by_name.get("MirrorMaker 2 (dedicated mode)"), by_name.get("copy limit (Kafka perf tools)")
+    mm2, limit = by_name.get("MirrorMaker 2 (dedicated mode)"), by_name.get(LIMIT)
 
     def rate(r: Result | None) -> float | None:
         return None if r is None else r.steady_rps
@@ -112,13 +116,14 @@ def render(
         "ours-standalone/ours wall": ratio(wall(standalone), wall(ours)),
     }
     lines = [
-        f"# mirrorflow benchmark: W1, {settings['records']:,} records",
+        f"# mirrorflow benchmark: {workload.name} ({workload.shape}), {settings['records']:,} records",
         "",
         f"Machine: {info['nproc']} CPUs ({info['cpu_model']}), {info['memory_gib']} GiB; "
         f"versions: {', '.join(f'{k} {v}' for k, v in vers.items())}.",
         "",
-        f"W1: {len(settings['topics'])} topics x {settings['partitions']} partitions, "
-        f"{KEY_SIZE}-byte keys, {VALUE_SIZE}-byte random values, {HEADERS} headers, explicit timestamps; "
+        f"{workload.name}: {len(settings['topics'])} topics x {settings['partitions']} partitions, "
+        f"{workload.description}, {HEADERS} headers, explicit timestamps, "
+        f"compression {workload.compression}; "
         f"producer settings {settings['producer']}; broker heap {settings['broker_heap_mb']} MB, "
         f"MM2 tasks.max {settings['tasks_max']}.",
         "",
@@ -128,7 +133,7 @@ def render(
     for r in results:
         lines.append(
             f"| {r.name} | {_fmt(r.wall_s, '.1f')} | {_fmt(r.steady_rps, ',.0f')} | "
-            f"{_fmt(mib_per_s(r.steady_rps), '.1f')} | {r.verified} |"
+            f"{_fmt(mib_per_s(r.steady_rps, workload), '.1f')} | {r.verified} |"
         )
     lines += ["", "| ratio | value |", "|---|---:|"]
     lines += [f"| {k} | {_fmt(v, '.2f')} |" for k, v in ratios.items()]
@@ -137,19 +142,23 @@ def render(
         lines += ["", "Notes:", *notes]
     lines += [
         "",
-        "Wall: copy limit = the longer of the two perf tools; MM2 = process start until every remote "
-        "partition reached the source end offset; mirrorflow = the whole `airflow dags test` (local[*] "
-        "Spark, or for the standalone row a Spark standalone master with 2 workers of 1 core / 1 GiB "
-        "on loopback, started before the timer and not counted). Steady: "
+        "Wall: copy limit = the longer of the faster writer and ConsumerPerformance; MM2 = process start "
+        "until every remote partition reached the source end offset; mirrorflow = the whole `airflow "
+        "dags test` (local[*] Spark, or for the standalone row a Spark standalone master with 2 workers "
+        "of 1 core / 1 GiB on loopback, started before the timer and not counted). Steady: "
         "MM2 and mirrorflow = records/s between 10% and 90% of the total on the target (end offsets "
-        f"polled every {settings['poll_interval_s']} s); copy limit = min(ProducerPerformance, "
-        "ConsumerPerformance fetch rate). MiB/s counts key + value bytes.",
+        f"polled every {settings['poll_interval_s']} s); copy limit = min(max(ProducerPerformance, "
+        "librdkafka producer), ConsumerPerformance fetch rate). Both writers write --records records "
+        "into a fresh target topic with the workload's producer settings: ProducerPerformance values of "
+        "random capital letters the size of key + value (no key, no headers), the idempotent librdkafka "
+        "producer the workload's own records (timed from the first produce to the end of the flush). "
+        "ConsumerPerformance reads the source. MiB/s counts key + value bytes.",
     ]
     data = {
         "settings": settings,
         "machine": info,
         "versions": vers,
-        "results": [{**asdict(r), "mib_per_s": mib_per_s(r.steady_rps)} for r in results],
+        "results": [{**asdict(r), "mib_per_s": mib_per_s(r.steady_rps, workload)} for r in results],
         "ratios": ratios,
     }
     return "\n".join(lines) + "\n", data

@@ -1,14 +1,22 @@
 """mirrorflow vs MirrorMaker 2 vs Kafka's copy limit, on two local clusters started here.
 
-    .venv/bin/python bench/run.py [--records 1000000] [--contenders limit,mm2,ours,ours-standalone]
+    .venv/bin/python bench/run.py [--workload W1|W2|W3] [--records N]
+                                  [--contenders limit,mm2,ours,ours-standalone]
     (or: make bench)
     .venv/bin/python bench/run.py --scenarios scale-topics,memory [--scale-topics 500] [--records N]
 
-1. starts a source cluster (local KRaft, free loopback ports, temp dir) and writes workload W1 to it:
-   2 topics x 6 partitions, --records in total, 16-byte keys, 1 KiB random values, 2 headers,
-   explicit timestamps; fingerprints every source partition (count + order-sensitive sha256);
+1. starts a source cluster (local KRaft, free loopback ports, temp dir) and writes the --workload to it:
+   2 topics x 6 partitions, --records in total, 16-byte random keys, 2 headers, explicit timestamps, and
+   - W1 (default): 1 KiB random values, compression none, 1,000,000 records by default;
+   - W2: 1 KiB values, half random bytes and half a repeated fixed pattern, lz4, 1,000,000 records;
+   - W3: 100-byte random values, compression none, 10,000,000 records;
+   fingerprints every source partition (count + order-sensitive sha256). The workload's producer
+   settings (compression included) are those of every writer: the source's, MM2's, ours, and the
+   copy limit's;
 2. runs each contender against a freshly started target cluster (the previous one is stopped first):
-   - limit: Kafka's ProducerPerformance into the target and ConsumerPerformance from the source;
+   - limit: Kafka's ProducerPerformance and a librdkafka producer (the workload's records) into the
+            target, Kafka's ConsumerPerformance from the source; the copy limit is
+            min(max(the two write rates), the read rate);
    - mm2:   the real MirrorMaker 2, dedicated mode, source->target only;
    - ours:  `airflow dags test mirror_source_to_target` over the whole backlog, then once more idle,
             with Spark in local[*] mode (the default `spark_default` connection);
@@ -47,6 +55,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -54,14 +63,13 @@ import contenders
 import report
 import scenarios
 from contenders import Context, Result
-from workload import PARTITIONS, PRODUCER_TUNING, create_topics, end_offsets, fingerprint, produce_w1
+from workload import PARTITIONS, WORKLOADS, Workload, create_topics, end_offsets, fingerprint, produce
 
 from mirrorflow_dev import local_kafka, processes
 from mirrorflow_dev.local_kafka import LocalCluster
 
-TOPICS = ("w1-orders", "w1-payments")
 CONTENDERS: dict[str, tuple[str, Callable[[Context], Result]]] = {
-    "limit": ("copy limit (Kafka perf tools)", contenders.copy_limit),
+    "limit": (contenders.LIMIT, contenders.copy_limit),
     "mm2": ("MirrorMaker 2 (dedicated mode)", contenders.mirror_maker),
     "ours": (contenders.OURS, contenders.ours),
     "ours-standalone": (contenders.OURS_STANDALONE, contenders.ours_standalone),
@@ -81,12 +89,16 @@ def split(value: str, known: Sequence[str], what: str) -> list[str]:
     return names
 
 
-def run(args: argparse.Namespace, work: Path, names: list[str]) -> tuple[list[Result], dict[str, object]]:
+def run(
+    args: argparse.Namespace, work: Path, names: list[str], workload: Workload, records: int
+) -> tuple[list[Result], dict[str, object]]:
+    topics = tuple(f"{workload.name.lower()}-{t}" for t in ("orders", "payments"))
     settings: dict[str, object] = {
-        "records": args.records,
-        "topics": list(TOPICS),
+        "workload": asdict(workload),
+        "records": records,
+        "topics": list(topics),
         "partitions": PARTITIONS,
-        "producer": PRODUCER_TUNING,
+        "producer": workload.producer,
         "broker_heap_mb": args.heap_mb,
         "jvm_tool_heap_mb": args.heap_mb,
         "tasks_max": args.tasks_max,
@@ -100,16 +112,16 @@ def run(args: argparse.Namespace, work: Path, names: list[str]) -> tuple[list[Re
     results: list[Result] = []
     source = start("source", work / "kafka" / "source", args.heap_mb)
     try:
-        create_topics(source.bootstrap, TOPICS)
-        rate = produce_w1(source.bootstrap, TOPICS, args.records)
-        print(f"W1: {args.records:,} records produced at {rate:,.0f} records/s", flush=True)
-        settings["w1_produce_records_per_s"] = round(rate)
+        create_topics(source.bootstrap, topics)
+        rate = produce(source.bootstrap, topics, records, workload)
+        print(f"{workload.name}: {records:,} records produced at {rate:,.0f} records/s", flush=True)
+        settings["source_produce_records_per_s"] = round(rate)
         t0 = time.monotonic()
-        digest = fingerprint(source.bootstrap, TOPICS)
+        digest = fingerprint(source.bootstrap, topics)
         print(f"source fingerprinted in {time.monotonic() - t0:.1f} s", flush=True)
-        ends = end_offsets(source.bootstrap, TOPICS)
-        if sum(ends.values()) != args.records:
-            raise RuntimeError(f"source holds {sum(ends.values())} records, expected {args.records}")
+        ends = end_offsets(source.bootstrap, topics)
+        if sum(ends.values()) != records:
+            raise RuntimeError(f"source holds {sum(ends.values())} records, expected {records}")
         for name in names:
             label, contender = CONTENDERS[name]
             print(f"--- {label}", flush=True)
@@ -119,8 +131,9 @@ def run(args: argparse.Namespace, work: Path, names: list[str]) -> tuple[list[Re
                     work=work / name,
                     source_bootstrap=source.bootstrap,
                     target_bootstrap=target.bootstrap,
-                    topics=TOPICS,
-                    records=args.records,
+                    topics=topics,
+                    workload=workload,
+                    records=records,
                     source_digest=digest,
                     source_ends=ends,
                     heap_mb=args.heap_mb,
@@ -151,7 +164,21 @@ def run(args: argparse.Namespace, work: Path, names: list[str]) -> tuple[list[Re
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--records", type=int, default=1_000_000, help="W1 records in total")
+    parser.add_argument(
+        "--workload",
+        choices=list(WORKLOADS),
+        default="W1",
+        help="what the contenders copy: "
+        + "; ".join(f"{w.name}: {w.description}, compression {w.compression}" for w in WORKLOADS.values()),
+    )
+    parser.add_argument(
+        "--records",
+        type=int,
+        default=None,
+        help="records in total (default: the workload's, "
+        + ", ".join(f"{w.name} {w.default_records:,}" for w in WORKLOADS.values())
+        + "; W1's for the scenarios)",
+    )
     parser.add_argument(
         "--contenders",
         default=None,
@@ -171,6 +198,7 @@ def main() -> int:
     picked = split(args.scenarios, list(scenarios.SCENARIOS), "scenarios")
     default = "" if picked else ",".join(CONTENDERS)
     names = split(default if args.contenders is None else args.contenders, list(CONTENDERS), "contenders")
+    workload = WORKLOADS[args.workload]
     logging.basicConfig(level=logging.WARNING)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     work = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-run-"))
@@ -180,7 +208,8 @@ def main() -> int:
     done: list[scenarios.ScenarioResult] = []
     try:
         if names:
-            results, settings = run(args, work, names)
+            records = workload.default_records if args.records is None else args.records
+            results, settings = run(args, work, names, workload, records)
         done = run_scenarios(args, work, picked)
         keep = keep or any(r.verified == "no" for r in results) or any(not s.ok for s in done)
     except BaseException:
@@ -192,7 +221,7 @@ def main() -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     info, vers = report.machine(), report.versions()
-    markdown, data = report.render(results, settings, info, vers) if names else ("", {})
+    markdown, data = report.render(results, settings, info, vers, workload) if names else ("", {})
     if done:
         extra_md, extra = report.render_scenarios(done, info, vers, standalone=not names)
         markdown = f"{markdown}\n{extra_md}" if markdown else extra_md
@@ -206,8 +235,10 @@ def run_scenarios(args: argparse.Namespace, work: Path, picked: list[str]) -> li
     out = []
     for name in picked:
         print(f"--- scenario {name}", flush=True)
+        # The scenarios write W1 whatever --workload says.
+        records = scenarios.W1.default_records if args.records is None else args.records
         opts = scenarios.Options(
-            work / f"scenario-{name}", args.heap_mb, args.timeout, args.records, args.scale_topics
+            work / f"scenario-{name}", args.heap_mb, args.timeout, records, args.scale_topics
         )
         opts.work.mkdir(parents=True, exist_ok=True)
         try:

@@ -23,15 +23,7 @@ from typing import Any
 import psutil
 from confluent_kafka import Consumer, Producer, TopicPartition
 from contenders import AIRFLOW, flow_properties, run_logged, start_logged, stop_process, task_seconds
-from workload import (
-    BASE_TIMESTAMP_MS,
-    KEY_SIZE,
-    PARTITIONS,
-    PRODUCER_TUNING,
-    VALUE_SIZE,
-    create_topics,
-    produce_w1,
-)
+from workload import BASE_TIMESTAMP_MS, PARTITIONS, WORKLOADS, create_topics, produce
 
 from mirrorflow_dev import local_kafka, processes
 from mirrorflow_dev.devenv import airflow_env
@@ -43,6 +35,7 @@ SCALE_RECORDS_PER_PARTITION = 5
 SCALE_TOPICS_PER_REQUEST = 100  # topics per CreateTopics request
 SAMPLE_INTERVAL_S = 0.2
 MIB = 2**20
+W1 = WORKLOADS["W1"]  # the scenarios measure scale and memory, not the record shape
 
 
 @dataclass
@@ -229,8 +222,8 @@ def start(alias: str, home: Path, heap_mb: int) -> LocalCluster:
 
 def produce_small(bootstrap: str, topics: Sequence[str], partitions: int, per_partition: int) -> float:
     """``per_partition`` W1-shaped records (16-byte key, 1 KiB value, 2 headers) into every partition."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": "true", **PRODUCER_TUNING})
-    payload = os.urandom(KEY_SIZE + VALUE_SIZE)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": "true", **W1.producer})
+    payload = os.urandom(W1.record_bytes)
     start_t = time.monotonic()
     i = 0
     for t in topics:
@@ -240,8 +233,8 @@ def produce_small(bootstrap: str, topics: Sequence[str], partitions: int, per_pa
                     try:
                         producer.produce(
                             t,
-                            key=payload[:KEY_SIZE],
-                            value=payload[KEY_SIZE:],
+                            key=payload[: W1.key_size],
+                            value=payload[W1.key_size :],
                             partition=p,
                             timestamp=BASE_TIMESTAMP_MS + i,
                             headers=[("seq", i.to_bytes(8, "big")), ("origin", b"bench-scale")],
@@ -292,7 +285,12 @@ def scale_topics(opts: Options) -> ScenarioResult:
             config = opts.work / "mm2-scale.properties"
             config.write_text(
                 flow_properties(
-                    source.bootstrap, target.bootstrap, "scale-.*", state, SCALE_RECORDS_PER_PARTITION + 1
+                    source.bootstrap,
+                    target.bootstrap,
+                    "scale-.*",
+                    state,
+                    SCALE_RECORDS_PER_PARTITION + 1,
+                    W1.producer,
                 )
             )
             logs = opts.work / "logs"
@@ -383,7 +381,7 @@ def memory(opts: Options) -> ScenarioResult:
         src: dict[str, dict[tuple[str, int], int | None]] = {}
         for k, n in sizes.items():
             create_topics(source.bootstrap, topics[k])
-            rate = produce_w1(source.bootstrap, topics[k], n)
+            rate = produce(source.bootstrap, topics[k], n, W1)
             src[k] = partition_ends(source.bootstrap, topics[k], PARTITIONS)
             print(f"memory: W1 {k} = {n:,} records produced at {rate:,.0f} records/s", flush=True)
         target = start("target", opts.work / "kafka" / "target", opts.heap_mb)
@@ -394,7 +392,7 @@ def memory(opts: Options) -> ScenarioResult:
                 state = opts.work / f"state-{k}"
                 config = opts.work / f"mm2-memory-{k}.properties"
                 config.write_text(
-                    flow_properties(source.bootstrap, target.bootstrap, f"mem{k}-.*", state, cap)
+                    flow_properties(source.bootstrap, target.bootstrap, f"mem{k}-.*", state, cap, W1.producer)
                 )
                 if env is None:
                     env = prepare_airflow(opts.work / "airflow", config, state, logs)

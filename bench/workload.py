@@ -1,8 +1,9 @@
-"""Workload W1 for bench/run.py: generate it on the source, fingerprint partitions, watch end offsets.
+"""Workloads W1-W3 for bench/run.py: generate one on the source, fingerprint partitions, watch end offsets.
 
-W1: 2 topics x 6 partitions, N records in total (round-robin over topics and partitions), 16-byte
-random keys, 1 KiB random values, 2 headers, explicit timestamps. Random bytes come from os.urandom in
-big chunks that are sliced per record, so generating is bound by the producer, not by Python.
+Every workload: 2 topics x 6 partitions, N records in total (round-robin over topics and partitions),
+random keys, 2 headers, explicit timestamps; the workloads differ in value size, value content and
+compression (``WORKLOADS``). Random bytes come from os.urandom in big chunks that are sliced per record,
+so generating is bound by the producer, not by Python.
 """
 
 from __future__ import annotations
@@ -22,14 +23,72 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 PARTITIONS = 6
-KEY_SIZE = 16
-VALUE_SIZE = 1024
 HEADERS = 2
 BASE_TIMESTAMP_MS = 1_000_000_000_000  # 2001: a copy cannot pass by stamping the send time
 _CHUNK_RECORDS = 8192
+# Fills the non-random tail of compressible values: repeats within a value and across records.
+_PATTERN = b"mirrorflow-bench"
 
-# Producer settings shared by every writer in the bench (ours, MM2, ProducerPerformance).
-PRODUCER_TUNING = {"acks": "all", "linger.ms": "20", "batch.size": "1000000", "compression.type": "none"}
+# Producer tuning shared by every writer in the bench (source, ours, MM2, ProducerPerformance, the
+# librdkafka limit writer); each workload adds its compression.type.
+PRODUCER_TUNING = {"acks": "all", "linger.ms": "20", "batch.size": "1000000"}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The records of one benchmark workload (topics, partitions and headers are the same for all)."""
+
+    name: str
+    key_size: int
+    value_size: int
+    compression: str
+    default_records: int
+    description: str
+    # Leading random bytes of each value; the rest repeats _PATTERN (so compression has work to do).
+    random_value_bytes: int
+
+    @property
+    def record_bytes(self) -> int:
+        return self.key_size + self.value_size
+
+    @property
+    def producer(self) -> dict[str, str]:
+        return {**PRODUCER_TUNING, "compression.type": self.compression}
+
+    @property
+    def shape(self) -> str:
+        return (
+            f"{self.key_size}-byte keys, {self.value_size}-byte values, {HEADERS} headers, "
+            f"compression {self.compression}"
+        )
+
+    def chunk(self) -> bytes:
+        """``_CHUNK_RECORDS`` records laid out key|value, ``record_bytes`` each."""
+        random_bytes = self.key_size + self.random_value_bytes
+        data = os.urandom(_CHUNK_RECORDS * random_bytes)
+        if self.random_value_bytes == self.value_size:
+            return data
+        filler = (_PATTERN * self.value_size)[: self.value_size - self.random_value_bytes]
+        return b"".join(data[i : i + random_bytes] + filler for i in range(0, len(data), random_bytes))
+
+
+WORKLOADS = {
+    w.name: w
+    for w in (
+        Workload("W1", 16, 1024, "none", 1_000_000, "16-byte random keys, 1 KiB random values", 1024),
+        Workload(
+            "W2",
+            16,
+            1024,
+            "lz4",
+            1_000_000,
+            "16-byte random keys, 1 KiB values of 512 random bytes then 512 bytes of a repeated fixed "
+            "pattern (so that lz4 has something to compress)",
+            512,
+        ),
+        Workload("W3", 16, 100, "none", 10_000_000, "16-byte random keys, 100-byte random values", 100),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -53,42 +112,46 @@ def create_topics(bootstrap: str, topics: Sequence[str], partitions: int = PARTI
         time.sleep(0.2)
 
 
-def produce_w1(bootstrap: str, topics: Sequence[str], records: int) -> float:
-    """Append ``records`` W1 records round-robin over ``topics`` x partitions; returns records/s."""
+def produce(
+    bootstrap: str, topics: Sequence[str], records: int, workload: Workload, partitions: int = PARTITIONS
+) -> float:
+    """Append ``records`` records of ``workload`` round-robin over ``topics`` x ``partitions``, with an
+    idempotent librdkafka producer; returns records/s from the first produce to the end of the flush."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
             "enable.idempotence": "true",
             "queue.buffering.max.kbytes": "262144",
             "queue.buffering.max.messages": "500000",
-            **PRODUCER_TUNING,
+            **workload.producer,
         }
     )
-    record_bytes = KEY_SIZE + VALUE_SIZE
+    key_size, record_bytes = workload.key_size, workload.record_bytes
+    origin = f"bench-{workload.name.lower()}".encode()
     chunk = b""
     start = time.monotonic()
     n_topics = len(topics)
     for i in range(records):
         j = i % _CHUNK_RECORDS
         if j == 0:
-            chunk = os.urandom(_CHUNK_RECORDS * record_bytes)
+            chunk = workload.chunk()
         base = j * record_bytes
         slot = i // n_topics
         while True:
             try:
                 producer.produce(
                     topics[i % n_topics],
-                    key=chunk[base : base + KEY_SIZE],
-                    value=chunk[base + KEY_SIZE : base + record_bytes],
-                    partition=slot % PARTITIONS,
+                    key=chunk[base : base + key_size],
+                    value=chunk[base + key_size : base + record_bytes],
+                    partition=slot % partitions,
                     timestamp=BASE_TIMESTAMP_MS + i,
-                    headers=[("seq", i.to_bytes(8, "big")), ("origin", b"bench-w1")],
+                    headers=[("seq", i.to_bytes(8, "big")), ("origin", origin)],
                 )
                 break
             except BufferError:
                 producer.poll(0.05)
     if producer.flush(300):
-        raise RuntimeError("W1 records were not all delivered")
+        raise RuntimeError(f"{workload.name} records were not all delivered")
     return records / (time.monotonic() - start)
 
 
