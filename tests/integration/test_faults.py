@@ -105,7 +105,9 @@ def _record(partition: int, seq: int) -> Record:
 
 
 def _produce(bootstrap: str, topic: str, start: int, count: int) -> None:
-    p = sample_data.producer(bootstrap)
+    # Java's default batch size, not librdkafka's 1 MB: the copy moves batches whole, and smaller ones
+    # let the watcher see a kill point before the copy has passed it.
+    p = sample_data.producer(bootstrap, {"batch.size": "16384"})
     for partition in range(PARTITIONS):
         sample_data.produce(p, topic, partition, (_record(partition, s) for s in range(start, start + count)))
 
