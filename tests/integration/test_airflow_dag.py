@@ -119,8 +119,9 @@ def test_a_copy_that_times_out_is_killed_whole_and_commits_nothing(
     create_topic(primary.bootstrap, topic, 3)
     sample_data.produce_samples(primary.bootstrap, topic, 3, 0, count)
     flow_lines = f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n"
-    # Long enough for Spark to start copying, too short to copy it all.
-    config = write_config(flow_lines + "mirrorflow.copy.timeout.seconds = 15\nmirrorflow.task.retries = 0\n")
+    # Shorter than spark-submit takes to start a JVM, the Python driver and a session (about 10 s here):
+    # the batch copy itself moves these records in a second or two, so a longer timeout could miss it.
+    config = write_config(flow_lines + "mirrorflow.copy.timeout.seconds = 5\nmirrorflow.task.retries = 0\n")
     assert config.path is not None
     env = airflow_for(config)
     store = OffsetsStore(config.offsets_db_url)
@@ -136,7 +137,7 @@ def test_a_copy_that_times_out_is_killed_whole_and_commits_nothing(
     assert {p.next_source_offset for p in store.progress("primary->backup").values()} == {0}
     assert store.lock_holder("primary->backup") is None
 
-    config.path.write_text(config.path.read_text().replace("mirrorflow.copy.timeout.seconds = 15\n", ""))
+    config.path.write_text(config.path.read_text().replace("mirrorflow.copy.timeout.seconds = 5\n", ""))
     again = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
 
     assert again.returncode == 0, again.stdout[-5000:] + again.stderr[-5000:]
