@@ -34,7 +34,14 @@ from kafka.protocol.producer.transaction import InitProducerIdRequest
 from kafka.structs import TopicPartition
 
 from mirrorflow.config.clients import kafka_python_config
-from mirrorflow.copy.record_batches import SourceBatch, SourceRecord, committed_batches, encode, stamp
+from mirrorflow.copy.record_batches import (
+    Fetched,
+    SourceBatch,
+    SourceRecord,
+    committed_batches,
+    encode,
+    stamp,
+)
 from mirrorflow.core.metrics import Stats, Timestamps
 from mirrorflow.core.plan import CopyResult, PartitionPlan, PartitionResult, Plan
 from mirrorflow.errors import AuthorizationError, SourceDataLostError, TargetStateError, TransientError
@@ -61,9 +68,8 @@ _REFUSED = frozenset({29, 31})  # TOPIC_/CLUSTER_AUTHORIZATION_FAILED
 _OUT_OF_RANGE = 1
 # Errors after which the writer's state on the broker is gone: only a fresh attempt, which reads
 # the target back first, may continue.
-_WRITER_LOST = frozenset(
-    {45, 47, 59}
-)  # OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID
+# OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID.
+_WRITER_LOST = frozenset({45, 47, 59})
 
 
 class _Cluster:
@@ -151,12 +157,11 @@ def end_offsets(cluster: _Cluster, tps: Sequence[TP]) -> dict[TP, int]:
 
 
 @dataclass
-class _Fetch:
-    """One partition's part of a fetch response."""
+class _Fetch(Fetched):
+    """One partition's part of a fetch response: its committed batches, and the end of what is
+    committed on the broker (the last stable offset, or the high watermark reading uncommitted)."""
 
-    batches: list[SourceBatch]
-    next_offset: int | None
-    stable_end: int
+    stable_end: int = 0
 
 
 def fetch(cluster: _Cluster, positions: Mapping[TP, int], isolation: int) -> dict[TP, _Fetch]:
