@@ -354,9 +354,9 @@ def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> Committed:
         return Committed(report, age)
 
 
-def _lost_during_copy(flow: FlowConfig, plan: Plan, spark_reason: str) -> SourceDataLostError:
+def _lost_during_copy(flow: FlowConfig, plan: Plan, reported: str) -> SourceDataLostError:
     """The error naming every planned range whose start the source no longer holds (its log start
-    now), with what Spark's reader reported."""
+    now), with what the copy reported."""
     tps = [(p.topic, p.partition) for p in plan.partitions]
     try:
         with ClusterAdmin(flow.source) as source:
@@ -379,7 +379,7 @@ def _lost_during_copy(flow: FlowConfig, plan: Plan, spark_reason: str) -> Source
     return SourceDataLostError(
         f"flow {flow.name} run {plan.run_id}: source records were deleted from the source after the run "
         f"was planned, before they were copied: {lost}. Nothing was committed. {then} (The copy "
-        f"reported: {spark_reason})"
+        f"reported: {reported})"
     )
 
 

@@ -1,7 +1,8 @@
 """Client settings for the three Kafka clients this product uses, derived from one cluster's settings.
 
-The config holds Java client properties, as MirrorMaker 2's does. Spark's JVM reader takes them as
-they are; librdkafka (the record writer) and kafka-python (the control plane) need them translated.
+The config holds Java client properties, as MirrorMaker 2's does. Spark's JVM reader (verify) takes
+them as they are; kafka-python (the record copy and the control plane) and librdkafka (heartbeats,
+offset syncs, checkpoints, small reads) need them translated.
 Only the keys below are translated; the README lists them. A setting that would make the Python
 clients behave differently from the JVM reader (a truststore they cannot read) is a ``ConfigError``,
 never dropped.
