@@ -278,7 +278,7 @@ def measure(
         plan = runner.plan_run(config, flow.name, "bench")
 
         def ours() -> None:
-            result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+            result = copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer)
             write_atomically(RunFolder.of(config.state_dir, flow.name, "bench").result, result.to_json())
 
         results.append(timed("(ii) record batches as bytes (ours)", ours, f"primary.{SOURCE}"))

@@ -1,6 +1,6 @@
 """Spark entrypoint of a flow's copy task: execute the run's plan, write the run's result.
 
-    spark-submit --jars <connector jars> jobs/mirror_copy.py --config mm2.properties \
+    spark-submit jobs/mirror_copy.py --config mm2.properties \
         --flow primary->backup --run-id <run id>
 
 An error a retry would meet again (planned source records deleted before they were read, someone
@@ -12,7 +12,7 @@ its run holds the flow's lock and ends itself before the lock expires (``copy_gu
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from pyspark import SparkConf, SparkContext
 
 from mirrorflow.app.copy_guard import exit_at, lock_deadline
 from mirrorflow.app.dag_spec import job_arguments
@@ -27,15 +27,17 @@ def main(argv: list[str] | None = None) -> None:
     exit_at(
         lock_deadline(config.offsets_db_url, flow.name, args.run_id), f"copy of {flow.name} {args.run_id}"
     )
-    spark = SparkSession.builder.appName(f"mirror {flow.name} {args.run_id}").getOrCreate()
+    # A SparkContext, not a SparkSession: the copy schedules plain tasks and never touches Spark SQL,
+    # whose start-up costs seconds.
+    sc = SparkContext.getOrCreate(SparkConf().setAppName(f"mirror {flow.name} {args.run_id}"))
     try:
         print(
             execute_copy(
-                config, flow, plan, lambda: copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+                config, flow, plan, lambda: copy_plan(sc, plan, flow.source.consumer, flow.target.producer)
             )
         )
     finally:
-        spark.stop()
+        sc.stop()
 
 
 if __name__ == "__main__":

@@ -49,7 +49,10 @@ def run_flow(config: MirrorConfig, flow_name: str, run_id: str, spark: SparkSess
         plan = runner.plan_run(config, flow.name, run_id)
         if plan.partitions and not plan.in_process:
             runner.execute_copy(
-                config, flow, plan, lambda: copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+                config,
+                flow,
+                plan,
+                lambda: copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer),
             )
         return runner.commit_run(config, flow.name, run_id).report
     finally:

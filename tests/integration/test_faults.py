@@ -255,13 +255,13 @@ def test_a_killed_copy_or_commit_then_carrying_on_leaves_every_record_exactly_on
             if kill.stage == "copy":
                 _kill_copy(kill, config, plan, targets, tmp_path / "spark-submit.log")
             else:
-                result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+                result = copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer)
                 write_atomically(RunFolder.of(config.state_dir, flow.name, "run-1").result, result.to_json())
                 _kill_commit(kill, config, "run-1")
                 _assert_progress_all_or_nothing(config, plan)
             if kill.retry:  # Airflow retries the killed task: the same plan, then the commit
                 if kill.stage == "copy":
-                    result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+                    result = copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer)
                     write_atomically(
                         RunFolder.of(config.state_dir, flow.name, "run-1").result, result.to_json()
                     )
@@ -378,10 +378,10 @@ def test_a_broker_fault_during_the_copy_loses_and_duplicates_nothing(
         injector = threading.Thread(target=inject)
         injector.start()
         try:
-            result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+            result = copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer)
         except Exception:  # the attempt failed: Airflow retries the same plan
             injector.join()
-            result = copy_plan(spark, plan, flow.source.consumer, flow.target.producer)
+            result = copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer)
         injector.join()
         write_atomically(RunFolder.of(config.state_dir, flow.name, "run-1").result, result.to_json())
         runner.commit_run(config, FLOW, "run-1")

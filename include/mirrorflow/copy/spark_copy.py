@@ -14,8 +14,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 
 from py4j.protocol import Py4JJavaError
+from pyspark import SparkContext
 from pyspark.errors.exceptions.captured import CapturedException
-from pyspark.sql import SparkSession
 
 from mirrorflow.copy.batch_copy import copy_partitions, copy_result
 from mirrorflow.core.plan import CopyResult, PartitionPlan, PartitionResult, Plan
@@ -23,7 +23,7 @@ from mirrorflow.errors import AuthorizationError, MirrorError, SourceDataLostErr
 
 
 def copy_plan(
-    spark: SparkSession,
+    sc: SparkContext,
     plan: Plan,
     source_consumer_props: Mapping[str, str],
     target_producer_props: Mapping[str, str],
@@ -39,9 +39,9 @@ def copy_plan(
         for group in groups:
             yield from copy_partitions(group, source, target)
 
-    groups = plan.task_groups(spark.sparkContext.defaultParallelism)
+    groups = plan.task_groups(sc.defaultParallelism)
     try:
-        results = spark.sparkContext.parallelize(groups, len(groups)).mapPartitions(copy).collect()
+        results = sc.parallelize(groups, len(groups)).mapPartitions(copy).collect()
     except (Py4JJavaError, CapturedException) as error:
         classified = task_error(str(error))
         if classified is None:

@@ -7,8 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from mirrorflow.app.dag_spec import SPARK_VERSION, job_path, spark_jars
+from mirrorflow.app.dag_spec import SPARK_VERSION, flow_dag_spec, job_path, spark_jars, spark_job_spec
+from mirrorflow.config.model import parse_config
 from mirrorflow.errors import ConfigError
+
+CONFIG = """\
+clusters = primary, backup
+primary.bootstrap.servers = p1:9092
+backup.bootstrap.servers = b1:9092
+primary->backup.enabled = true
+mirrorflow.state.dir = /var/lib/mirrorflow
+"""
 
 
 def test_the_spark_jobs_are_found_in_the_installed_jobs_package() -> None:
@@ -47,3 +56,22 @@ def test_an_empty_jar_folder_is_an_error(tmp_path: Path) -> None:
         ConfigError, match=rf"no jars in {tmp_path}/spark-kafka-{SPARK_VERSION} \(env MIRROR_JVM_CACHE\)"
     ):
         spark_jars({"MIRROR_JVM_CACHE": str(tmp_path)})
+
+
+def test_the_copy_job_starts_with_the_first_jit_tier_unless_the_config_says_otherwise() -> None:
+    config = parse_config(CONFIG, env={})
+    (flow,) = config.flows
+    copy = flow_dag_spec(config, flow, "run-1").copy.conf
+    assert dict(copy) == {
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+        "spark.speculation": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    # verify decodes every record in the JVM: it keeps the full JIT.
+    verify = spark_job_spec(config, flow, "mirror_verify.py", "run-1", "verify").conf
+    assert dict(verify) == {"spark.speculation": "false", "spark.ui.showConsoleProgress": "false"}
+
+    options = "mirrorflow.spark.conf.spark.driver.extraJavaOptions = -Dx=1\n"
+    overridden = parse_config(CONFIG + options, env={})
+    (flow,) = overridden.flows
+    assert flow_dag_spec(overridden, flow, "run-1").copy.conf["spark.driver.extraJavaOptions"] == "-Dx=1"
