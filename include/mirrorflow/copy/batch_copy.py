@@ -70,6 +70,9 @@ _OUT_OF_RANGE = 1
 # the target back first, may continue.
 # OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID.
 _WRITER_LOST = frozenset({45, 47, 59})
+# Answers that leave open whether the batch was appended (no answer at all does too):
+# REQUEST_TIMED_OUT, NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS_AFTER_APPEND.
+_MAYBE_APPENDED = frozenset({7, 13, 20})
 
 
 class _Cluster:
@@ -616,18 +619,21 @@ class BatchCopy:
             part.in_flight = False
             code = codes.get(tp)
             if code in (0, _DUPLICATE_SEQUENCE):
-                piece = part.pending.popleft()
-                part.sequence += piece.count
-                part.replication_latency = part.replication_latency.merge(piece.timestamps.elapsed(now))
-                part.last_acked_ms = now
-                part.failing_since = 0.0
-                self.budget.give(piece.budgeted)
+                self._acked(part, now)
                 continue
             self._failed(part, code, future.exception if code is None else None)
 
+    def _acked(self, part: _Partition, now: int) -> None:
+        piece = part.pending.popleft()
+        part.sequence += piece.count
+        part.replication_latency = part.replication_latency.merge(piece.timestamps.elapsed(now))
+        part.last_acked_ms = now
+        part.failing_since = 0.0
+        self.budget.give(piece.budgeted)
+
     def _failed(self, part: _Partition, code: int | None, exception: BaseException | None) -> None:
-        """The head batch was not appended, or its answer was lost: classify, or resend it as it is
-        (same producer id and sequence, so the broker appends it at most once)."""
+        """The head batch was not appended, or its answer was lost: classify, count it as written if
+        the target's end says it was, or resend it as it is (same producer id and sequence)."""
         where = f"{part.plan.remote_topic}-{part.plan.partition}"
         if code in _REFUSED:
             raise _refused_write(f"{where}: {_error(code)}")
@@ -646,8 +652,38 @@ class BatchCopy:
             raise TransientError(
                 f"the target kept refusing a batch for {where}: {reason}; the plan can be re-run safely"
             )
+        if (code is None or code in _MAYBE_APPENDED) and self._appended(part, where, reason):
+            self._acked(part, _now_ms())
+            return
         self.target.client.cluster.request_update()
         time.sleep(0.1)
+
+    def _appended(self, part: _Partition, where: str, reason: str) -> bool:
+        """Whether the head batch, whose answer was lost, is on the target: the partition's end tells,
+        as this attempt is its only writer and has one request in flight. Resending it blindly could
+        append it twice: the broker drops a batch that repeats a sequence only while it still holds
+        the producer's state, and it drops that state (on restart, or when it expires producers) once
+        the batches' record timestamps are older than producer.id.expiration.ms, as mirrored
+        history often is."""
+        before = part.plan.target_start + part.already_written + part.sequence
+        while True:
+            try:
+                end = end_offsets(self.target, [part.remote])[part.remote]
+                break
+            except TransientError:
+                if time.monotonic() - part.failing_since > _DELIVERY_TIMEOUT_S:
+                    raise TransientError(
+                        f"the target stopped answering for {where}: {reason}; the plan can be re-run safely"
+                    ) from None
+                time.sleep(0.5)
+        count = part.pending[0].count
+        if end not in (before, before + count):
+            raise TargetStateError(
+                f"remote partition {where} ends at {end} after a write whose answer was lost, where this "
+                f"copy expected {before} (not written) or {before + count} (written): something else "
+                "writes to the remote topic. Nothing was committed; stop the other writer."
+            )
+        return end == before + count
 
     def _split(self, part: _Partition, where: str) -> None:
         """The head batch re-encoded as batches of half its size, in its place."""

@@ -1,0 +1,92 @@
+"""A produce request whose answer never arrives: the copy asks the target's end whether the batch
+was appended, and sends it again only if it was not.
+
+Resending it as it is would rely on the broker dropping a repeated sequence, which it does only
+while it holds the producer's state; it drops that state (on restart, or when it expires producers)
+once the batches' record timestamps are older than producer.id.expiration.ms, and mirrored history
+is. The answer is lost here by wrapping the client's send on real brokers: after the broker
+appended the batch, or before the request left.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kafka.errors import KafkaConnectionError
+from kafka.future import Future
+from kafka.net.compat import KafkaNetClient
+from kafka.protocol.producer import ProduceRequest
+from mirror_helpers import assert_same_records, create_topic
+
+from mirrorflow.app import runner
+from mirrorflow.config.model import MirrorConfig
+from mirrorflow.copy.batch_copy import copy_partitions, copy_result
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
+
+pytestmark = pytest.mark.kafka
+
+FLOW = "primary->backup"
+RECORDS = 40
+# A v2 record batch header's base sequence: after base offset, length, leader epoch, magic, CRC,
+# attributes, last offset delta, two timestamps, producer id and epoch.
+BASE_SEQUENCE_AT = 53
+
+
+@pytest.mark.parametrize("appended", [True, False], ids=["appended-then-lost", "lost-before-sending"])
+def test_a_batch_whose_answer_is_lost_is_on_the_target_exactly_once(
+    appended: bool,
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote = unique_name, f"primary.{unique_name}"
+    create_topic(primary.bootstrap, topic, 1)
+    sample_data.produce_samples(primary.bootstrap, topic, 1, 0, RECORDS)
+    config = write_config(f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n")
+    flow = config.flow(FLOW)
+
+    sent: list[int] = []  # the base sequence of each batch sent to the remote partition
+    real_send = KafkaNetClient.send
+
+    def send(client: KafkaNetClient, node_id: int, request: Any, **kwargs: Any) -> Future:
+        batches = [
+            bytes(p.records)
+            for t in (request.topic_data if isinstance(request, ProduceRequest) else ())
+            if t.name == remote
+            for p in t.partition_data
+        ]
+        sent.extend(struct.unpack_from(">i", b, BASE_SEQUENCE_AT)[0] for b in batches)
+        if not batches or len(sent) > 1:
+            return real_send(client, node_id, request, **kwargs)
+        lost: Future = Future()
+        if appended:
+            real_send(client, node_id, request, **kwargs).add_both(
+                lambda _: lost.failure(KafkaConnectionError("the answer was lost"))
+            )
+        else:
+            lost.failure(KafkaConnectionError("the request never left"))
+        return lost
+
+    plan = runner.plan_run(config, FLOW, "run-1")
+    try:
+        monkeypatch.setattr(KafkaNetClient, "send", send)
+        source, target = dict(flow.source.consumer), dict(flow.target.producer)
+        runner.execute_copy(
+            config, flow, plan, lambda: copy_result(plan, copy_partitions(plan.partitions, source, target))
+        )
+        monkeypatch.undo()
+        runner.commit_run(config, FLOW, "run-1")
+    finally:
+        runner.release_run(config, FLOW, "run-1")
+
+    # Appended: counted by the target's end, never sent again. Never sent: sent again, same sequence.
+    rest = sent[1:] if appended else sent[2:]
+    assert sent[: 1 if appended else 2] == ([0] if appended else [0, 0])
+    assert len(set(sent)) == len(rest) + 1, f"a batch was sent twice: base sequences {sent}"
+    assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, remote, 1) == RECORDS
