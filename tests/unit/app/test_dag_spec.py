@@ -6,18 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from config_texts import ONE_FLOW
 
 from mirrorflow.app.dag_spec import SPARK_VERSION, flow_dag_spec, job_path, spark_jars, spark_job_spec
 from mirrorflow.config.model import parse_config
 from mirrorflow.errors import ConfigError
-
-CONFIG = """\
-clusters = primary, backup
-primary.bootstrap.servers = p1:9092
-backup.bootstrap.servers = b1:9092
-primary->backup.enabled = true
-mirrorflow.state.dir = /var/lib/mirrorflow
-"""
 
 
 def test_the_spark_jobs_are_found_in_the_installed_jobs_package() -> None:
@@ -59,7 +52,7 @@ def test_an_empty_jar_folder_is_an_error(tmp_path: Path) -> None:
 
 
 def test_the_copy_job_starts_with_the_first_jit_tier_unless_the_config_says_otherwise() -> None:
-    config = parse_config(CONFIG, env={})
+    config = parse_config(ONE_FLOW, env={})
     (flow,) = config.flows
     copy = flow_dag_spec(config, flow, "run-1").copy.conf
     assert dict(copy) == {
@@ -72,6 +65,6 @@ def test_the_copy_job_starts_with_the_first_jit_tier_unless_the_config_says_othe
     assert dict(verify) == {"spark.speculation": "false", "spark.ui.showConsoleProgress": "false"}
 
     options = "mirrorflow.spark.conf.spark.driver.extraJavaOptions = -Dx=1\n"
-    overridden = parse_config(CONFIG + options, env={})
+    overridden = parse_config(ONE_FLOW + options, env={})
     (flow,) = overridden.flows
     assert flow_dag_spec(overridden, flow, "run-1").copy.conf["spark.driver.extraJavaOptions"] == "-Dx=1"

@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from config_texts import ONE_FLOW
 
 from mirrorflow.app.remote_topics import config_changes, synced_configs
 from mirrorflow.config.model import FlowConfig, parse_config
 from mirrorflow.errors import ConfigError
-
-BASE = """\
-clusters = primary, backup
-primary.bootstrap.servers = p1:9092
-backup.bootstrap.servers = b1:9092
-primary->backup.enabled = true
-mirrorflow.state.dir = /var/lib/mirrorflow
-"""
 
 SOURCE_CONFIGS = {
     "cleanup.policy": "compact",
@@ -33,7 +26,7 @@ SOURCE_CONFIGS = {
 
 
 def flow(extra: str = "") -> FlowConfig:
-    (only,) = parse_config(BASE + extra, env={}).flows
+    (only,) = parse_config(ONE_FLOW + extra, env={}).flows
     return only
 
 

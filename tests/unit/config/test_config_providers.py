@@ -6,18 +6,12 @@ import re
 from pathlib import Path
 
 import pytest
+from config_texts import ONE_FLOW
 
 from mirrorflow.config.model import MirrorConfig, load_config, parse_config
 from mirrorflow.config.property_view import PropertyView
 from mirrorflow.errors import ConfigError
 
-BASE = """\
-clusters = primary, backup
-primary.bootstrap.servers = p1:9092
-backup.bootstrap.servers = b1:9092
-primary->backup.enabled = true
-mirrorflow.state.dir = /var/lib/mirrorflow
-"""
 FILE = "org.apache.kafka.common.config.provider.FileConfigProvider"
 ENV = "org.apache.kafka.common.config.provider.EnvVarConfigProvider"
 DIRECTORY = "org.apache.kafka.common.config.provider.DirectoryConfigProvider"
@@ -33,7 +27,7 @@ SECRET = "s3cr3t-Value"
 
 def load(folder: Path, text: str, env: dict[str, str] | None = None) -> MirrorConfig:
     path = folder / "mm2.properties"
-    path.write_text(BASE + text)
+    path.write_text(ONE_FLOW + text)
     return load_config(path, env=env or {})
 
 
@@ -310,7 +304,8 @@ def test_parse_config_reads_references_relative_to_the_current_directory_without
     monkeypatch.chdir(tmp_path)
 
     config = parse_config(
-        BASE + PROVIDERS + "primary.ssl.key.password = ${file:secrets/mirror.properties:password}\n", env={}
+        ONE_FLOW + PROVIDERS + "primary.ssl.key.password = ${file:secrets/mirror.properties:password}\n",
+        env={},
     )
 
     assert config.clusters["primary"].client["ssl.key.password"] == SECRET

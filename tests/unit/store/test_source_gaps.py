@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from config_texts import ONE_FLOW
 from sqlalchemy import create_engine, update
 
 from mirrorflow.config.model import parse_config
@@ -24,13 +25,6 @@ from mirrorflow.store.schema import gaps_table
 FLOW = "primary->backup"
 RUN = "run-1"
 T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
-BASE = """\
-clusters = primary, backup
-primary.bootstrap.servers = p1:9092
-backup.bootstrap.servers = b1:9092
-primary->backup.enabled = true
-mirrorflow.state.dir = /var/lib/mirrorflow
-"""
 
 # orders-0: committed (100, 40); offsets [100, 150) lost, an interrupted attempt had copied 18 of them
 # to target [40, 58); the run copies [150, 200) to target [58, 100).
@@ -62,9 +56,9 @@ def anchored(tmp_path: Path) -> OffsetsStore:
 
 
 def test_on_source_data_loss_is_fail_by_default_and_may_be_set_per_flow() -> None:
-    (default,) = parse_config(BASE, env={}).flows
+    (default,) = parse_config(ONE_FLOW, env={}).flows
     (skipping,) = parse_config(
-        BASE
+        ONE_FLOW
         + "mirrorflow.on.source.data.loss = fail\nprimary->backup.mirrorflow.on.source.data.loss = Skip\n",
         env={},
     ).flows
@@ -75,7 +69,7 @@ def test_on_source_data_loss_is_fail_by_default_and_may_be_set_per_flow() -> Non
 
 def test_an_unknown_on_source_data_loss_names_the_key_and_the_choices() -> None:
     with pytest.raises(ConfigError) as caught:
-        parse_config(BASE + "primary->backup.mirrorflow.on.source.data.loss = ignore\n", env={})
+        parse_config(ONE_FLOW + "primary->backup.mirrorflow.on.source.data.loss = ignore\n", env={})
 
     assert str(caught.value) == (
         "primary->backup.mirrorflow.on.source.data.loss: expected fail or skip, got 'ignore'"
