@@ -10,7 +10,6 @@ appended the batch, or before the request left.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +18,7 @@ from kafka.errors import KafkaConnectionError
 from kafka.future import Future
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.producer import ProduceRequest
+from kafka.record.default_records import DefaultRecordBatch
 from mirror_helpers import assert_same_records, create_topic
 
 from mirrorflow.app import runner
@@ -31,9 +31,6 @@ pytestmark = pytest.mark.kafka
 
 FLOW = "primary->backup"
 RECORDS = 40
-# A v2 record batch header's base sequence: after base offset, length, leader epoch, magic, CRC,
-# attributes, last offset delta, two timestamps, producer id and epoch.
-BASE_SEQUENCE_AT = 53
 
 
 @pytest.mark.parametrize("appended", [True, False], ids=["appended-then-lost", "lost-before-sending"])
@@ -61,7 +58,7 @@ def test_a_batch_whose_answer_is_lost_is_on_the_target_exactly_once(
             if t.name == remote
             for p in t.partition_data
         ]
-        sent.extend(struct.unpack_from(">i", b, BASE_SEQUENCE_AT)[0] for b in batches)
+        sent.extend(DefaultRecordBatch(b).base_sequence for b in batches)
         if not batches or len(sent) > 1:
             return real_send(client, node_id, request, **kwargs)
         lost: Future = Future()
