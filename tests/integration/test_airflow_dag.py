@@ -119,8 +119,9 @@ def test_a_copy_that_times_out_is_killed_whole_and_commits_nothing(
     create_topic(primary.bootstrap, topic, 3)
     sample_data.produce_samples(primary.bootstrap, topic, 3, 0, count)
     flow_lines = f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n"
-    # Shorter than spark-submit takes to start a JVM, the Python driver and a session (about 10 s here):
-    # the batch copy itself moves these records in a second or two, so a longer timeout could miss it.
+    # About as long as spark-submit takes to start a JVM, the Python driver and a SparkContext (5-6 s
+    # here), short of that plus the copy: the batch copy moves these records in a few seconds, so a
+    # longer timeout could miss it.
     config = write_config(flow_lines + "mirrorflow.copy.timeout.seconds = 5\nmirrorflow.task.retries = 0\n")
     assert config.path is not None
     env = airflow_for(config)
