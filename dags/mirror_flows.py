@@ -1,14 +1,17 @@
 """One DAG per enabled flow of the MirrorMaker 2 config named by MIRROR_CONFIG.
 
-plan (setup) -> copy (Spark) -> commit -> checkpoint -> freshness -> release (teardown). Reading the
-config (and importing the flow's alert notifier, if any) is the only work done at parse time; an
-invalid config shows up as this file's import error, naming the bad key.
+A flow in batch mode: plan (setup) -> copy (Spark) -> commit -> checkpoint -> freshness -> release
+(teardown). A flow in DR mode (``mirrorflow.mode = dr``): start (setup, takes the flow's lock) ->
+window (one Spark application running micro-batches back to back, with heartbeats and checkpoints
+at MM2's intervals) -> report -> freshness -> release (teardown). Reading the config (and importing
+the flow's alert notifier, if any) is the only work done at parse time; an invalid config shows up
+as this file's import error, naming the bad key.
 
-A manual run copies what the source holds when it plans; a scheduled or backfill run copies the
-records before its data interval's end (resolved per partition by timestamp), so a backfill copies
-history one interval per run, and re-running an interval already copied copies nothing. The trigger
-form narrows a run (topics, records per partition), plans without writing (dry run) and chooses
-where partitions never mirrored start.
+A manual batch run copies what the source holds when it plans; a scheduled or backfill batch run
+copies the records before its data interval's end (resolved per partition by timestamp), so a
+backfill copies history one interval per run, and re-running an interval already copied copies
+nothing. The trigger form narrows a batch run (topics, records per partition), plans without writing
+(dry run) and chooses where partitions never mirrored start. A DR window always mirrors up to now.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, chain, task
 
 from mirrorflow.app.dag_spec import flow_dag_spec
 from mirrorflow.app.freshness import resolve_notifier
@@ -36,19 +39,22 @@ for _flow in CONFIG.flows:
         start_date=_spec.start_date,
         catchup=False,
         max_active_runs=1,
-        tags=["mirror", _flow.source.alias, _flow.target.alias],
+        tags=["mirror", _flow.source.alias, _flow.target.alias, *(["dr"] if _flow.dr else [])],
         default_args={
             "retries": _flow.settings.task_retries,
             "retry_delay": timedelta(seconds=TASK_RETRY_DELAY_SECONDS),
         },
-        params=trigger_form(TRIGGER_PARAMS),
+        params={} if _flow.dr else trigger_form(TRIGGER_PARAMS),
         doc_md=__doc__,
     ) as _dag:
-        _plan = task.short_circuit(task_id="plan", ignore_downstream_trigger_rules=False)(tasks.plan)(
-            _flow.name
-        )
+        if _flow.dr:
+            _setup = task(task_id="start")(tasks.start_window)(_flow.name)
+        else:
+            _setup = task.short_circuit(task_id="plan", ignore_downstream_trigger_rules=False)(tasks.plan)(
+                _flow.name
+            )
         _copy = SparkSubmitOperator(
-            task_id="copy",
+            task_id="window" if _flow.dr else "copy",
             conn_id=_flow.settings.spark_conn_id,
             application=_spec.copy.application,
             application_args=list(_spec.copy.application_args),
@@ -56,15 +62,24 @@ for _flow in CONFIG.flows:
             env_vars=dict(_spec.copy.env_vars),
             name=_spec.copy.name,
             # On timeout Airflow calls on_kill, which kills the spark-submit process; nothing of the
-            # attempt is committed (commit only runs after a successful copy).
-            execution_timeout=timedelta(seconds=_flow.settings.copy_timeout_seconds),
+            # attempt is committed (commit only runs after a successful copy; a window commits each
+            # micro-batch only once its copy succeeded).
+            execution_timeout=timedelta(seconds=_flow.copy_task_timeout_seconds),
         )
-        _commit = task(task_id="commit", trigger_rule="none_failed")(tasks.commit)(_flow.name)
-        _checkpoint = task(task_id="checkpoint")(tasks.checkpoint)(_flow.name)
+        if _flow.dr:
+            _report = "report"
+            _steps = [_setup, _copy, task(task_id=_report)(tasks.window_report)(_flow.name)]
+        else:
+            _report = "commit"
+            _steps = [
+                _setup,
+                _copy,
+                task(task_id=_report, trigger_rule="none_failed")(tasks.commit)(_flow.name),
+                task(task_id="checkpoint")(tasks.checkpoint)(_flow.name),
+            ]
         _freshness = task(task_id="freshness", on_failure_callback=resolve_notifier(_flow.settings))(
             tasks.freshness
-        )(_flow.name)
+        )(_flow.name, _report)
         _release = task(task_id="release")(tasks.release)(_flow.name)
-        # Airflow resolves a task output to its task here; its stubs only name operators.
-        _plan >> _copy >> _commit >> _checkpoint >> _freshness >> _release.as_teardown(setups=_plan)  # type: ignore[arg-type]
+        chain(*_steps, _freshness, _release.as_teardown(setups=_setup))  # type: ignore[arg-type]
     globals()[_spec.dag_id] = _dag

@@ -15,7 +15,7 @@ from typing import Any, ParamSpec, TypeVar
 from airflow.sdk import Connection, get_current_context
 from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException, AirflowSkipException
 
-from mirrorflow.app import runner
+from mirrorflow.app import dr_window, runner
 from mirrorflow.app.checkpoints import emit_checkpoints
 from mirrorflow.app.freshness import staleness
 from mirrorflow.config.model import load_config
@@ -109,14 +109,30 @@ def commit(flow: str) -> dict[str, Any]:
 
 
 @classified
-def freshness(flow: str) -> None:
-    """Fails the run when its commit found the flow staler than its alert thresholds; Airflow then
-    calls the flow's notifier. Backfill runs catch up on purpose: they are not checked."""
+def start_window(flow: str) -> None:
+    """A DR window's start: its run takes the flow's lock (the window task's Spark job needs it)."""
+    config = load_config()
+    _require_spark_connection(config.flow(flow).settings.spark_conn_id)
+    dr_window.take_lock(config, flow, _run_id())
+
+
+@classified
+def window_report(flow: str) -> dict[str, Any]:
+    """The DR window's counts, with how stale it left the flow (None: fresh); fails with the error
+    that ended the window early."""
+    return dr_window.window_report(load_config(), flow, _run_id())
+
+
+@classified
+def freshness(flow: str, report_task: str) -> None:
+    """Fails the run when ``report_task`` (commit, or a DR window's report) found the flow staler
+    than its alert thresholds; Airflow then calls the flow's notifier. Backfill runs catch up on
+    purpose: they are not checked."""
     context = get_current_context()
     run_type = context["dag_run"].run_type
     if getattr(run_type, "value", run_type) == "backfill":
         raise AirflowSkipException("backfill runs lag by design: freshness is not checked")
-    stale = context["ti"].xcom_pull(task_ids="commit")["stale"]
+    stale = context["ti"].xcom_pull(task_ids=report_task)["stale"]
     if stale:
         raise StaleMirrorError(stale)
 

@@ -176,7 +176,9 @@ CONFIG_CASES = [
         "mirrorflow.schedule, mirrorflow.max.records.per.partition, mirrorflow.spark.conn.id, "
         "mirrorflow.copy.timeout.seconds, mirrorflow.task.retries, mirrorflow.on.source.data.loss, "
         "mirrorflow.alert.lag.max.records, mirrorflow.alert.heartbeat.age.max.seconds, "
-        "mirrorflow.alert.notifier, mirrorflow.spark.conf.<spark key>, mirrorflow.state.dir, "
+        "mirrorflow.alert.notifier, mirrorflow.mode, mirrorflow.dr.window.seconds, "
+        "mirrorflow.dr.idle.wait.ms, "
+        "mirrorflow.spark.conf.<spark key>, mirrorflow.state.dir, "
         "mirrorflow.offsets.db.url",
     ),
     ConfigCase(

@@ -67,8 +67,14 @@ def flow_dag_spec(config: MirrorConfig, flow: FlowConfig, run_id_template: str) 
         schedule=flow.settings.schedule,
         start_date=START_DATE,
         description=f"Mirror topics from {flow.source.alias} to {flow.target.alias} (flow {flow.name})",
+        # A DR flow's runs are windows of micro-batches, each window one Spark application.
         copy=spark_job_spec(
-            config, flow, "mirror_copy.py", run_id_template, f"mirror {flow.name}", COPY_CONF_DEFAULTS
+            config,
+            flow,
+            "mirror_dr.py" if flow.dr else "mirror_copy.py",
+            run_id_template,
+            f"mirror {flow.name} DR" if flow.dr else f"mirror {flow.name}",
+            COPY_CONF_DEFAULTS,
         ),
     )
 

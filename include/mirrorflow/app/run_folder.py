@@ -54,6 +54,11 @@ class RunFolder:
         return self.path / "copy_failed.json"
 
     @property
+    def window(self) -> Path:
+        """A DR window's summary (``core.window``), written when the window ends."""
+        return self.path / "window.json"
+
+    @property
     def verify_plan(self) -> Path:
         return self.path / "verify_plan.json"
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 from mirrorflow.app.dry_run import DryRun, dry_run_of
 from mirrorflow.app.remote_topics import RemoteTopics, ensure_remote_topics, remote_topic_changes
@@ -66,20 +67,20 @@ def plan_run(
         with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
             check_topic_subset(flow, source, options)
             # A crashed run's lock is taken over once it expires: after every copy attempt has timed out.
-            store.acquire_lock(flow.name, run_id, flow.settings.lock_ttl_seconds)
+            store.acquire_lock(flow.name, run_id, flow.lock_ttl_seconds)
             try:
                 # Before planning, so that this run mirrors the source's new heartbeat too.
                 emit_heartbeats(flow)
                 topics = ensure_remote_topics(flow, source, target, options.topics)
                 if flow.sync_topic_acls:
-                    _sync_acls(flow, source, target, topics.remote_names)
-                planned = _plan(flow, run_id, options, source, target, topics, store, frozenset())
+                    sync_acls(flow, source, target, topics.remote_names)
+                planned = plan_for(flow, run_id, options, source, target, topics, store)
                 store.anchor(flow.name, run_id, planned.anchors, planned.topics)
                 write_atomically(
                     RunFolder.of(config.state_dir, flow.name, run_id).plan, planned.plan.to_json()
                 )
                 if planned.plan.in_process:
-                    execute_copy(config, flow, planned.plan, lambda: _copy_in_process(flow, planned.plan))
+                    execute_copy(config, flow, planned.plan, lambda: copy_in_process(flow, planned.plan))
             except BaseException:
                 store.release_lock(flow.name, run_id)
                 raise
@@ -121,7 +122,9 @@ def dry_run(config: MirrorConfig, flow_name: str, run_id: str, options: RunOptio
             check_topic_subset(flow, source, options)
             topics = remote_topic_changes(flow, source, target, options.topics)
             acls = _missing_acls(flow, source, target, topics.remote_names) if flow.sync_topic_acls else []
-            planned = _plan(flow, run_id, options, source, target, topics, store, topics.absent_partitions())
+            planned = plan_for(
+                flow, run_id, options, source, target, topics, store, topics.absent_partitions()
+            )
             sizes = source.partition_sizes(topics.partitions)
         new = frozenset((a.topic, a.partition) for a in planned.anchors)
         return dry_run_of(planned.plan, topics, new, sizes, [str(a) for a in acls or []])
@@ -149,7 +152,7 @@ def _listing(names: set[str], limit: int = 20) -> str:
     return (", ".join(shown) + more) if shown else "none"
 
 
-def _plan(
+def plan_for(
     flow: FlowConfig,
     run_id: str,
     options: RunOptions,
@@ -157,7 +160,7 @@ def _plan(
     target: ClusterAdmin,
     topics: RemoteTopics,
     store: OffsetsStore,
-    absent: frozenset[tuple[str, int]],
+    absent: frozenset[tuple[str, int]] = frozenset(),
 ) -> PlannerOutput:
     """The planner's input read from both clusters and the offsets table, and its output.
     ``absent``: remote partitions that do not exist yet (they end at offset 0)."""
@@ -249,7 +252,7 @@ def _missing_acls(
     return None if existing is None else missing_acls(wanted, existing)
 
 
-def _sync_acls(
+def sync_acls(
     flow: FlowConfig, source: ClusterAdmin, target: ClusterAdmin, remote_names: Mapping[str, str]
 ) -> None:
     created = _missing_acls(flow, source, target, remote_names)
@@ -331,27 +334,49 @@ def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> Committed:
         if plan.partitions
         else CopyResult(flow.name, run_id, ())
     )
-    batches = batches_for(plan, result)
-    report = build_report(plan, result)
     with OffsetsStore(config.offsets_db_url) as store:
-        store.commit(
-            flow.name, run_id, batches, [p for p in report.partitions if p.records or p.lag], plan.gaps
-        )
-        # After the commit: a retried commit task commits nothing twice and rewrites the same syncs.
-        syncs = emit_offset_syncs(flow, batches)
-        log.info(
-            "flow %s run %s committed, %d offset syncs written\n%s", flow.name, run_id, syncs, report.table()
-        )
+        report = commit_copied(flow, store, plan, result)
         age = freshness_seconds(flow)
         log.info(
             "flow %s: newest mirrored heartbeat is %s old",
             flow.name,
             "none yet" if age is None else f"{age:.1f} s",
         )
-        path = metrics_file(config.state_dir, flow.name, "source")
-        write_atomically(path, _source_metrics(flow, store, report, age))
+        path = write_source_metrics(config, flow, store, report, age)
         log.info("metrics of flow %s in %s", flow.name, path)
         return Committed(report, age)
+
+
+def commit_copied(
+    flow: FlowConfig, store: OffsetsStore, plan: Plan, result: CopyResult, *, holder: str | None = None
+) -> RunReport:
+    """Commit ``result`` of ``plan`` (progress, batch log, gaps, partition metrics: one transaction)
+    while ``holder`` (default: the plan's run) holds the flow's lock, then write its offset syncs."""
+    batches = batches_for(plan, result)
+    report = build_report(plan, result)
+    store.commit(
+        flow.name,
+        plan.run_id,
+        batches,
+        [p for p in report.partitions if p.records or p.lag],
+        plan.gaps,
+        holder=holder,
+    )
+    # After the commit: a retried commit task commits nothing twice and rewrites the same syncs.
+    syncs = emit_offset_syncs(flow, batches)
+    log.info(
+        "flow %s run %s committed, %d offset syncs written\n%s", flow.name, plan.run_id, syncs, report.table()
+    )
+    return report
+
+
+def write_source_metrics(
+    config: MirrorConfig, flow: FlowConfig, store: OffsetsStore, report: RunReport, age: float | None
+) -> Path:
+    """Rewrite the flow's metrics file from the offsets table and ``report``; returns its path."""
+    path = metrics_file(config.state_dir, flow.name, "source")
+    write_atomically(path, _source_metrics(flow, store, report, age))
+    return path
 
 
 def _lost_during_copy(flow: FlowConfig, plan: Plan, reported: str) -> SourceDataLostError:
@@ -459,7 +484,7 @@ def release_run(config: MirrorConfig, flow_name: str, run_id: str) -> bool:
         return store.release_lock(flow.name, run_id)
 
 
-def _copy_in_process(flow: FlowConfig, plan: Plan) -> CopyResult:
+def copy_in_process(flow: FlowConfig, plan: Plan) -> CopyResult:
     """A plan of heartbeats only, copied here as the Spark job would copy it: starting Spark costs
     seconds, and a run whose only new records are the heartbeat it just emitted would pay that."""
     return copy_result(plan, copy_partitions(plan.partitions, flow.source.consumer, flow.target.producer))

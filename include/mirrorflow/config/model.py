@@ -22,6 +22,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, check_translatable, copy_ignored
+from mirrorflow.config.dr import DR_SETTINGS, DrSettings, dr_settings
 from mirrorflow.config.properties import parse_properties
 from mirrorflow.config.property_view import PropertyView
 from mirrorflow.config.providers import resolve_references
@@ -96,6 +97,7 @@ _FLOW_SETTINGS = (
     ALERT_LAG_MAX_RECORDS,
     ALERT_HEARTBEAT_AGE_MAX_SECONDS,
     ALERT_NOTIFIER,
+    *DR_SETTINGS,
 )
 _TOP_LEVEL_ONLY_SETTINGS = (_STATE_DIR, _OFFSETS_DB_URL)
 _KNOWN_SETTINGS = (*_FLOW_SETTINGS, _SPARK_CONF_PREFIX + "<spark key>", *_TOP_LEVEL_ONLY_SETTINGS)
@@ -154,13 +156,6 @@ class MirrorSettings:
     alert_heartbeat_age_max_seconds: int | None = None
     alert_notifier: str | None = None
 
-    @property
-    def lock_ttl_seconds(self) -> int:
-        """How long a run holds its flow's lock at most: longer than all its copy attempts, so that
-        a lock is never taken over while a copy of its run may still write."""
-        attempts = self.task_retries + 1
-        return attempts * (self.copy_timeout_seconds + TASK_RETRY_DELAY_SECONDS) + _RUN_OVERHEAD_SECONDS
-
 
 @dataclass(frozen=True)
 class FlowConfig:
@@ -192,6 +187,7 @@ class FlowConfig:
     heartbeats_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
     checkpoints_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
     settings: MirrorSettings = field(default_factory=MirrorSettings)
+    dr: DrSettings | None = None
     properties: Mapping[str, str] = field(default_factory=PropertyView)
     topic_filter: TopicFilter = field(init=False, repr=False, compare=False)
     group_filter: GroupFilter = field(init=False, repr=False, compare=False)
@@ -225,6 +221,19 @@ class FlowConfig:
     def dag_ids(self) -> tuple[str, str, str]:
         """Every Airflow DAG of the flow: its runs, its cutover, its failover."""
         return (self.dag_id, self.cutover_dag_id, self.failover_dag_id)
+
+    @property
+    def copy_task_timeout_seconds(self) -> int:
+        """How long one attempt of the copy task may take: a copy, or a DR window and the copy that
+        ends it."""
+        return self.settings.copy_timeout_seconds + (self.dr.window_seconds if self.dr else 0)
+
+    @property
+    def lock_ttl_seconds(self) -> int:
+        """How long a run holds its flow's lock at most: longer than all its copy attempts, so that
+        a lock is never taken over while a copy of its run may still write."""
+        attempts = self.settings.task_retries + 1
+        return attempts * (self.copy_task_timeout_seconds + TASK_RETRY_DELAY_SECONDS) + _RUN_OVERHEAD_SECONDS
 
     def should_replicate_topic(self, topic: str) -> bool:
         """MM2's rule for a source topic of this flow (see ``filters.should_replicate_topic``)."""
@@ -515,6 +524,7 @@ def _flow_config(
             alert_heartbeat_age_max_seconds=props.get_optional_int(ALERT_HEARTBEAT_AGE_MAX_SECONDS),
             alert_notifier=props.get_reference(ALERT_NOTIFIER),
         ),
+        dr=dr_settings(props, name),
         properties=props,
     )
 

@@ -307,15 +307,18 @@ class OffsetsStore:
         batches: Sequence[Batch],
         metrics: Sequence[PartitionReport] = (),
         gaps: Sequence[SourceGap] = (),
+        *,
+        holder: str | None = None,
     ) -> int:
         """Commit the run's source ``gaps``, ``batches`` and partition ``metrics`` in one transaction;
         return how many batches were newly committed.
 
-        Requires ``flow``'s lock held by ``run_id``. Each gap, then each batch, moves its partition's
-        progress from exactly (``source_start``, ``target_start``) to (``source_end``,
-        ``target_end``) and is added to ``mirror_gaps`` or the batch log. One already there with
-        identical values, committed by the same run, is skipped (a retried commit). Anything else
-        raises ``CommitConflictError`` and commits nothing.
+        Requires ``flow``'s lock held by ``holder`` (default ``run_id``: a DR window's micro-batches
+        commit under ids of their own while the window's run holds the lock). Each gap, then each
+        batch, moves its partition's progress from exactly (``source_start``, ``target_start``) to
+        (``source_end``, ``target_end``) and is added to ``mirror_gaps`` or the batch log. One already
+        there with identical values, committed by the same run, is skipped (a retried commit).
+        Anything else raises ``CommitConflictError`` and commits nothing.
         """
         seen: set[tuple[str, int, int]] = set()
         for batch in batches:
@@ -328,7 +331,7 @@ class OffsetsStore:
                 )
             seen.add(key)
         with self._transaction(write=True) as conn:
-            self._check_lock(conn, flow, run_id, "commit")
+            self._check_lock(conn, flow, holder or run_id, "commit")
             now = self._now()
             # Gaps first: a partition's batch of this run starts where its gap ends.
             for gap in gaps:

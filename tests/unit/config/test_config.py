@@ -213,7 +213,7 @@ primary->backup.mirrorflow.task.retries = 0
     assert flow.settings.schedule == "*/5 * * * *"
     assert (flow.settings.copy_timeout_seconds, flow.settings.task_retries) == (600, 0)
     # One attempt of at most 600 s (+ the retry delay), plus an hour for the other tasks.
-    assert flow.settings.lock_ttl_seconds == 630 + 3600
+    assert flow.lock_ttl_seconds == 630 + 3600
     assert flow.settings.max_records_per_partition == 500
     assert flow.settings.spark_conn_id == "spark_cluster"
     assert dict(flow.settings.spark_conf) == {
@@ -420,7 +420,9 @@ def test_validation_messages_say_what_to_do() -> None:
             "mirrorflow.max.records.per.partition, mirrorflow.spark.conn.id, "
             "mirrorflow.copy.timeout.seconds, mirrorflow.task.retries, mirrorflow.on.source.data.loss, "
             "mirrorflow.alert.lag.max.records, mirrorflow.alert.heartbeat.age.max.seconds, "
-            "mirrorflow.alert.notifier, mirrorflow.spark.conf.<spark key>, mirrorflow.state.dir, "
+            "mirrorflow.alert.notifier, mirrorflow.mode, mirrorflow.dr.window.seconds, "
+            "mirrorflow.dr.idle.wait.ms, "
+            "mirrorflow.spark.conf.<spark key>, mirrorflow.state.dir, "
             "mirrorflow.offsets.db.url"
         ),
         BASE + "mirrorflow.task.retries = many\n": (

@@ -1,0 +1,241 @@
+"""A DR window: bounded micro-batches back to back inside one long-lived Spark application.
+
+Each micro-batch is a run in small: plan from committed progress to the source's offsets now, copy
+(Spark tasks; a plan of heartbeats only in process, an empty plan not at all), commit progress and
+the batch log in one transaction. Heartbeats, checkpoints, remote topic refresh and ACL sync happen
+at MM2's intervals (``config.dr``). The window's run holds the flow's lock from its start task to its
+release task; every micro-batch commits under an id of its own (``<run id>#<n>``) while it does.
+
+Invariants: a micro-batch commits only what the target acknowledged, from exactly the committed
+position, so a window killed at any point leaves at most records past the committed position, which
+the next plan's copy reads back and skips. No micro-batch starts after the window's end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from mirrorflow.app import runner
+from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.app.copy_guard import lock_deadline
+from mirrorflow.app.freshness import staleness
+from mirrorflow.app.remote_topics import RemoteTopics, ensure_remote_topics
+from mirrorflow.app.run_folder import RunFolder, read_file, write_atomically
+from mirrorflow.config.dr import MODE, DrSettings
+from mirrorflow.config.model import FlowConfig, MirrorConfig
+from mirrorflow.config.run_options import DEFAULT_OPTIONS
+from mirrorflow.core.plan import CopyResult, Plan
+from mirrorflow.core.report import build_report
+from mirrorflow.core.window import Timers, WindowSummary
+from mirrorflow.errors import ConfigError, MirrorError, SourceDataLostError, TransientError, error_class
+from mirrorflow.kafka.admin import ClusterAdmin
+from mirrorflow.kafka.heartbeats import emit_heartbeats, freshness_seconds
+from mirrorflow.store.offsets_store import OffsetsStore
+
+log = logging.getLogger(__name__)
+
+Copy = Callable[[Plan], CopyResult]
+# After a transient error the window waits this long before planning again, doubling up to the cap.
+RETRY_WAIT_S = 1.0
+RETRY_WAIT_MAX_S = 30.0
+
+
+def dr_settings_of(flow: FlowConfig) -> DrSettings:
+    if flow.dr is None:
+        raise ConfigError(
+            f"flow {flow.name} is not in DR mode; set `{flow.name}.{MODE} = dr` to run it in windows"
+        )
+    return flow.dr
+
+
+def take_lock(config: MirrorConfig, flow_name: str, run_id: str) -> None:
+    """The window's start: its run takes the flow's lock, held until ``runner.release_run``."""
+    flow = config.flow(flow_name)
+    dr_settings_of(flow)
+    with OffsetsStore(config.offsets_db_url) as store:
+        store.acquire_lock(flow.name, run_id, flow.lock_ttl_seconds)
+
+
+class _Window:
+    """One window's loop and its counts."""
+
+    def __init__(
+        self,
+        config: MirrorConfig,
+        flow: FlowConfig,
+        run_id: str,
+        copy: Copy,
+        store: OffsetsStore,
+        source: ClusterAdmin,
+        target: ClusterAdmin,
+    ) -> None:
+        self.config, self.flow, self.run_id, self.copy = config, flow, run_id, copy
+        self.store, self.source, self.target = store, source, target
+        dr = dr_settings_of(flow)
+        self.idle_wait_s = dr.idle_wait_ms / 1000
+        self.timers = Timers(
+            {
+                "heartbeats": dr.heartbeats_interval_seconds,
+                "checkpoints": dr.checkpoints_interval_seconds,
+                "topics": dr.topics_interval_seconds,
+                "acls": dr.acls_interval_seconds,
+            }
+        )
+        self.topics: RemoteTopics | None = None
+        self.micro_batches = self.spark_jobs = self.records = self.bytes = self.checkpoints = 0
+        self.lags: dict[tuple[str, int], int] = {}
+
+    def micro_batch(self, now: float) -> int:
+        """Plan, copy and commit one micro-batch, with the periodic steps that are due; returns how
+        many records it wrote (heartbeats included)."""
+        flow, timers = self.flow, self.timers
+        if flow.emit_heartbeats and timers.due("heartbeats", now):
+            emit_heartbeats(flow)
+            timers.ran("heartbeats", now)
+        if self.topics is None or timers.due("topics", now):
+            self.topics = ensure_remote_topics(flow, self.source, self.target)
+            timers.ran("topics", now)
+            for remote in self.topics.created:
+                log.info("flow %s: remote topic %s created", flow.name, remote)
+        if flow.sync_topic_acls and timers.due("acls", now):
+            runner.sync_acls(flow, self.source, self.target, self.topics.remote_names)
+            timers.ran("acls", now)
+        batch_id = f"{self.run_id}#{self.micro_batches}"
+        planned = runner.plan_for(
+            flow, batch_id, DEFAULT_OPTIONS, self.source, self.target, self.topics, self.store
+        )
+        self.micro_batches += 1
+        if planned.anchors or planned.topics:
+            self.store.anchor(flow.name, self.run_id, planned.anchors, planned.topics)
+        plan = planned.plan
+        written = 0
+        if plan.partitions or plan.gaps:
+            if not plan.partitions:
+                result = CopyResult(flow.name, batch_id, ())
+            elif plan.in_process:
+                result = runner.copy_in_process(flow, plan)
+            else:
+                self.spark_jobs += 1
+                result = self.copy(plan)
+            report = runner.commit_copied(flow, self.store, plan, result, holder=self.run_id)
+            written = sum(p.written for p in report.partitions)
+            self.records += sum(p.records for p in report.partitions)
+            self.bytes += sum(p.bytes for p in report.partitions)
+            age = freshness_seconds(flow)
+            runner.write_source_metrics(self.config, flow, self.store, report, age)
+        else:
+            report = build_report(plan, CopyResult(flow.name, batch_id, ()))
+        self.lags = {(p.topic, p.partition): p.lag for p in report.partitions}
+        if flow.emit_checkpoints and timers.due("checkpoints", now):
+            self.checkpoints += len(emit_checkpoints(self.config, flow.name).emitted)
+            timers.ran("checkpoints", now)
+        return written
+
+    def loop(
+        self, ends: float, clock: Callable[[], float], sleep: Callable[[float], None]
+    ) -> MirrorError | None:
+        """Micro-batches until ``ends``; the error that ended the window, if any."""
+        flow = self.flow
+        error: MirrorError | None = None
+        wait = RETRY_WAIT_S
+        while True:
+            try:
+                written = self.micro_batch(clock())
+                error, wait = None, RETRY_WAIT_S
+            except SourceDataLostError as lost:
+                if flow.settings.on_source_data_loss != "skip":
+                    return lost
+                # The next plan records the lost range as a gap and continues after it.
+                log.warning("flow %s: %s; planning again past the lost records", flow.name, lost)
+                written = 0
+            except TransientError as transient:
+                error, written = transient, 0
+                log.warning("flow %s: %s; trying again in %.0f s", flow.name, transient, wait)
+                sleep(min(wait, max(ends - clock(), 0.0)))
+                wait = min(wait * 2, RETRY_WAIT_MAX_S)
+            except MirrorError as failed:
+                return failed
+            if clock() >= ends:
+                return error
+            if not written and error is None:
+                sleep(self.idle_wait_s)
+
+    def summary(self, started: datetime, error: MirrorError | None) -> WindowSummary:
+        return WindowSummary(
+            flow=self.flow.name,
+            run_id=self.run_id,
+            started_at=started.isoformat(timespec="seconds"),
+            ended_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            micro_batches=self.micro_batches,
+            spark_jobs=self.spark_jobs,
+            records=self.records,
+            bytes=self.bytes,
+            checkpoints=self.checkpoints,
+            lags=tuple((t, p, lag) for (t, p), lag in sorted(self.lags.items())),
+            heartbeat_age_s=freshness_seconds(self.flow) if error is None else None,
+            error=None if error is None else (type(error).__name__, str(error)),
+        )
+
+
+def run_window(
+    config: MirrorConfig,
+    flow_name: str,
+    run_id: str,
+    copy: Copy,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> WindowSummary:
+    """Micro-batches back to back for the flow's window, then the window's summary, saved in the
+    run's folder for its report task. A transient error (a broker or the offsets database away for
+    a while) is waited out inside the window; the last one is the summary's error if the window ends
+    before a micro-batch succeeds again. Any other error ends the window at once as its error."""
+    flow = config.flow(flow_name)
+    dr = dr_settings_of(flow)
+    started = datetime.now(UTC)
+    with (
+        OffsetsStore(config.offsets_db_url) as store,
+        ClusterAdmin(flow.source) as source,
+        ClusterAdmin(flow.target) as target,
+    ):
+        window = _Window(config, flow, run_id, copy, store, source, target)
+        error: MirrorError | None
+        try:
+            # The window ends before its run's lock would expire, whatever its length says.
+            left = (lock_deadline(config.offsets_db_url, flow.name, run_id) - started).total_seconds()
+        except MirrorError as locked:
+            error = locked
+        else:
+            error = window.loop(clock() + min(dr.window_seconds, left), clock, sleep)
+        summary = window.summary(started, error)
+    write_atomically(RunFolder.of(config.state_dir, flow.name, run_id).window, summary.to_json())
+    log.info(
+        "flow %s window %s: %d micro-batches (%d Spark jobs), %d records, %d checkpoints%s",
+        flow.name,
+        run_id,
+        summary.micro_batches,
+        summary.spark_jobs,
+        summary.records,
+        summary.checkpoints,
+        f"; ended by {summary.error[0]}: {summary.error[1]}" if summary.error else "",
+    )
+    return summary
+
+
+def window_report(config: MirrorConfig, flow_name: str, run_id: str) -> dict[str, object]:
+    """The window's counts for Airflow, with how stale it left the flow (``stale``: None when fresh);
+    the error that ended the window, raised again (a transient one is retried by Airflow)."""
+    flow = config.flow(flow_name)
+    path = RunFolder.of(config.state_dir, flow.name, run_id).window
+    summary = WindowSummary.from_json(read_file(path, "DR window summary"), str(path))
+    if summary.error is not None:
+        kind = error_class(summary.error[0]) or MirrorError
+        raise kind.from_message(
+            f"flow {flow.name} window {run_id} ended after {summary.micro_batches} micro-batches "
+            f"({summary.records} records committed): {summary.error[1]}"
+        )
+    stale = staleness(flow.name, flow.settings, summary.lag_by_partition, summary.heartbeat_age_s)
+    return {**summary.as_dict(), "stale": stale}

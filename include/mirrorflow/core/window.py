@@ -1,0 +1,98 @@
+"""A DR window: what its micro-batches did, and when the control-plane steps inside it are due.
+
+``WindowSummary`` is the window's JSON document (the Airflow run's counts); ``Timers`` decides, from
+MM2's intervals, which periodic steps a micro-batch does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mirrorflow.core import documents
+
+WINDOW_VERSION = 1
+
+
+@dataclass(frozen=True)
+class WindowSummary:
+    """Counts of one window, the lag its last micro-batch left per partition, and the error that
+    ended it early (``error``: the ``MirrorError`` class name and message), if any.
+
+    ``micro_batches`` counts every plan made; ``spark_jobs`` those that needed Spark (an empty plan,
+    or one of heartbeats only, needs none). ``records`` and ``bytes`` count what was written.
+    """
+
+    flow: str
+    run_id: str
+    started_at: str
+    ended_at: str
+    micro_batches: int = 0
+    spark_jobs: int = 0
+    records: int = 0
+    bytes: int = 0
+    checkpoints: int = 0
+    lags: tuple[tuple[str, int, int], ...] = ()
+    heartbeat_age_s: float | None = None
+    error: tuple[str, str] | None = None
+
+    @property
+    def lag_by_partition(self) -> dict[tuple[str, int], int]:
+        return {(t, p): lag for t, p, lag in self.lags}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The Airflow-facing counts (the run's XCom)."""
+        return {
+            "micro_batches": self.micro_batches,
+            "spark_jobs": self.spark_jobs,
+            "records": self.records,
+            "bytes": self.bytes,
+            "checkpoints": self.checkpoints,
+            "lag": sum(lag for _, _, lag in self.lags),
+            "heartbeat_age_s": self.heartbeat_age_s,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+        }
+
+    def to_json(self) -> str:
+        return documents.dump(("window_version", WINDOW_VERSION), asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "window summary") -> WindowSummary:
+        return documents.load(
+            text,
+            ("window_version", WINDOW_VERSION),
+            cls._build,
+            what="DR window summary",
+            source=source,
+            remedy="re-run the window task",
+        )
+
+    @classmethod
+    def _build(cls, raw: dict[str, Any]) -> WindowSummary:
+        fields = {k: v for k, v in raw.items() if k != "window_version"}
+        error = fields.pop("error")
+        return cls(
+            **{
+                **fields,
+                "lags": tuple((str(t), int(p), int(lag)) for t, p, lag in fields["lags"]),
+                "error": None if error is None else (str(error[0]), str(error[1])),
+            }
+        )
+
+
+@dataclass
+class Timers:
+    """Which periodic steps are due at ``now`` (seconds on a monotonic clock). A step is due at the
+    first call and then once its interval has passed since it last ran; ``ran`` records a run."""
+
+    intervals: Mapping[str, float]
+    last: dict[str, float] = field(default_factory=dict)
+
+    def due(self, step: str, now: float) -> bool:
+        last = self.last.get(step)
+        return last is None or now - last >= self.intervals[step]
+
+    def ran(self, step: str, now: float) -> None:
+        self.last[step] = now

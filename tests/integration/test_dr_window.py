@@ -1,0 +1,146 @@
+"""DR windows on real brokers and real Spark: micro-batches back to back while records arrive."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from mirror_helpers import assert_same_records, commit_group, create_topic
+from pyspark.sql import SparkSession
+
+from mirrorflow.app import dr_window, runner
+from mirrorflow.config.model import MirrorConfig
+from mirrorflow.copy.spark_copy import copy_plan
+from mirrorflow.core.plan import CopyResult, Plan
+from mirrorflow.errors import FlowLockedError
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
+
+FLOW = "primary->backup"
+
+
+def _dr_config(write_config: Callable[[str], MirrorConfig], topic: str, window_s: int) -> MirrorConfig:
+    return write_config(
+        f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n{FLOW}.mirrorflow.mode = dr\n"
+        f"{FLOW}.mirrorflow.dr.window.seconds = {window_s}\n{FLOW}.mirrorflow.dr.idle.wait.ms = 100\n"
+        f"{FLOW}.emit.checkpoints.interval.seconds = 2\n"
+    )
+
+
+def _spark_copy(spark: SparkSession, config: MirrorConfig) -> Callable[[Plan], CopyResult]:
+    flow = config.flow(FLOW)
+    return lambda plan: copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer)
+
+
+def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    spark: SparkSession,
+    unique_name: str,
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, group = unique_name, f"{unique_name}-group"
+    create_topic(primary.bootstrap, topic, 3)
+    sample_data.produce_samples(primary.bootstrap, topic, 3, 0, 200)
+    commit_group(primary.bootstrap, group, {(topic, 1): 150})
+    config = _dr_config(write_config, topic, window_s=12)
+
+    def produce_while_the_window_runs() -> None:
+        for step in range(8):
+            time.sleep(0.5)
+            sample_data.produce_samples(primary.bootstrap, topic, 3, 200 + step * 25, 25)
+
+    producer = threading.Thread(target=produce_while_the_window_runs)
+    dr_window.take_lock(config, FLOW, "window-1")
+    try:
+        producer.start()
+        summary = dr_window.run_window(config, FLOW, "window-1", _spark_copy(spark, config))
+    finally:
+        producer.join()
+        runner.release_run(config, FLOW, "window-1")
+
+    assert summary.error is None
+    # Everything produced before the window's last seconds is mirrored, each record once, in order.
+    assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 3) == 3 * 400
+    assert summary.records == 3 * 400
+    assert summary.lag_by_partition == {(topic, p): 0 for p in range(3)}
+    batches = OffsetsStore(config.offsets_db_url).batches(FLOW)
+    micro_batches = {b.run_id for b in batches}
+    assert len(micro_batches) > 2, micro_batches  # the records arrived over several micro-batches
+    assert all(run.startswith("window-1#") for run in micro_batches)
+    assert 2 < summary.spark_jobs < summary.micro_batches  # idle micro-batches start no Spark job
+    # The group's position was checkpointed inside the window, exactly.
+    (checkpoint,) = OffsetsStore(config.offsets_db_url).checkpoints(FLOW).values()
+    assert (checkpoint.group_id, checkpoint.partition, checkpoint.upstream_offset) == (group, 1, 150)
+    assert checkpoint.downstream_offset == 150
+    assert summary.checkpoints == 1
+    report = dr_window.window_report(config, FLOW, "window-1")
+    assert (report["records"], report["lag"], report["stale"]) == (1200, 0, None)
+
+
+def test_a_window_killed_before_its_commit_leaves_nothing_twice(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    spark: SparkSession,
+    unique_name: str,
+) -> None:
+    """A window that dies after its copy wrote and before its commit: the next window's first plan
+    starts at the committed position again, and its copy reads back and skips what is there."""
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic = unique_name
+    create_topic(primary.bootstrap, topic, 2)
+    sample_data.produce_samples(primary.bootstrap, topic, 2, 0, 300)
+    config = _dr_config(write_config, topic, window_s=3)
+    copy = _spark_copy(spark, config)
+
+    class Killed(BaseException):
+        """Stands for the process dying: no handler of the window sees it."""
+
+    def copy_then_die(plan: Plan) -> CopyResult:
+        copy(plan)
+        raise Killed
+
+    dr_window.take_lock(config, FLOW, "window-1")
+    with pytest.raises(Killed):
+        dr_window.run_window(config, FLOW, "window-1", copy_then_die)
+    store = OffsetsStore(config.offsets_db_url)
+    assert store.batches(FLOW) == []  # written to the target, never committed
+    # The lock expires with the dead window (here: at once); the next window takes the flow over.
+    assert store.force_release_lock(FLOW) is not None
+    dr_window.take_lock(config, FLOW, "window-2")
+    sample_data.produce_samples(primary.bootstrap, topic, 2, 300, 50)
+    summary = dr_window.run_window(config, FLOW, "window-2", copy)
+    runner.release_run(config, FLOW, "window-2")
+
+    assert summary.error is None
+    assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 2) == 700
+    assert summary.records == 700  # what was committed, the records read back included
+    assert [(b.partition, b.source_start, b.source_end) for b in store.batches(FLOW)] == [
+        (0, 0, 350),
+        (1, 0, 350),
+    ]
+
+
+def test_a_window_without_the_lock_ends_at_once_naming_the_holder(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    unique_name: str,
+) -> None:
+    create_topic(kafka_clusters["primary"].bootstrap, unique_name, 1)
+    config = _dr_config(write_config, unique_name, window_s=30)
+    dr_window.take_lock(config, FLOW, "window-1")
+
+    def copy(plan: Plan) -> CopyResult:
+        pytest.fail("a window without the lock copied")
+
+    summary = dr_window.run_window(config, FLOW, "window-2", copy)
+
+    assert summary.error is not None and summary.error[0] == "FlowLockedError"
+    assert "run window-2 does not hold the flow's lock (run window-1 does)" in summary.error[1]
+    assert summary.micro_batches == 0
+    with pytest.raises(FlowLockedError, match="window window-2 ended after 0 micro-batches"):
+        dr_window.window_report(config, FLOW, "window-2")
+    assert OffsetsStore(config.offsets_db_url).progress(FLOW) == {}  # nothing was anchored either
