@@ -183,6 +183,38 @@ def test_dag_wiring(
     ]
 
 
+def test_dr_flow_dag_wiring(load_dags: Callable[[str], Any], closed_ports: dict[str, str]) -> None:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    text = FLOWS.format(**closed_ports).replace("@hourly", "@continuous") + (
+        "primary->backup.mirrorflow.mode = dr\nprimary->backup.mirrorflow.dr.window.seconds = 300\n"
+    )
+    bag = load_dags(text)
+    dag = bag.dags["mirror_primary_to_backup"]
+
+    assert dag.schedule == "@continuous"
+    assert dag.max_active_runs == 1
+    assert "dr" in dag.tags
+    # start >> window >> report >> freshness >> release; release is start's teardown.
+    assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
+        "start": ["release", "window"],
+        "window": ["report"],
+        "report": ["freshness"],
+        "freshness": ["release"],
+        "release": [],
+    }
+    assert dag.get_task("start").is_setup is True
+    assert dag.get_task("release").is_teardown is True
+    assert dag.params.dump() == {}  # a window always mirrors up to now: no trigger form to ignore
+    window = dag.get_task("window")
+    assert isinstance(window, SparkSubmitOperator)
+    assert window.application == str(REPO_ROOT / "jobs" / "mirror_dr.py")
+    # A window's attempt: the window and the copy that may end it.
+    assert window.execution_timeout == timedelta(hours=6, seconds=300)
+    # The other flow stays in batch mode.
+    assert "copy" in bag.dags["mirror_backup_to_primary"].task_ids
+
+
 def test_schedule_from_top_level_applies_to_every_flow_unless_overridden(
     load_dags: Callable[[str], Any], closed_ports: dict[str, str]
 ) -> None:

@@ -17,6 +17,16 @@ def test_the_spark_jobs_are_found_in_the_installed_jobs_package() -> None:
     path = Path(job_path("mirror_copy.py"))
     assert path.is_file()
     assert path.parent.joinpath("mirror_verify.py").is_file()
+    assert path.parent.joinpath("mirror_dr.py").is_file()
+
+
+def test_a_dr_flow_runs_the_window_job() -> None:
+    config = parse_config(ONE_FLOW + "mirrorflow.mode = dr\n", env={})
+    (flow,) = config.flows
+    window = flow_dag_spec(config, flow, "run-1").copy
+    assert Path(window.application).name == "mirror_dr.py"
+    assert window.name == "mirror primary->backup DR"
+    assert window.application_args[-2:] == ("--run-id", "run-1")
 
 
 def test_a_job_the_package_lacks_is_an_error() -> None:

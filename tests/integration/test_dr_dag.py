@@ -1,0 +1,163 @@
+"""A DR flow's DAG through real Airflow (`airflow dags test`), real spark-submit and real brokers:
+windows of micro-batches while records arrive, and a window killed in the middle."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from mirror_helpers import (
+    AIRFLOW,
+    airflow,
+    assert_all_gone,
+    assert_same_records,
+    create_topic,
+    migrated_airflow,
+)
+
+from mirrorflow.app.run_folder import RunFolder
+from mirrorflow.config.model import MirrorConfig
+from mirrorflow.core.window import WindowSummary
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
+
+pytestmark = [pytest.mark.kafka, pytest.mark.airflow]
+
+FLOW = "primary->backup"
+DAG = "mirror_primary_to_backup"
+PARTITIONS = 3
+
+
+def _dr_config(write_config: Callable[[str], MirrorConfig], topic: str, window_s: int) -> MirrorConfig:
+    return write_config(
+        f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n{FLOW}.mirrorflow.mode = dr\n"
+        f"{FLOW}.mirrorflow.dr.window.seconds = {window_s}\n"
+    )
+
+
+@contextmanager
+def _producing(bootstrap: str, topic: str, start: int) -> Iterator[list[int]]:
+    """Appends 20 records to every partition every 0.2 s until the block ends; yields the list whose
+    one item is the next record index (the count produced per partition once the block ended)."""
+    produced = [start]
+    stop = threading.Event()
+
+    def produce() -> None:
+        while not stop.is_set():
+            sample_data.produce_samples(bootstrap, topic, PARTITIONS, produced[0], 20)
+            produced[0] += 20
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    try:
+        yield produced
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _assert_prefix(primary: LocalCluster, backup: LocalCluster, topic: str, at_least: int) -> None:
+    """Every remote partition holds the source partition's first records, each once and in order,
+    at least ``at_least`` of them."""
+    for p in range(PARTITIONS):
+        source = sample_data.read_partition(primary.bootstrap, topic, p)
+        target = sample_data.read_partition(backup.bootstrap, f"primary.{topic}", p)
+        assert len(target) >= at_least, f"partition {p}: {len(target)} records mirrored"
+        assert target == source[: len(target)], f"primary.{topic}-{p} is not a prefix of {topic}-{p}"
+
+
+def test_dr_windows_through_airflow_mirror_while_records_arrive(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic = unique_name
+    create_topic(primary.bootstrap, topic, PARTITIONS)
+    sample_data.produce_samples(primary.bootstrap, topic, PARTITIONS, 0, 300)
+    config = _dr_config(write_config, topic, window_s=8)
+    env = migrated_airflow(tmp_path / "airflow", config, tmp_path)
+    store = OffsetsStore(config.offsets_db_url)
+
+    with _producing(primary.bootstrap, topic, 300):
+        first = airflow(env, tmp_path, "dags", "test", DAG)
+        assert first.returncode == 0, first.stdout[-5000:] + first.stderr[-5000:]
+        _assert_prefix(primary, backup, topic, at_least=300)
+    second = airflow(env, tmp_path, "dags", "test", DAG)
+
+    assert second.returncode == 0, second.stdout[-5000:] + second.stderr[-5000:]
+    total = assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", PARTITIONS)
+    assert total > PARTITIONS * 300
+    windows = {b.run_id.split("#")[0] for b in store.batches(FLOW)}
+    assert len(windows) == 2 and all(w.startswith("manual__") for w in windows)
+    assert len({b.run_id for b in store.batches(FLOW)}) > 3  # several micro-batches per window
+    assert store.lock_holder(FLOW) is None
+    for window in windows:  # the summaries the report tasks read
+        path = RunFolder.of(config.state_dir, FLOW, window).window
+        summary = WindowSummary.from_json(path.read_text())
+        assert summary.error is None and summary.micro_batches > 1 and summary.records > 0
+
+
+def test_a_dr_window_killed_in_the_middle_loses_and_duplicates_nothing(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic = unique_name
+    create_topic(primary.bootstrap, topic, PARTITIONS)
+    config = _dr_config(write_config, topic, window_s=120)
+    assert config.path is not None
+    env = migrated_airflow(tmp_path / "airflow", config, tmp_path)
+    store = OffsetsStore(config.offsets_db_url)
+
+    with _producing(primary.bootstrap, topic, 0):
+        # The worker running the window dies while micro-batches go on: its process group is SIGKILLed.
+        run = subprocess.Popen(
+            [AIRFLOW, "dags", "test", DAG],
+            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 240
+        while len({b.run_id for b in store.batches(FLOW)}) < 4:
+            assert run.poll() is None, "the window ended before it was killed"
+            assert time.monotonic() < deadline, "no micro-batches committed"
+            time.sleep(0.05)
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=30)
+    marker = f"MIRROR_CONFIG={config.path}"  # inherited by everything the run started
+    assert_all_gone(lambda p: marker in p.cmdline or marker in p.environ, "processes of the window")
+    dead = store.lock_holder(FLOW)
+    assert dead is not None  # its teardown never ran
+    released = subprocess.run(
+        [sys.executable, "-m", "mirrorflow.store", "release-lock", "--flow", FLOW,
+         "--db", config.offsets_db_url],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert released.returncode == 0, released.stderr
+    config.path.write_text(config.path.read_text().replace("window.seconds = 120", "window.seconds = 3"))
+
+    again = airflow(env, tmp_path, "dags", "test", DAG)
+
+    assert again.returncode == 0, again.stdout[-5000:] + again.stderr[-5000:]
+    total = assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", PARTITIONS)
+    # The batch log covers each partition's source offsets once, from 0 to its end, without a hole.
+    ends = []
+    for p in range(PARTITIONS):
+        spans = sorted((b.source_start, b.source_end) for b in store.batches(FLOW) if b.partition == p)
+        assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(spans)), spans
+        ends.append(spans[-1][1])
+    assert sum(ends) == total

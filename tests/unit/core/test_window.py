@@ -1,0 +1,56 @@
+"""A DR window's summary document and its timers."""
+
+from __future__ import annotations
+
+import pytest
+
+from mirrorflow.core.window import Timers, WindowSummary
+from mirrorflow.errors import PlanError
+
+SUMMARY = WindowSummary(
+    flow="primary->backup",
+    run_id="manual__1",
+    started_at="2026-01-01T00:00:00+00:00",
+    ended_at="2026-01-01T00:10:00+00:00",
+    micro_batches=600,
+    spark_jobs=40,
+    records=12_000,
+    bytes=12_000_000,
+    checkpoints=9,
+    lags=(("orders", 0, 0), ("orders", 1, 7)),
+    heartbeat_age_s=0.8,
+)
+
+
+def test_a_summary_reads_back_whole() -> None:
+    assert WindowSummary.from_json(SUMMARY.to_json()) == SUMMARY
+    failed = WindowSummary("f", "r", "a", "b", error=("TransientError", "broker away"))
+    assert WindowSummary.from_json(failed.to_json()) == failed
+
+
+def test_a_summary_gives_airflow_its_counts_and_lag() -> None:
+    assert SUMMARY.as_dict() == {
+        "micro_batches": 600,
+        "spark_jobs": 40,
+        "records": 12_000,
+        "bytes": 12_000_000,
+        "checkpoints": 9,
+        "lag": 7,
+        "heartbeat_age_s": 0.8,
+        "started_at": "2026-01-01T00:00:00+00:00",
+        "ended_at": "2026-01-01T00:10:00+00:00",
+    }
+    assert SUMMARY.lag_by_partition == {("orders", 0): 0, ("orders", 1): 7}
+
+
+def test_a_foreign_document_is_refused_naming_the_file() -> None:
+    with pytest.raises(PlanError, match=r"window\.json: not a valid DR window summary"):
+        WindowSummary.from_json('{"version": 3}', "window.json")
+
+
+def test_a_step_is_due_first_then_once_per_interval() -> None:
+    timers = Timers({"checkpoints": 60.0})
+    assert timers.due("checkpoints", 100.0)
+    timers.ran("checkpoints", 100.0)
+    assert not timers.due("checkpoints", 159.9)
+    assert timers.due("checkpoints", 160.0)
