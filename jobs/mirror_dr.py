@@ -11,6 +11,8 @@ expires (``copy_guard``).
 
 from __future__ import annotations
 
+import logging
+
 from pyspark import SparkConf, SparkContext
 
 from mirrorflow.app.copy_guard import exit_at, lock_deadline
@@ -20,6 +22,9 @@ from mirrorflow.copy.spark_copy import copy_plan
 
 
 def main(argv: list[str] | None = None) -> None:
+    # The window's progress lines reach the task's log through spark-submit's output.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per gateway connection otherwise
     args = job_arguments(argv, __doc__)
     config, flow = args.config, args.flow
     exit_at(

@@ -108,6 +108,8 @@ def test_dr_windows_through_airflow_mirror_while_records_arrive(
         path = RunFolder.of(config.state_dir, FLOW, window).window
         summary = WindowSummary.from_json(path.read_text())
         assert summary.error is None and summary.micro_batches > 1 and summary.records > 0
+    # The window's own words reach the task log through spark-submit's output.
+    assert f"flow {FLOW} window manual__" in first.stdout + first.stderr
 
 
 def test_a_dr_window_killed_in_the_middle_loses_and_duplicates_nothing(

@@ -29,7 +29,7 @@ from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS
 from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.core.report import build_report
-from mirrorflow.core.window import Timers, WindowSummary
+from mirrorflow.core.window import StepTimes, Timers, WindowSummary
 from mirrorflow.errors import ConfigError, MirrorError, SourceDataLostError, TransientError, error_class
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.kafka.heartbeats import emit_heartbeats, freshness_seconds
@@ -41,6 +41,8 @@ Copy = Callable[[Plan], CopyResult]
 # After a transient error the window waits this long before planning again, doubling up to the cap.
 RETRY_WAIT_S = 1.0
 RETRY_WAIT_MAX_S = 30.0
+# How often a window logs what it did and where the time went.
+PROGRESS_INTERVAL_S = 60.0
 
 
 def dr_settings_of(flow: FlowConfig) -> DrSettings:
@@ -71,6 +73,7 @@ class _Window:
         store: OffsetsStore,
         source: ClusterAdmin,
         target: ClusterAdmin,
+        clock: Callable[[], float],
     ) -> None:
         self.config, self.flow, self.run_id, self.copy = config, flow, run_id, copy
         self.store, self.source, self.target = store, source, target
@@ -82,57 +85,101 @@ class _Window:
                 "checkpoints": dr.checkpoints_interval_seconds,
                 "topics": dr.topics_interval_seconds,
                 "acls": dr.acls_interval_seconds,
+                "heartbeat_age": dr.heartbeats_interval_seconds,
+                "progress": PROGRESS_INTERVAL_S,
             }
         )
+        self.clock = clock
+        self.steps = StepTimes(clock)
         self.topics: RemoteTopics | None = None
         self.micro_batches = self.spark_jobs = self.records = self.bytes = self.checkpoints = 0
         self.lags: dict[tuple[str, int], int] = {}
+        self.age: float | None = None
+        self.progress: tuple[float, dict[str, float], int, int] | None = None
 
     def micro_batch(self, now: float) -> int:
         """Plan, copy and commit one micro-batch, with the periodic steps that are due; returns how
         many records it wrote (heartbeats included)."""
-        flow, timers = self.flow, self.timers
+        flow, timers, timed = self.flow, self.timers, self.steps.timed
         if flow.emit_heartbeats and timers.due("heartbeats", now):
-            emit_heartbeats(flow)
+            with timed("heartbeats"):
+                emit_heartbeats(flow)
             timers.ran("heartbeats", now)
         if self.topics is None or timers.due("topics", now):
-            self.topics = ensure_remote_topics(flow, self.source, self.target)
+            with timed("topics"):
+                self.topics = ensure_remote_topics(flow, self.source, self.target)
             timers.ran("topics", now)
             for remote in self.topics.created:
                 log.info("flow %s: remote topic %s created", flow.name, remote)
         if flow.sync_topic_acls and timers.due("acls", now):
-            runner.sync_acls(flow, self.source, self.target, self.topics.remote_names)
+            with timed("acls"):
+                runner.sync_acls(flow, self.source, self.target, self.topics.remote_names)
             timers.ran("acls", now)
         batch_id = f"{self.run_id}#{self.micro_batches}"
-        planned = runner.plan_for(
-            flow, batch_id, DEFAULT_OPTIONS, self.source, self.target, self.topics, self.store
-        )
-        self.micro_batches += 1
-        if planned.anchors or planned.topics:
-            self.store.anchor(flow.name, self.run_id, planned.anchors, planned.topics)
+        with timed("plan"):
+            planned = runner.plan_for(
+                flow, batch_id, DEFAULT_OPTIONS, self.source, self.target, self.topics, self.store
+            )
+            self.micro_batches += 1
+            if planned.anchors or planned.topics:
+                self.store.anchor(flow.name, self.run_id, planned.anchors, planned.topics)
         plan = planned.plan
         written = 0
         if plan.partitions or plan.gaps:
-            if not plan.partitions:
-                result = CopyResult(flow.name, batch_id, ())
-            elif plan.in_process:
-                result = runner.copy_in_process(flow, plan)
-            else:
-                self.spark_jobs += 1
-                result = self.copy(plan)
-            report = runner.commit_copied(flow, self.store, plan, result, holder=self.run_id)
+            with timed("copy"):
+                if not plan.partitions:
+                    result = CopyResult(flow.name, batch_id, ())
+                elif plan.in_process:
+                    result = runner.copy_in_process(flow, plan)
+                else:
+                    self.spark_jobs += 1
+                    result = self.copy(plan)
+            with timed("commit"):
+                report = runner.commit_copied(
+                    flow, self.store, plan, result, holder=self.run_id, log_level=logging.DEBUG
+                )
+                runner.write_source_metrics(self.config, flow, self.store, report, self.heartbeat_age())
             written = sum(p.written for p in report.partitions)
             self.records += sum(p.records for p in report.partitions)
             self.bytes += sum(p.bytes for p in report.partitions)
-            age = freshness_seconds(flow)
-            runner.write_source_metrics(self.config, flow, self.store, report, age)
         else:
             report = build_report(plan, CopyResult(flow.name, batch_id, ()))
         self.lags = {(p.topic, p.partition): p.lag for p in report.partitions}
         if flow.emit_checkpoints and timers.due("checkpoints", now):
-            self.checkpoints += len(emit_checkpoints(self.config, flow.name).emitted)
+            with timed("checkpoints"):
+                self.checkpoints += len(emit_checkpoints(self.config, flow.name).emitted)
             timers.ran("checkpoints", now)
+        if timers.due("progress", now):
+            self.log_progress(now)
+            timers.ran("progress", now)
         return written
+
+    def heartbeat_age(self) -> float | None:
+        """The newest mirrored heartbeat's age, read at most once per heartbeat interval (it costs a
+        consumer's round trips)."""
+        now = self.clock()
+        if self.flow.emit_heartbeats and self.timers.due("heartbeat_age", now):
+            self.age = freshness_seconds(self.flow)
+            self.timers.ran("heartbeat_age", now)
+        return self.age
+
+    def log_progress(self, now: float) -> None:
+        """One line per progress interval: what the window did since the last one, and where the
+        time went."""
+        if self.progress is not None:
+            since, spent = now - self.progress[0], self.steps.since(self.progress[1])
+            batches, records = self.micro_batches - self.progress[2], self.records - self.progress[3]
+            log.info(
+                "flow %s window %s, last %.0f s: %d micro-batches, %d records, lag %d; seconds in %s",
+                self.flow.name,
+                self.run_id,
+                since,
+                batches,
+                records,
+                sum(self.lags.values()),
+                ", ".join(f"{k} {v:.1f}" for k, v in spent.items()),
+            )
+        self.progress = (now, dict(self.steps.totals), self.micro_batches, self.records)
 
     def loop(
         self, ends: float, clock: Callable[[], float], sleep: Callable[[float], None]
@@ -161,7 +208,8 @@ class _Window:
             if clock() >= ends:
                 return error
             if not written and error is None:
-                sleep(self.idle_wait_s)
+                with self.steps.timed("idle"):
+                    sleep(self.idle_wait_s)
 
     def summary(self, started: datetime, error: MirrorError | None) -> WindowSummary:
         return WindowSummary(
@@ -177,6 +225,7 @@ class _Window:
             lags=tuple((t, p, lag) for (t, p), lag in sorted(self.lags.items())),
             heartbeat_age_s=freshness_seconds(self.flow) if error is None else None,
             error=None if error is None else (type(error).__name__, str(error)),
+            step_seconds=self.steps.as_tuple(),
         )
 
 
@@ -201,7 +250,7 @@ def run_window(
         ClusterAdmin(flow.source) as source,
         ClusterAdmin(flow.target) as target,
     ):
-        window = _Window(config, flow, run_id, copy, store, source, target)
+        window = _Window(config, flow, run_id, copy, store, source, target, clock)
         error: MirrorError | None
         try:
             # The window ends before its run's lock would expire, whatever its length says.

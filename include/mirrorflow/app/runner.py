@@ -348,10 +348,17 @@ def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> Committed:
 
 
 def commit_copied(
-    flow: FlowConfig, store: OffsetsStore, plan: Plan, result: CopyResult, *, holder: str | None = None
+    flow: FlowConfig,
+    store: OffsetsStore,
+    plan: Plan,
+    result: CopyResult,
+    *,
+    holder: str | None = None,
+    log_level: int = logging.INFO,
 ) -> RunReport:
     """Commit ``result`` of ``plan`` (progress, batch log, gaps, partition metrics: one transaction)
-    while ``holder`` (default: the plan's run) holds the flow's lock, then write its offset syncs."""
+    while ``holder`` (default: the plan's run) holds the flow's lock, then write its offset syncs;
+    the report is logged at ``log_level`` (a DR window's micro-batches: DEBUG)."""
     batches = batches_for(plan, result)
     report = build_report(plan, result)
     store.commit(
@@ -364,8 +371,13 @@ def commit_copied(
     )
     # After the commit: a retried commit task commits nothing twice and rewrites the same syncs.
     syncs = emit_offset_syncs(flow, batches)
-    log.info(
-        "flow %s run %s committed, %d offset syncs written\n%s", flow.name, plan.run_id, syncs, report.table()
+    log.log(
+        log_level,
+        "flow %s run %s committed, %d offset syncs written\n%s",
+        flow.name,
+        plan.run_id,
+        syncs,
+        report.table(),
     )
     return report
 

@@ -6,7 +6,8 @@ MM2's intervals, which periodic steps a micro-batch does.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -36,6 +37,8 @@ class WindowSummary:
     lags: tuple[tuple[str, int, int], ...] = ()
     heartbeat_age_s: float | None = None
     error: tuple[str, str] | None = None
+    # Seconds the window spent in each step (plan, copy, commit, checkpoints, heartbeats, topics, idle).
+    step_seconds: tuple[tuple[str, float], ...] = ()
 
     @property
     def lag_by_partition(self) -> dict[tuple[str, int], int]:
@@ -51,6 +54,7 @@ class WindowSummary:
             "checkpoints": self.checkpoints,
             "lag": sum(lag for _, _, lag in self.lags),
             "heartbeat_age_s": self.heartbeat_age_s,
+            "step_seconds": dict(self.step_seconds),
             "started_at": self.started_at,
             "ended_at": self.ended_at,
         }
@@ -77,9 +81,33 @@ class WindowSummary:
             **{
                 **fields,
                 "lags": tuple((str(t), int(p), int(lag)) for t, p, lag in fields["lags"]),
+                "step_seconds": tuple((str(k), float(v)) for k, v in fields["step_seconds"]),
                 "error": None if error is None else (str(error[0]), str(error[1])),
             }
         )
+
+
+@dataclass
+class StepTimes:
+    """Seconds spent per step, measured with ``clock``: where a micro-batch's time goes."""
+
+    clock: Callable[[], float]
+    totals: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def timed(self, step: str) -> Iterator[None]:
+        started = self.clock()
+        try:
+            yield
+        finally:
+            self.totals[step] = self.totals.get(step, 0.0) + self.clock() - started
+
+    def since(self, earlier: Mapping[str, float]) -> dict[str, float]:
+        """The seconds per step spent after ``earlier`` (a copy of ``totals`` taken then)."""
+        return {k: v - earlier.get(k, 0.0) for k, v in self.totals.items()}
+
+    def as_tuple(self) -> tuple[tuple[str, float], ...]:
+        return tuple((k, round(v, 3)) for k, v in self.totals.items())
 
 
 @dataclass

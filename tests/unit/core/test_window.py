@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirrorflow.core.window import Timers, WindowSummary
+from mirrorflow.core.window import StepTimes, Timers, WindowSummary
 from mirrorflow.errors import PlanError
 
 SUMMARY = WindowSummary(
@@ -19,6 +19,7 @@ SUMMARY = WindowSummary(
     checkpoints=9,
     lags=(("orders", 0, 0), ("orders", 1, 7)),
     heartbeat_age_s=0.8,
+    step_seconds=(("plan", 120.5), ("copy", 300.25), ("idle", 100.0)),
 )
 
 
@@ -37,6 +38,7 @@ def test_a_summary_gives_airflow_its_counts_and_lag() -> None:
         "checkpoints": 9,
         "lag": 7,
         "heartbeat_age_s": 0.8,
+        "step_seconds": {"plan": 120.5, "copy": 300.25, "idle": 100.0},
         "started_at": "2026-01-01T00:00:00+00:00",
         "ended_at": "2026-01-01T00:10:00+00:00",
     }
@@ -46,6 +48,22 @@ def test_a_summary_gives_airflow_its_counts_and_lag() -> None:
 def test_a_foreign_document_is_refused_naming_the_file() -> None:
     with pytest.raises(PlanError, match=r"window\.json: not a valid DR window summary"):
         WindowSummary.from_json('{"version": 3}', "window.json")
+
+
+def test_step_times_add_up_per_step() -> None:
+    now = [0.0]
+    steps = StepTimes(lambda: now[0])
+    with steps.timed("plan"):
+        now[0] += 0.5
+    earlier = dict(steps.totals)
+    for _ in range(2):
+        with steps.timed("copy"):
+            now[0] += 2.0
+    with pytest.raises(RuntimeError), steps.timed("plan"):  # a failed step's time counts too
+        now[0] += 0.25
+        raise RuntimeError
+    assert steps.as_tuple() == (("plan", 0.75), ("copy", 4.0))
+    assert steps.since(earlier) == {"plan": 0.25, "copy": 4.0}
 
 
 def test_a_step_is_due_first_then_once_per_interval() -> None:
