@@ -87,15 +87,16 @@ class Context:
     poll_interval: float
 
 
-def java_cmd(ctx: Context, log_name: str, main: str, *args: str) -> list[str]:
-    config = ctx.work / "log4j2-bench.properties"
+def java_cmd(work: Path, heap_mb: int, log_name: str, main: str, *args: str) -> list[str]:
+    """A Kafka tool's JVM (Kafka's jars) with its log in ``work``/logs/``log_name``.log."""
+    config = work / "log4j2-bench.properties"
     if not config.exists():
         config.write_text(LOG4J2)
     return [
         local_kafka.java_executable(),
-        f"-Xmx{ctx.heap_mb}m",
+        f"-Xmx{heap_mb}m",
         f"-Dlog4j2.configurationFile={config}",
-        f"-Dkafka.logs.dir={ctx.work / 'logs'}",
+        f"-Dkafka.logs.dir={work / 'logs'}",
         f"-Dbench.log.name={log_name}",
         "-cp",
         f"{paths.kafka_libs()}/*",
@@ -327,7 +328,8 @@ def copy_limit(ctx: Context) -> Result:
     start = time.monotonic()
     rc = run_logged(
         java_cmd(
-            ctx,
+            ctx.work,
+            ctx.heap_mb,
             "producer-perf",
             "org.apache.kafka.tools.ProducerPerformance",
             "--bootstrap-server",
@@ -371,7 +373,8 @@ def copy_limit(ctx: Context) -> Result:
     start = time.monotonic()
     rc = run_logged(
         java_cmd(
-            ctx,
+            ctx.work,
+            ctx.heap_mb,
             "consumer-perf",
             "org.apache.kafka.tools.ConsumerPerformance",
             "--bootstrap-server",
@@ -485,7 +488,7 @@ def mirror_maker(ctx: Context) -> Result:
     watcher = OffsetWatcher(ctx.target_bootstrap, remote_topics, ctx.poll_interval)
     log = ctx.work / "logs" / "mm2.out"
     log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = java_cmd(ctx, "mm2", "org.apache.kafka.connect.mirror.MirrorMaker", str(config))
+    cmd = java_cmd(ctx.work, ctx.heap_mb, "mm2", "org.apache.kafka.connect.mirror.MirrorMaker", str(config))
     watcher.start()
     with log.open("ab") as out:
         start = time.monotonic()

@@ -61,6 +61,7 @@ from pathlib import Path
 
 import contenders
 import report
+import rpo
 import scenarios
 from contenders import Context, Result
 from workload import PARTITIONS, WORKLOADS, Workload, create_topics, end_offsets, fingerprint, produce
@@ -68,6 +69,10 @@ from workload import PARTITIONS, WORKLOADS, Workload, create_topics, end_offsets
 from mirrorflow_dev import local_kafka, processes
 from mirrorflow_dev.local_kafka import LocalCluster
 
+SCENARIOS: dict[str, Callable[[scenarios.Options], scenarios.ScenarioResult]] = {
+    **scenarios.SCENARIOS,
+    "rpo": rpo.rpo,
+}
 CONTENDERS: dict[str, tuple[str, Callable[[Context], Result]]] = {
     "limit": (contenders.LIMIT, contenders.copy_limit),
     "mm2": ("MirrorMaker 2 (dedicated mode)", contenders.mirror_maker),
@@ -185,9 +190,13 @@ def main() -> int:
         help=f"comma-separated: {','.join(CONTENDERS)} (default: all, or none if --scenarios is given)",
     )
     parser.add_argument(
-        "--scenarios", default="", help=f"comma-separated: {','.join(scenarios.SCENARIOS)} (default: none)"
+        "--scenarios", default="", help=f"comma-separated: {','.join(SCENARIOS)} (default: none)"
     )
     parser.add_argument("--scale-topics", type=int, default=500, help="topics of the scale-topics scenario")
+    parser.add_argument(
+        "--rpo-rates", default="2000", help="comma-separated records/s of the rpo scenario (default: 2000)"
+    )
+    parser.add_argument("--rpo-seconds", type=float, default=180, help="seconds of production per rpo run")
     parser.add_argument("--heap-mb", type=int, default=1024, help="heap of each broker and Kafka tool JVM")
     parser.add_argument("--tasks-max", type=int, default=os.cpu_count() or 1, help="MM2 tasks.max")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per contender step")
@@ -195,7 +204,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--keep-work", action="store_true", help="keep the temp dir (logs, configs)")
     args = parser.parse_args()
-    picked = split(args.scenarios, list(scenarios.SCENARIOS), "scenarios")
+    picked = split(args.scenarios, list(SCENARIOS), "scenarios")
     default = "" if picked else ",".join(CONTENDERS)
     names = split(default if args.contenders is None else args.contenders, list(CONTENDERS), "contenders")
     workload = WORKLOADS[args.workload]
@@ -238,11 +247,17 @@ def run_scenarios(args: argparse.Namespace, work: Path, picked: list[str]) -> li
         # The scenarios write W1 whatever --workload says.
         records = scenarios.W1.default_records if args.records is None else args.records
         opts = scenarios.Options(
-            work / f"scenario-{name}", args.heap_mb, args.timeout, records, args.scale_topics
+            work / f"scenario-{name}",
+            args.heap_mb,
+            args.timeout,
+            records,
+            args.scale_topics,
+            tuple(int(r) for r in args.rpo_rates.split(",")),
+            args.rpo_seconds,
         )
         opts.work.mkdir(parents=True, exist_ok=True)
         try:
-            res = scenarios.SCENARIOS[name](opts)
+            res = SCENARIOS[name](opts)
         except Exception as exc:
             traceback.print_exc()
             res = scenarios.ScenarioResult(name, detail=[f"failed: {type(exc).__name__}: {exc}"])

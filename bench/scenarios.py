@@ -54,6 +54,8 @@ class Options:
     timeout: float
     records: int
     scale_topics: int
+    rpo_rates: tuple[int, ...] = (2000,)
+    rpo_seconds: float = 180.0
 
 
 # ------------------------------------------------------------------------------ Spark RSS sampling

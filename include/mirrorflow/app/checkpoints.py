@@ -28,7 +28,7 @@ from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch, GroupPosition
 from mirrorflow.core.translation import OffsetTranslator
 from mirrorflow.kafka.admin import TP, ClusterAdmin
-from mirrorflow.kafka.internal_topics import write_records
+from mirrorflow.kafka.internal_topics import InternalTopicWriter, write_records
 from mirrorflow.mm2.records import Checkpoint
 from mirrorflow.store.offsets_store import OffsetsStore
 
@@ -59,9 +59,11 @@ def translators_for(store: OffsetsStore, flow: str) -> tuple[dict[TP, OffsetTran
     return translators, {b.topic: b.remote_topic for b in batches}
 
 
-def emit_checkpoints(config: MirrorConfig, flow_name: str) -> CheckpointReport:
+def emit_checkpoints(
+    config: MirrorConfig, flow_name: str, writer: InternalTopicWriter | None = None
+) -> CheckpointReport:
     """Translate and emit what moved since the last call (nothing when emit.checkpoints.enabled is
-    false)."""
+    false); ``writer``: an open producer for the checkpoints topic."""
     flow = config.flow(flow_name)
     if not flow.emit_checkpoints:
         return CheckpointReport(0, (), 0)
@@ -74,7 +76,7 @@ def emit_checkpoints(config: MirrorConfig, flow_name: str) -> CheckpointReport:
         previous = store.checkpoints(flow.name)
         emit, untranslated = next_positions(committed, translators, remote_names, previous)
         if emit:
-            _write(flow, emit)
+            _write(flow, emit, writer)
             # MM2's checkpoint latency: from reading the group's offsets to the checkpoint's ack.
             store.record_checkpoints(flow.name, emit, round((time.monotonic() - read_at) * 1000))
             write_atomically(
@@ -122,7 +124,7 @@ def _sync_group_offsets(
     return sync, active
 
 
-def _write(flow: FlowConfig, positions: list[GroupPosition]) -> None:
+def _write(flow: FlowConfig, positions: list[GroupPosition], writer: InternalTopicWriter | None) -> None:
     checkpoints = [
         Checkpoint(
             p.group_id, p.remote_topic, p.partition, p.upstream_offset, p.downstream_offset, p.metadata
@@ -134,4 +136,5 @@ def _write(flow: FlowConfig, positions: list[GroupPosition]) -> None:
         flow.replication_policy.checkpoints_topic(flow.source.alias),
         flow.checkpoints_topic_replication_factor,
         [(c.key(), c.value()) for c in checkpoints],
+        writer,
     )

@@ -33,6 +33,7 @@ from mirrorflow.core.window import StepTimes, Timers, WindowSummary
 from mirrorflow.errors import ConfigError, MirrorError, SourceDataLostError, TransientError, error_class
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.kafka.heartbeats import emit_heartbeats, freshness_seconds
+from mirrorflow.kafka.internal_topics import InternalTopicWriter
 from mirrorflow.store.offsets_store import OffsetsStore
 
 log = logging.getLogger(__name__)
@@ -73,10 +74,11 @@ class _Window:
         store: OffsetsStore,
         source: ClusterAdmin,
         target: ClusterAdmin,
+        writer: InternalTopicWriter,
         clock: Callable[[], float],
     ) -> None:
         self.config, self.flow, self.run_id, self.copy = config, flow, run_id, copy
-        self.store, self.source, self.target = store, source, target
+        self.store, self.source, self.target, self.writer = store, source, target, writer
         dr = dr_settings_of(flow)
         self.idle_wait_s = dr.idle_wait_ms / 1000
         self.timers = Timers(
@@ -103,7 +105,7 @@ class _Window:
         flow, timers, timed = self.flow, self.timers, self.steps.timed
         if flow.emit_heartbeats and timers.due("heartbeats", now):
             with timed("heartbeats"):
-                emit_heartbeats(flow)
+                emit_heartbeats(flow, writer=self.writer)
             timers.ran("heartbeats", now)
         if self.topics is None or timers.due("topics", now):
             with timed("topics"):
@@ -136,7 +138,13 @@ class _Window:
                     result = self.copy(plan)
             with timed("commit"):
                 report = runner.commit_copied(
-                    flow, self.store, plan, result, holder=self.run_id, log_level=logging.DEBUG
+                    flow,
+                    self.store,
+                    plan,
+                    result,
+                    holder=self.run_id,
+                    log_level=logging.DEBUG,
+                    writer=self.writer,
                 )
                 runner.write_source_metrics(self.config, flow, self.store, report, self.heartbeat_age())
             written = sum(p.written for p in report.partitions)
@@ -147,7 +155,7 @@ class _Window:
         self.lags = {(p.topic, p.partition): p.lag for p in report.partitions}
         if flow.emit_checkpoints and timers.due("checkpoints", now):
             with timed("checkpoints"):
-                self.checkpoints += len(emit_checkpoints(self.config, flow.name).emitted)
+                self.checkpoints += len(emit_checkpoints(self.config, flow.name, self.writer).emitted)
             timers.ran("checkpoints", now)
         if timers.due("progress", now):
             self.log_progress(now)
@@ -249,8 +257,9 @@ def run_window(
         OffsetsStore(config.offsets_db_url) as store,
         ClusterAdmin(flow.source) as source,
         ClusterAdmin(flow.target) as target,
+        InternalTopicWriter() as writer,
     ):
-        window = _Window(config, flow, run_id, copy, store, source, target, clock)
+        window = _Window(config, flow, run_id, copy, store, source, target, writer, clock)
         error: MirrorError | None
         try:
             # The window ends before its run's lock would expire, whatever its length says.

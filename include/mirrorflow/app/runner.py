@@ -50,6 +50,7 @@ from mirrorflow.errors import (
 )
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.kafka.heartbeats import emit_heartbeats, freshness_seconds
+from mirrorflow.kafka.internal_topics import InternalTopicWriter
 from mirrorflow.kafka.offset_syncs import emit_offset_syncs
 from mirrorflow.mm2.acl_rules import TopicAcl, missing_acls, target_acls
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -355,10 +356,12 @@ def commit_copied(
     *,
     holder: str | None = None,
     log_level: int = logging.INFO,
+    writer: InternalTopicWriter | None = None,
 ) -> RunReport:
     """Commit ``result`` of ``plan`` (progress, batch log, gaps, partition metrics: one transaction)
     while ``holder`` (default: the plan's run) holds the flow's lock, then write its offset syncs;
-    the report is logged at ``log_level`` (a DR window's micro-batches: DEBUG)."""
+    the report is logged at ``log_level`` (a DR window's micro-batches: DEBUG); ``writer``: an open
+    producer for the offset syncs."""
     batches = batches_for(plan, result)
     report = build_report(plan, result)
     store.commit(
@@ -370,7 +373,7 @@ def commit_copied(
         holder=holder,
     )
     # After the commit: a retried commit task commits nothing twice and rewrites the same syncs.
-    syncs = emit_offset_syncs(flow, batches)
+    syncs = emit_offset_syncs(flow, batches, writer)
     log.log(
         log_level,
         "flow %s run %s committed, %d offset syncs written\n%s",

@@ -87,9 +87,10 @@ class _Cluster:
             receive_message_max_bytes=_FETCH_MAX_BYTES + (1 << 20),
         )
         try:
-            self.client._manager.bootstrap(int(_TIMEOUT_S * 1000))
+            # Topics first: the bootstrap's metadata then names their leaders. A refresh right after
+            # it would wait out the client's retry backoff (100 ms), a third of a small copy's time.
             self.client.cluster.set_topics(sorted(set(topics)))
-            self.refresh()
+            self.client._manager.bootstrap(int(_TIMEOUT_S * 1000))
         except Exception as exc:
             self.client.close()
             raise TransientError(f"cannot reach the {side} cluster: {exc}") from exc
@@ -491,8 +492,10 @@ class BatchCopy:
         finally:
             self.budget.close()
             reader.join(_TIMEOUT_S)
+        # One request per broker for every partition's end, not one per partition.
+        ends = end_offsets(self.target, [part.remote for part in parts])
         for part in parts:
-            self._check_result(part)
+            self._check_result(part, ends[part.remote])
         return [p.result() for p in parts]
 
     def _check_written(self, part: _Partition) -> None:
@@ -703,11 +706,10 @@ class BatchCopy:
         halves[0].budgeted = piece.budgeted
         part.pending.extendleft(reversed(halves))
 
-    def _check_result(self, part: _Partition) -> None:
+    def _check_result(self, part: _Partition, end: int) -> None:
         plan = part.plan
         if part.already_written > part.records:
             raise _too_many(plan, part.already_written, part.records)
-        end = end_offsets(self.target, [part.remote])[part.remote]
         if end != plan.target_start + part.records:
             raise TargetStateError(
                 f"remote partition {plan.remote_topic}-{plan.partition} ends at {end}, expected "

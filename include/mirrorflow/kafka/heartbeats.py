@@ -20,13 +20,15 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from mirrorflow.config.clients import librdkafka_config
 from mirrorflow.config.model import FlowConfig
 from mirrorflow.errors import TransientError
-from mirrorflow.kafka.internal_topics import write_records
+from mirrorflow.kafka.internal_topics import InternalTopicWriter, write_records
 from mirrorflow.mm2.records import Heartbeat
 
 _TIMEOUT_S = 30.0
 
 
-def emit_heartbeats(flow: FlowConfig, now_ms: int | None = None) -> None:
+def emit_heartbeats(
+    flow: FlowConfig, now_ms: int | None = None, writer: InternalTopicWriter | None = None
+) -> None:
     """Write this run's two heartbeats (nothing when emit.heartbeats.enabled is false)."""
     if not flow.emit_heartbeats:
         return
@@ -37,7 +39,7 @@ def emit_heartbeats(flow: FlowConfig, now_ms: int | None = None) -> None:
         (flow.target, Heartbeat(flow.source.alias, flow.target.alias, now)),
         (flow.source, Heartbeat(flow.target.alias, flow.source.alias, now)),
     ):
-        write_records(cluster, topic, rf, [(beat.key(), beat.value())])
+        write_records(cluster, topic, rf, [(beat.key(), beat.value())], writer)
 
 
 def _next_record(consumer: Consumer, where: str) -> tuple[bytes, bytes]:

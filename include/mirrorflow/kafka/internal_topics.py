@@ -3,7 +3,9 @@ compacted, created on first use with the configured replication factor.
 
 Records go to partition 0 in the given order with an idempotent producer; any record not
 acknowledged fails the step (``TransientError``: writing again is harmless, readers keep the
-newest record per key).
+newest record per key). An ``InternalTopicWriter`` keeps one producer per cluster open across
+writes: a DR window writes a heartbeat every second and offset syncs every micro-batch, and a new
+producer costs about 0.1 s each time.
 """
 
 from __future__ import annotations
@@ -21,36 +23,90 @@ _CONFIGS = {"cleanup.policy": "compact"}
 _TIMEOUT_S = 60.0
 
 
-def write_records(
-    cluster: ClusterConfig, topic: str, replication_factor: int, records: Sequence[tuple[bytes, bytes]]
-) -> None:
-    """Append (key, value) records to partition 0 of ``topic`` on ``cluster``."""
-    errors: list[str] = []
+class _ClusterProducer:
+    """One cluster's idempotent producer, the internal topics known to exist there, and the
+    delivery errors of the write in progress."""
 
-    def on_delivery(err: object, _msg: Message) -> None:
-        if err is not None:
-            errors.append(str(err))
-
-    producer = Producer(
-        {
-            **librdkafka_config(cluster.producer),
-            "enable.idempotence": True,
-            "acks": "all",
-            "on_delivery": on_delivery,
-        }
-    )
-    try:
-        # Listing the cluster's topics also gets the idempotent producer its id now: left alone,
-        # its first send waits about 0.5 s for it. Listing all topics never auto-creates one.
-        if topic not in producer.list_topics(timeout=_TIMEOUT_S).topics:
-            with ClusterAdmin(cluster) as admin:
-                admin.create_topics({topic: NewTopic(1, replication_factor, _CONFIGS)})
-        for key, value in records:
-            producer.produce(topic, key=key, value=value, partition=0)
-        remaining = producer.flush(_TIMEOUT_S)
-    except KafkaException as exc:
-        raise TransientError(f"cannot write to {topic} on cluster {cluster.alias}: {exc}") from exc
-    if remaining or errors:
-        raise TransientError(
-            f"{remaining} records to {topic} on cluster {cluster.alias} undelivered, errors: {errors[:3]}"
+    def __init__(self, cluster: ClusterConfig) -> None:
+        self.errors: list[str] = []
+        self.topics: set[str] = set()
+        self.producer = Producer(
+            {
+                **librdkafka_config(cluster.producer),
+                "enable.idempotence": True,
+                "acks": "all",
+                "on_delivery": self._delivered,
+            }
         )
+
+    def _delivered(self, err: object, _msg: Message) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+
+
+class InternalTopicWriter:
+    """Writes records to internal topics, one open producer per cluster until ``close``."""
+
+    def __init__(self) -> None:
+        self._producers: dict[str, _ClusterProducer] = {}
+
+    def __enter__(self) -> InternalTopicWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for p in self._producers.values():
+            p.producer.flush(_TIMEOUT_S)
+        self._producers.clear()
+
+    def write(
+        self,
+        cluster: ClusterConfig,
+        topic: str,
+        replication_factor: int,
+        records: Sequence[tuple[bytes, bytes]],
+    ) -> None:
+        """Append (key, value) records to partition 0 of ``topic`` on ``cluster``."""
+        p = self._producers.get(cluster.alias)
+        try:
+            if p is None:
+                p = self._producers[cluster.alias] = _ClusterProducer(cluster)
+            if topic not in p.topics:
+                # Listing the cluster's topics also gets the idempotent producer its id now: left
+                # alone, its first send waits about 0.5 s for it. Listing all topics never
+                # auto-creates one.
+                if topic not in p.producer.list_topics(timeout=_TIMEOUT_S).topics:
+                    with ClusterAdmin(cluster) as admin:
+                        admin.create_topics({topic: NewTopic(1, replication_factor, _CONFIGS)})
+                p.topics.add(topic)
+            p.errors.clear()
+            for key, value in records:
+                p.producer.produce(topic, key=key, value=value, partition=0)
+            remaining = p.producer.flush(_TIMEOUT_S)
+        except KafkaException as exc:
+            self._producers.pop(cluster.alias, None)
+            raise TransientError(f"cannot write to {topic} on cluster {cluster.alias}: {exc}") from exc
+        if remaining or p.errors:
+            self._producers.pop(cluster.alias, None)  # a fresh producer for the next write
+            raise TransientError(
+                f"{remaining} records to {topic} on cluster {cluster.alias} undelivered, "
+                f"errors: {p.errors[:3]}"
+            )
+
+
+def write_records(
+    cluster: ClusterConfig,
+    topic: str,
+    replication_factor: int,
+    records: Sequence[tuple[bytes, bytes]],
+    writer: InternalTopicWriter | None = None,
+) -> None:
+    """Append (key, value) records to partition 0 of ``topic`` on ``cluster``, with ``writer``'s
+    producer or with one made for this write."""
+    if writer is not None:
+        writer.write(cluster, topic, replication_factor, records)
+        return
+    with InternalTopicWriter() as once:
+        once.write(cluster, topic, replication_factor, records)

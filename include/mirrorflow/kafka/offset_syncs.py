@@ -14,10 +14,12 @@ from collections.abc import Sequence
 from mirrorflow.config.model import FlowConfig
 from mirrorflow.core.progress import Batch
 from mirrorflow.core.translation import offset_syncs
-from mirrorflow.kafka.internal_topics import write_records
+from mirrorflow.kafka.internal_topics import InternalTopicWriter, write_records
 
 
-def emit_offset_syncs(flow: FlowConfig, batches: Sequence[Batch]) -> int:
+def emit_offset_syncs(
+    flow: FlowConfig, batches: Sequence[Batch], writer: InternalTopicWriter | None = None
+) -> int:
     """Write the offset syncs of ``batches``; returns how many (none when emit.offset-syncs.enabled
     is false)."""
     syncs = [s for b in batches for s in offset_syncs(b)] if flow.emit_offset_syncs else []
@@ -30,5 +32,6 @@ def emit_offset_syncs(flow: FlowConfig, batches: Sequence[Batch]) -> int:
         flow.replication_policy.offset_syncs_topic(other.alias),
         flow.offset_syncs_topic_replication_factor,
         [(s.key(), s.value()) for s in syncs],
+        writer,
     )
     return len(syncs)

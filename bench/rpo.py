@@ -1,0 +1,402 @@
+"""The rpo scenario of bench/run.py (``--scenarios rpo``): how much a DR owner would lose right now.
+
+For each --rpo-rates rate and each contender (MirrorMaker 2 in dedicated mode, then mirrorflow in DR
+mode, one `airflow dags test` window), on a fresh source and target cluster of its own:
+
+1. topic ``rpo`` (12 partitions) on the source; the contender starts; one warm-up record per
+   partition must reach the target (so start-up is not counted);
+2. a producer writes ``rate`` records/s (16-byte key, 1 KiB value whose first 8 bytes are the
+   record's sequence number in its partition) for --rpo-seconds, each stamped with the time of its
+   produce call; a consumer group on the source commits the produced positions every second;
+3. a consumer on the target reads ``source.rpo`` as it grows: for every record, produce-to-readable
+   latency (the time it is read on the target minus its timestamp), and duplicates (a sequence
+   number seen twice), reorders (one that arrives after a higher one) and, after a drain of up to
+   60 s, lost records (produced, never seen);
+4. every second, the age of the newest heartbeat in the target's ``heartbeats`` and of the newest
+   checkpoint in ``source.checkpoints.internal``: what a consumer failing over would see;
+5. the backlog (produced minus seen) every second: a contender keeps up when it does not grow.
+
+For mirrorflow, the window's own progress lines (seconds per step) say where a micro-batch's time goes.
+Every process is stopped by PID (the `airflow` process group), also on failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from contenders import AIRFLOW, flow_properties, java_cmd, start_logged, stop_process
+from scenarios import Options, ScenarioResult, prepare_airflow, start
+from workload import create_topics
+
+from mirrorflow_dev import local_kafka
+
+TOPIC = "rpo"
+REMOTE = f"source.{TOPIC}"
+PARTITIONS = 12
+VALUE_BYTES = 1024
+WARM_UP_TIMEOUT_S = 300.0
+DRAIN_TIMEOUT_S = 60.0
+GROUP = "rpo-consumers"
+_PROGRESS = re.compile(
+    r"last (\d+) s: (\d+) micro-batches, (\d+) records, lag (\d+); "
+    r"seconds in ([a-z]+ [\d.]+(?:, [a-z]+ [\d.]+)*)"
+)
+
+
+@dataclass
+class Watch:
+    """What the target's consumer saw: first-sighting latencies (ms), per partition the sequence
+    numbers seen, duplicates and reorders; ages and backlog sampled each second."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    seen: list[set[int]] = field(default_factory=lambda: [set() for _ in range(PARTITIONS)])
+    highest: list[int] = field(default_factory=lambda: [-1] * PARTITIONS)
+    duplicates: int = 0
+    reordered: int = 0
+    # One sample a second each, None while the topic has no record yet.
+    heartbeat_ages: list[float | None] = field(default_factory=list)
+    checkpoint_ages: list[float | None] = field(default_factory=list)
+    backlog: list[int] = field(default_factory=list)
+
+    def count(self) -> int:
+        return sum(len(s) for s in self.seen)
+
+
+def _consumer(bootstrap: str) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-rpo-watch",
+            "enable.auto.commit": "false",
+            "fetch.wait.max.ms": "10",
+            "fetch.min.bytes": "1",
+        }
+    )
+
+
+def _read_target(bootstrap: str, watch: Watch, measured_from: list[int], stop: threading.Event) -> None:
+    """Reads the remote topic from its start until ``stop``; latencies only for records with a
+    sequence number at or above ``measured_from`` of their partition (the warm-up ones are not)."""
+    consumer = _consumer(bootstrap)
+    try:
+        while REMOTE not in consumer.list_topics(timeout=10).topics and not stop.is_set():
+            time.sleep(0.1)
+        consumer.assign([TopicPartition(REMOTE, p, 0) for p in range(PARTITIONS)])
+        while not stop.is_set():
+            for msg in consumer.consume(1000, 0.1):
+                if msg.error() is not None:
+                    continue
+                now_ms = time.time() * 1000
+                p, seq = msg.partition() or 0, int.from_bytes((msg.value() or b"")[:8], "big")
+                if seq in watch.seen[p]:
+                    watch.duplicates += 1
+                    continue
+                if seq < watch.highest[p]:
+                    watch.reordered += 1
+                watch.seen[p].add(seq)
+                watch.highest[p] = max(watch.highest[p], seq)
+                if seq >= measured_from[p]:
+                    watch.latencies_ms.append(now_ms - msg.timestamp()[1])
+    finally:
+        consumer.close()
+
+
+def _newest_age(consumer: Consumer, topic: str) -> float | None:
+    """Seconds since the timestamp of the newest record of ``topic``-0, None if it has none."""
+    try:
+        high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5, cached=False)[1]
+    except KafkaException:
+        return None
+    if high <= 0:
+        return None
+    consumer.assign([TopicPartition(topic, 0, high - 1)])
+    msg = consumer.poll(5)
+    if msg is None or msg.error() is not None:
+        return None
+    return time.time() - msg.timestamp()[1] / 1000
+
+
+def _sample_ages(bootstrap: str, watch: Watch, produced: Callable[[], int], stop: threading.Event) -> None:
+    consumer = _consumer(bootstrap)
+    try:
+        while not stop.wait(1.0):
+            watch.backlog.append(produced() - watch.count())
+            watch.heartbeat_ages.append(_newest_age(consumer, "heartbeats"))
+            watch.checkpoint_ages.append(_newest_age(consumer, "source.checkpoints.internal"))
+    finally:
+        consumer.close()
+
+
+class RateProducer:
+    """``rate`` records/s round-robin over the partitions, timestamped at the produce call."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": "true", "linger.ms": "5", "acks": "all"}
+        )
+        self.next_seq = [0] * PARTITIONS
+        self.padding = os.urandom(VALUE_BYTES - 8)
+        self.key = os.urandom(16)
+
+    def one(self, partition: int) -> None:
+        seq = self.next_seq[partition]
+        while True:
+            try:
+                self.producer.produce(
+                    TOPIC,
+                    key=self.key,
+                    value=seq.to_bytes(8, "big") + self.padding,
+                    partition=partition,
+                    timestamp=int(time.time() * 1000),
+                )
+                break
+            except BufferError:
+                self.producer.poll(0.01)
+        self.next_seq[partition] = seq + 1
+
+    def run(self, rate: int, seconds: float) -> None:
+        start, sent = time.monotonic(), 0
+        while (elapsed := time.monotonic() - start) < seconds:
+            while sent < rate * elapsed:
+                self.one(sent % PARTITIONS)
+                sent += 1
+            self.producer.poll(0)
+            time.sleep(0.005)
+        if self.producer.flush(60):
+            raise RuntimeError("rpo records were not all delivered")
+
+    def commit_positions(self, consumer: Consumer) -> None:
+        consumer.commit(
+            offsets=[TopicPartition(TOPIC, p, n) for p, n in enumerate(self.next_seq) if n],
+            asynchronous=False,
+        )
+
+
+@contextmanager
+def _running(target: Callable[..., None], *args: Any) -> Iterator[threading.Event]:
+    stop = threading.Event()
+    thread = threading.Thread(target=target, args=(*args, stop), daemon=True)
+    thread.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def measure(source: str, target: str, rate: int, seconds: float) -> dict[str, Any]:
+    """Steps 1-5 of the module's doc, with the contender already started."""
+    watch, producer = Watch(), RateProducer(source)
+    measured_from = [1] * PARTITIONS  # sequence 0 of each partition is its warm-up record
+    group = Consumer({"bootstrap.servers": source, "group.id": GROUP, "enable.auto.commit": "false"})
+    with (
+        _running(_read_target, target, watch, measured_from),
+        _running(_sample_ages, target, watch, lambda: sum(producer.next_seq)),
+    ):
+        for p in range(PARTITIONS):
+            producer.one(p)
+        producer.producer.flush(30)
+        deadline = time.monotonic() + WARM_UP_TIMEOUT_S
+        while watch.count() < PARTITIONS:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the warm-up records did not reach the target in {WARM_UP_TIMEOUT_S:.0f} s"
+                )
+            time.sleep(0.1)
+        warm_at = len(watch.backlog)
+        with _running(_commit_every_second, producer, group):
+            producer.run(rate, seconds)
+        produced_at = len(watch.backlog)
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while watch.count() < sum(producer.next_seq) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    group.close()
+    produced = sum(producer.next_seq)
+    lat = sorted(watch.latencies_ms)
+    backlog = watch.backlog[warm_at:produced_at]
+    tenth = max(len(backlog) // 10, 1)
+    return {
+        "rate": rate,
+        "seconds": seconds,
+        "produced": produced,
+        "lost": produced - watch.count(),
+        "duplicated": watch.duplicates,
+        "reordered": watch.reordered,
+        "latency_p50_s": _quantile(lat, 0.50),
+        "latency_p99_s": _quantile(lat, 0.99),
+        "latency_max_s": lat[-1] / 1000 if lat else None,
+        "heartbeat_age_max_s": _max(watch.heartbeat_ages[warm_at:produced_at]),
+        # From the first checkpoint on: before it, there is none to be old.
+        "checkpoint_age_max_s": _max(watch.checkpoint_ages[warm_at:produced_at]),
+        "backlog_first_tenth": statistics.mean(backlog[:tenth]) if backlog else None,
+        "backlog_last_tenth": statistics.mean(backlog[-tenth:]) if backlog else None,
+        "backlog_max": max(backlog, default=None),
+    }
+
+
+def _commit_every_second(producer: RateProducer, group: Consumer, stop: threading.Event) -> None:
+    while not stop.wait(1.0):
+        try:
+            producer.commit_positions(group)
+        except KafkaException:
+            continue  # the coordinator may still be loading: the next second tries again
+
+
+def _max(samples: list[float | None]) -> float | None:
+    return max((s for s in samples if s is not None), default=None)
+
+
+def _quantile(sorted_ms: list[float], q: float) -> float | None:
+    if not sorted_ms:
+        return None
+    return sorted_ms[min(int(q * len(sorted_ms)), len(sorted_ms) - 1)] / 1000
+
+
+def _mm2_properties(source: str, target: str) -> str:
+    return (
+        "\n".join(
+            [
+                "clusters = source, target",
+                f"source.bootstrap.servers = {source}",
+                f"target.bootstrap.servers = {target}",
+                "source->target.enabled = true",
+                f"source->target.topics = {TOPIC}",
+                "target->source.enabled = false",
+                "target->source.emit.heartbeats.enabled = false",
+                "tasks.max = 2",
+                *(
+                    f"{k}.replication.factor = 1"
+                    for k in (
+                        "checkpoints.topic",
+                        "heartbeats.topic",
+                        "offset-syncs.topic",
+                        "offset.storage",
+                        "status.storage",
+                        "config.storage",
+                    )
+                ),
+                "replication.factor = 1",
+                # MM2 looks for new consumer groups every 10 minutes by default: the bench's group is new.
+                "refresh.groups.interval.seconds = 10",
+                "sync.topic.acls.enabled = false",
+            ]
+        )
+        + "\n"
+    )
+
+
+def _ours_properties(source: str, target: str, state: Path, window_s: int) -> str:
+    flow: str = flow_properties(source, target, TOPIC, state, 1_000_000, {})
+    return flow + (
+        f"source->target.mirrorflow.mode = dr\nsource->target.mirrorflow.dr.window.seconds = {window_s}\n"
+    )
+
+
+def _run_contender(
+    name: str, opts: Options, work: Path, source: str, target: str, rate: int
+) -> dict[str, Any]:
+    logs = work / "logs"
+    if name == "mm2":
+        config = work / "mm2.properties"
+        config.write_text(_mm2_properties(source, target))
+        cmd = java_cmd(work, opts.heap_mb, "mm2", "org.apache.kafka.connect.mirror.MirrorMaker", str(config))
+        proc, group = start_logged(cmd, logs / "mm2.out"), False
+    else:
+        config, state = work / "mm2-ours.properties", work / "state"
+        window = int(WARM_UP_TIMEOUT_S + opts.rpo_seconds + DRAIN_TIMEOUT_S)
+        config.write_text(_ours_properties(source, target, state, window))
+        env = prepare_airflow(work / "airflow", config, state, logs)
+        proc, group = (
+            start_logged([AIRFLOW, "dags", "test", "mirror_source_to_target"], logs / "dags-test.out", env),
+            True,
+        )
+    try:
+        out = measure(source, target, rate, opts.rpo_seconds)
+    finally:
+        stop_process(proc, group=group)
+    if name == "ours":
+        out["seconds_per_step"] = _progress(logs / "dags-test.out")
+    return out
+
+
+def _progress(log: Path) -> list[dict[str, Any]]:
+    """The DR window's progress lines: per minute, micro-batches, records and seconds per step."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        m = _PROGRESS.search(line)
+        if m:
+            steps = dict(part.rsplit(" ", 1) for part in m.group(5).split(", "))
+            found.append(
+                {
+                    "seconds": int(m.group(1)),
+                    "micro_batches": int(m.group(2)),
+                    "records": int(m.group(3)),
+                    "steps": {k: float(v) for k, v in steps.items()},
+                }
+            )
+    return found
+
+
+def rpo(opts: Options) -> ScenarioResult:
+    res = ScenarioResult("rpo")
+    rows: list[dict[str, Any]] = []
+    for rate in opts.rpo_rates:
+        for name in ("mm2", "ours"):
+            work = opts.work / f"{name}-{rate}"
+            src = start("source", work / "kafka-source", opts.heap_mb)
+            dst = start("target", work / "kafka-target", opts.heap_mb)
+            try:
+                create_topics(src.bootstrap, [TOPIC], PARTITIONS)
+                print(f"  rpo: {name} at {rate:,} records/s for {opts.rpo_seconds:.0f} s", flush=True)
+                row = {
+                    "contender": name,
+                    **_run_contender(name, opts, work, src.bootstrap, dst.bootstrap, rate),
+                }
+            except Exception as exc:
+                row = {"contender": name, "rate": rate, "failed": f"{type(exc).__name__}: {exc}"}
+                res.detail.append(f"{name} at {rate}: failed: {exc}; logs in {work / 'logs'}")
+            finally:
+                local_kafka.stop_cluster(dst)
+                local_kafka.stop_cluster(src)
+            print(f"  {row}", flush=True)
+            rows.append(row)
+    res.data["runs"] = rows
+    res.ok = all("failed" not in r and r["lost"] == r["duplicated"] == r["reordered"] == 0 for r in rows)
+    res.markdown = _table(rows, opts)
+    return res
+
+
+def _fmt(value: Any, spec: str = ".2f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _table(rows: list[dict[str, Any]], opts: Options) -> list[str]:
+    lines = [
+        f"## rpo: produce-to-readable latency on the target, {PARTITIONS} partitions, 1 KiB records, "
+        f"{opts.rpo_seconds:.0f} s per run",
+        "",
+        "| contender | rate rec/s | p50 s | p99 s | max s | lost | dup | reordered "
+        "| backlog first/last tenth | heartbeat age max s | checkpoint age max s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "failed" in r:
+            lines.append(f"| {r['contender']} | {r['rate']:,} | failed: {r['failed']} |||||||||")
+            continue
+        lines.append(
+            f"| {r['contender']} | {r['rate']:,} | {_fmt(r['latency_p50_s'])} | {_fmt(r['latency_p99_s'])} "
+            f"| {_fmt(r['latency_max_s'])} | {r['lost']} | {r['duplicated']} | {r['reordered']} "
+            f"| {_fmt(r['backlog_first_tenth'], '.0f')} / {_fmt(r['backlog_last_tenth'], '.0f')} "
+            f"| {_fmt(r['heartbeat_age_max_s'], '.1f')} | {_fmt(r['checkpoint_age_max_s'], '.1f')} |"
+        )
+    return lines
