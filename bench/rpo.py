@@ -80,6 +80,9 @@ def _consumer(bootstrap: str) -> Consumer:
             "enable.auto.commit": "false",
             "fetch.wait.max.ms": "10",
             "fetch.min.bytes": "1",
+            # A topic created after the consumer first looked (a contender's checkpoints topic) is
+            # otherwise unknown to it for librdkafka's default 5 minutes.
+            "topic.metadata.refresh.interval.ms": "1000",
         }
     )
 
@@ -351,7 +354,7 @@ def rpo(opts: Options) -> ScenarioResult:
     res = ScenarioResult("rpo")
     rows: list[dict[str, Any]] = []
     for rate in opts.rpo_rates:
-        for name in ("mm2", "ours"):
+        for name in opts.rpo_contenders:
             work = opts.work / f"{name}-{rate}"
             src = start("source", work / "kafka-source", opts.heap_mb)
             dst = start("target", work / "kafka-target", opts.heap_mb)

@@ -40,6 +40,11 @@ no --contenders, no contender runs). Each starts its own source and target clust
             workers); reports both peaks and their ratio (target: 4x within 20% of 1x); checked by end
             offsets per partition.
 
+   - rpo (bench/rpo.py): the recovery point in DR mode: per --rpo-rates rate, MM2 and a DR window of
+            ours each mirror a producer's steady stream (12 partitions, 1 KiB records, --rpo-seconds);
+            produce-to-readable latency per record (p50/p99/max), lost/duplicated/reordered records,
+            the backlog, and the ages of the newest heartbeat and checkpoint on the target.
+
 Every process started here is stopped by PID, also on failure; the temp dir is removed unless
 --keep-work is given or a contender or scenario failed (its logs are kept then and the path is printed).
 """
@@ -197,6 +202,7 @@ def main() -> int:
         "--rpo-rates", default="2000", help="comma-separated records/s of the rpo scenario (default: 2000)"
     )
     parser.add_argument("--rpo-seconds", type=float, default=180, help="seconds of production per rpo run")
+    parser.add_argument("--rpo-contenders", default="mm2,ours", help="who the rpo scenario runs: mm2, ours")
     parser.add_argument("--heap-mb", type=int, default=1024, help="heap of each broker and Kafka tool JVM")
     parser.add_argument("--tasks-max", type=int, default=os.cpu_count() or 1, help="MM2 tasks.max")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per contender step")
@@ -254,6 +260,7 @@ def run_scenarios(args: argparse.Namespace, work: Path, picked: list[str]) -> li
             args.scale_topics,
             tuple(int(r) for r in args.rpo_rates.split(",")),
             args.rpo_seconds,
+            tuple(split(args.rpo_contenders, ["mm2", "ours"], "rpo contenders")),
         )
         opts.work.mkdir(parents=True, exist_ok=True)
         try:

@@ -56,6 +56,7 @@ class Options:
     scale_topics: int
     rpo_rates: tuple[int, ...] = (2000,)
     rpo_seconds: float = 180.0
+    rpo_contenders: tuple[str, ...] = ("mm2", "ours")
 
 
 # ------------------------------------------------------------------------------ Spark RSS sampling

@@ -376,6 +376,46 @@ def test_commit_moves_progress_and_logs_batches(store: OffsetsStore, clock: Fake
     ]
 
 
+def test_a_dr_windows_micro_batches_coalesce_into_a_row_per_stretch(
+    store: OffsetsStore, clock: FakeClock
+) -> None:
+    _anchored(store, "window")
+    # orders-0: three contiguous micro-batches; orders-1: one, so nothing to merge there.
+    steps = [
+        ((10, 20), (100, 108), ((10, 100), (13, 102))),
+        ((20, 25), (108, 113), ()),
+        ((25, 30), (113, 115), ((28, 113),)),
+    ]
+    for n, (source, target, points) in enumerate(steps):
+        clock.advance(1)
+        store.commit(
+            FLOW, f"window#{n}", [_batch(source=source, target=target, sync_points=points)], holder="window"
+        )
+    store.commit(
+        FLOW,
+        "window#3",
+        [_batch(partition=1, source=(0, 5), target=(50, 55), sync_points=())],
+        holder="window",
+    )
+
+    assert store.coalesce_batches(FLOW, "window") == 2
+
+    merged = store.batches(FLOW, partition=0)
+    assert [
+        (b.source_start, b.source_end, b.target_start, b.target_end, b.records, b.bytes) for b in merged
+    ] == [(10, 30, 100, 115, 15, 3000)]
+    # Offset 19 holds no record (the first batch's last run ends at 18): 20 starts a run; the first
+    # record at the start is implicit, as in a batch the copy commits.
+    assert merged[0].sync_points == ((13, 102), (20, 108), (28, 113))
+    assert (merged[0].run_id, merged[0].committed_at) == ("window#2", T0 + timedelta(seconds=3))
+    assert [b.run_id for b in store.batches(FLOW, partition=1)] == ["window#3"]
+    assert store.coalesce_batches(FLOW, "window") == 0
+    # Only the window holding the lock may merge its rows.
+    store.release_lock(FLOW, "window")
+    with pytest.raises(CommitConflictError, match="cannot coalesce its batch log"):
+        store.coalesce_batches(FLOW, "window")
+
+
 def test_commit_is_idempotent_on_retry(store: OffsetsStore, clock: FakeClock, db_url: str) -> None:
     _anchored(store)
     b0 = _batch()

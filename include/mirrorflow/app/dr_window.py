@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from mirrorflow.app import runner
@@ -28,7 +29,7 @@ from mirrorflow.config.dr import MODE, DrSettings
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS
 from mirrorflow.core.plan import CopyResult, Plan
-from mirrorflow.core.report import build_report
+from mirrorflow.core.report import PartitionReport, build_report
 from mirrorflow.core.window import StepTimes, Timers, WindowSummary
 from mirrorflow.errors import ConfigError, MirrorError, SourceDataLostError, TransientError, error_class
 from mirrorflow.kafka.admin import ClusterAdmin
@@ -97,7 +98,11 @@ class _Window:
         self.micro_batches = self.spark_jobs = self.records = self.bytes = self.checkpoints = 0
         self.lags: dict[tuple[str, int], int] = {}
         self.age: float | None = None
-        self.progress: tuple[float, dict[str, float], int, int] | None = None
+        # Per partition, the figures of the micro-batches since the metrics history was last written.
+        self.unrecorded: dict[tuple[str, int], PartitionReport] = {}
+        self.last_batch_id: str | None = None
+        # When progress was last logged, with the step times, micro-batches and records then.
+        self.progress: tuple[float, dict[str, float], int, int] = (clock(), {}, 0, 0)
 
     def micro_batch(self, now: float) -> int:
         """Plan, copy and commit one micro-batch, with the periodic steps that are due; returns how
@@ -145,11 +150,17 @@ class _Window:
                     holder=self.run_id,
                     log_level=logging.DEBUG,
                     writer=self.writer,
+                    metrics=False,
                 )
                 runner.write_source_metrics(self.config, flow, self.store, report, self.heartbeat_age())
             written = sum(p.written for p in report.partitions)
             self.records += sum(p.records for p in report.partitions)
             self.bytes += sum(p.bytes for p in report.partitions)
+            for p in report.partitions:
+                if p.records:
+                    key = (p.topic, p.partition)
+                    self.unrecorded[key] = self.unrecorded[key].then(p) if key in self.unrecorded else p
+            self.last_batch_id = batch_id
         else:
             report = build_report(plan, CopyResult(flow.name, batch_id, ()))
         self.lags = {(p.topic, p.partition): p.lag for p in report.partitions}
@@ -158,9 +169,24 @@ class _Window:
                 self.checkpoints += len(emit_checkpoints(self.config, flow.name, self.writer).emitted)
             timers.ran("checkpoints", now)
         if timers.due("progress", now):
+            self.settle()
             self.log_progress(now)
             timers.ran("progress", now)
         return written
+
+    def settle(self) -> None:
+        """Bound what the window leaves in the offsets table: its micro-batches' batch-log rows
+        merged into a row per unbroken stretch of each partition, their metrics summed into one
+        history entry per partition (under the last micro-batch's id)."""
+        with self.steps.timed("settle"):
+            self.store.coalesce_batches(self.flow.name, self.run_id)
+            if self.unrecorded and self.last_batch_id is not None:
+                # The lag is the latest micro-batch's, also for a partition it copied nothing of.
+                summed = [replace(p, lag=self.lags.get(tp, p.lag)) for tp, p in self.unrecorded.items()]
+                self.store.record_partition_metrics(
+                    self.flow.name, self.last_batch_id, summed, holder=self.run_id
+                )
+                self.unrecorded.clear()
 
     def heartbeat_age(self) -> float | None:
         """The newest mirrored heartbeat's age, read at most once per heartbeat interval (it costs a
@@ -174,19 +200,18 @@ class _Window:
     def log_progress(self, now: float) -> None:
         """One line per progress interval: what the window did since the last one, and where the
         time went."""
-        if self.progress is not None:
-            since, spent = now - self.progress[0], self.steps.since(self.progress[1])
-            batches, records = self.micro_batches - self.progress[2], self.records - self.progress[3]
-            log.info(
-                "flow %s window %s, last %.0f s: %d micro-batches, %d records, lag %d; seconds in %s",
-                self.flow.name,
-                self.run_id,
-                since,
-                batches,
-                records,
-                sum(self.lags.values()),
-                ", ".join(f"{k} {v:.1f}" for k, v in spent.items()),
-            )
+        since, spent = now - self.progress[0], self.steps.since(self.progress[1])
+        batches, records = self.micro_batches - self.progress[2], self.records - self.progress[3]
+        log.info(
+            "flow %s window %s, last %.0f s: %d micro-batches, %d records, lag %d; seconds in %s",
+            self.flow.name,
+            self.run_id,
+            since,
+            batches,
+            records,
+            sum(self.lags.values()),
+            ", ".join(f"{k} {v:.1f}" for k, v in spent.items()),
+        )
         self.progress = (now, dict(self.steps.totals), self.micro_batches, self.records)
 
     def loop(
@@ -196,6 +221,9 @@ class _Window:
         flow = self.flow
         error: MirrorError | None = None
         wait = RETRY_WAIT_S
+        # The first progress line (and settling) comes a progress interval after the window starts.
+        self.progress = (clock(), {}, 0, 0)
+        self.timers.ran("progress", self.progress[0])
         while True:
             try:
                 written = self.micro_batch(clock())
@@ -268,6 +296,8 @@ def run_window(
             error = locked
         else:
             error = window.loop(clock() + min(dr.window_seconds, left), clock, sleep)
+            if error is None:
+                window.settle()
         summary = window.summary(started, error)
     write_atomically(RunFolder.of(config.state_dir, flow.name, run_id).window, summary.to_json())
     log.info(

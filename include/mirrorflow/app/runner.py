@@ -357,18 +357,20 @@ def commit_copied(
     holder: str | None = None,
     log_level: int = logging.INFO,
     writer: InternalTopicWriter | None = None,
+    metrics: bool = True,
 ) -> RunReport:
     """Commit ``result`` of ``plan`` (progress, batch log, gaps, partition metrics: one transaction)
     while ``holder`` (default: the plan's run) holds the flow's lock, then write its offset syncs;
     the report is logged at ``log_level`` (a DR window's micro-batches: DEBUG); ``writer``: an open
-    producer for the offset syncs."""
+    producer for the offset syncs; ``metrics``: whether the report goes to the metrics history now
+    (a DR window records its micro-batches summed up, a minute at a time)."""
     batches = batches_for(plan, result)
     report = build_report(plan, result)
     store.commit(
         flow.name,
         plan.run_id,
         batches,
-        [p for p in report.partitions if p.records or p.lag],
+        [p for p in report.partitions if p.records or p.lag] if metrics else [],
         plan.gaps,
         holder=holder,
     )

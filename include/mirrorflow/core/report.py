@@ -4,7 +4,7 @@ age and replication latency, the lag left, and the source gaps the run skipped."
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import reduce
 from typing import Any
 
@@ -33,6 +33,19 @@ class PartitionReport:
     @property
     def written(self) -> int:
         return self.records - self.skipped
+
+    def then(self, later: PartitionReport) -> PartitionReport:
+        """This partition's figures followed by ``later``'s (a DR window's micro-batches summed up
+        for its metrics history): counts and time add up, the lag is the later one."""
+        return replace(
+            later,
+            records=self.records + later.records,
+            skipped=self.skipped + later.skipped,
+            bytes=self.bytes + later.bytes,
+            record_age=self.record_age.merge(later.record_age),
+            replication_latency=self.replication_latency.merge(later.replication_latency),
+            write_ms=self.write_ms + later.write_ms,
+        )
 
     @property
     def record_rate(self) -> float:

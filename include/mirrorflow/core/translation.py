@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch
@@ -33,6 +34,38 @@ def runs(batch: Batch) -> list[tuple[int, int]]:
     if not points or points[0][1] != batch.target_start:
         points.insert(0, (batch.source_start, batch.target_start))
     return points
+
+
+def coalesce(batches: Sequence[Batch]) -> list[Batch]:
+    """Contiguous batches of one partition (each starting where the one before ended, on both
+    sides), in order, merged into as few as possible: what a DR window's many micro-batches
+    become in the batch log. The merged log translates every source offset as the separate one
+    did (its sync points are the runs of the parts, a run that goes on across a junction counted
+    once)."""
+    merged: list[Batch] = []
+    for batch in batches:
+        last = merged[-1] if merged else None
+        if last is None or (last.source_end, last.target_end) != (batch.source_start, batch.target_start):
+            merged.append(batch)
+            continue
+        points = runs(last)
+        for point in runs(batch):
+            if points:
+                src, tgt = points[-1]
+                if point == (src + point[1] - tgt, point[1]):
+                    continue  # the run before the junction goes on in the next batch
+            points.append(point)
+        if points and points[0] == (last.source_start, last.target_start):
+            points = points[1:]  # the first record at the start is no sync point
+        merged[-1] = replace(
+            last,
+            source_end=batch.source_end,
+            target_end=batch.target_end,
+            records=last.records + batch.records,
+            bytes=last.bytes + batch.bytes,
+            sync_points=tuple(points),
+        )
+    return merged
 
 
 def offset_syncs(batch: Batch) -> list[OffsetSync]:

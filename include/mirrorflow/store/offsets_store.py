@@ -60,6 +60,7 @@ from mirrorflow.core.progress import (
     TopicIdentity,
 )
 from mirrorflow.core.report import PartitionReport
+from mirrorflow.core.translation import coalesce
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
 from mirrorflow.store.database import (
     DEFAULT_BUSY_TIMEOUT_SECONDS,
@@ -343,6 +344,46 @@ class OffsetsStore:
             self._record_partition_metrics(conn, flow, run_id, metrics, now)
             return committed
 
+    def coalesce_batches(self, flow: str, holder: str) -> int:
+        """Merge the batch-log rows the DR window ``holder`` committed (micro-batch run ids
+        ``<holder>#<n>``) into one row per unbroken stretch of each partition
+        (``core.translation.coalesce``), so that a window's thousands of micro-batches leave a row or
+        two per partition; translation reads the same from the merged rows. A merged row keeps the
+        last micro-batch's id and time. Requires the lock held by ``holder``; returns how many rows
+        went."""
+        b = batches_table
+        with self._transaction(write=True) as conn:
+            self._check_lock(conn, flow, holder, "coalesce its batch log")
+            rows = conn.execute(
+                select(b)
+                .where(b.c.flow == flow, b.c.run_id.startswith(f"{holder}#", autoescape=True))
+                .order_by(b.c.topic, b.c.partition, b.c.source_start)
+            ).all()
+            by_partition: dict[tuple[str, int], list[CommittedBatch]] = {}
+            for row in rows:
+                batch = committed_batch(row._mapping)
+                by_partition.setdefault((batch.topic, batch.partition), []).append(batch)
+            removed = 0
+            for (topic, partition), logged in by_partition.items():
+                for merged in coalesce([c.as_batch() for c in logged]):
+                    chain = [c for c in logged if merged.source_start <= c.source_start < merged.source_end]
+                    if len(chain) == 1:
+                        continue
+                    conn.execute(
+                        delete(b).where(
+                            b.c.flow == flow,
+                            b.c.topic == topic,
+                            b.c.partition == partition,
+                            b.c.source_start >= merged.source_start,
+                            b.c.source_start < merged.source_end,
+                        )
+                    )
+                    conn.execute(
+                        insert(b).values(**batch_row(flow, chain[-1].run_id, merged, chain[-1].committed_at))
+                    )
+                    removed += len(chain) - 1
+            return removed
+
     def _commit_step(self, conn: Connection, log: Log, row: dict[str, Any]) -> bool:
         """Move a partition's progress across one gap or batch (``row`` of ``log``) and log it;
         ``False`` when an earlier attempt of this commit already did."""
@@ -413,6 +454,15 @@ class OffsetsStore:
                 f"was committed; re-run the flow. ({error.orig})"
             ) from error
         return True
+
+    def record_partition_metrics(
+        self, flow: str, run_id: str, metrics: Sequence[PartitionReport], *, holder: str
+    ) -> None:
+        """Add ``metrics`` to the flow's history under ``run_id`` (a DR window records its
+        micro-batches' figures summed up, a minute at a time) while ``holder`` holds the lock."""
+        with self._transaction(write=True) as conn:
+            self._check_lock(conn, flow, holder, "record metrics")
+            self._record_partition_metrics(conn, flow, run_id, metrics, self._now())
 
     def _record_partition_metrics(
         self, conn: Connection, flow: str, run_id: str, metrics: Sequence[PartitionReport], now: datetime

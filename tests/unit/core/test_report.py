@@ -139,3 +139,11 @@ def test_table_of_a_run_without_partitions_is_the_header_and_a_zero_total() -> N
         "topic  partition  records  skipped  bytes  rec/s  lat avg ms  lat max ms  age max ms  lag left",
         "total             0        0        0                                                 0",
     ]
+
+
+def test_a_partitions_figures_add_up_across_micro_batches() -> None:
+    first = PartitionReport("t", 0, "a.t", 10, 2, 1000, 5, Stats(8, 1, 9, 40, 9), Stats(8, 2, 3, 20, 2), 100)
+    second = PartitionReport("t", 0, "a.t", 4, 0, 400, 0, Stats(4, 2, 5, 12, 2), Stats(4, 1, 9, 16, 9), 30)
+    assert first.then(second) == PartitionReport(
+        "t", 0, "a.t", 14, 2, 1400, 0, Stats(12, 1, 9, 52, 2), Stats(12, 1, 9, 36, 9), 130
+    )
