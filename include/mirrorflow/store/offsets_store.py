@@ -32,9 +32,9 @@ starts with ``BEGIN IMMEDIATE`` (one writer at a time, across processes) and wai
 timeout for other writers.
 
 Beside this module in ``mirrorflow.store``: the tables (``schema``), their rows as values and back
-(``rows``), the engine, schema creation and outage handling (``database``), the values reads return
-besides core's (``read_model``), the status page's aggregates (``status_reads``) and the command line
-``python -m mirrorflow.store`` (``cli``).
+(``rows``), the batch and gap logs' row steps (``batch_log``), the engine, schema creation and outage
+handling (``database``), the values reads return besides core's (``read_model``), the status page's
+aggregates (``status_reads``) and the command line ``python -m mirrorflow.store`` (``cli``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sqlalchemy import Connection, Engine, case, delete, exc, func, insert, or_, select, update
 
@@ -60,8 +59,8 @@ from mirrorflow.core.progress import (
     TopicIdentity,
 )
 from mirrorflow.core.report import PartitionReport
-from mirrorflow.core.translation import coalesce
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
+from mirrorflow.store.batch_log import coalesce_window, commit_step
 from mirrorflow.store.database import (
     DEFAULT_BUSY_TIMEOUT_SECONDS,
     INSERT_CHUNK,
@@ -76,7 +75,6 @@ from mirrorflow.store.read_model import EmittedCheckpoint, ProgressRecord
 from mirrorflow.store.rows import (
     BATCH_LOG,
     GAP_LOG,
-    Log,
     as_utc,
     batch_row,
     committed_batch,
@@ -337,123 +335,21 @@ class OffsetsStore:
             # Gaps first: a partition's batch of this run starts where its gap ends.
             for gap in gaps:
                 row = {"flow": flow, "run_id": run_id, **asdict(gap), "recorded_at": now}
-                self._commit_step(conn, GAP_LOG, row)
+                commit_step(conn, GAP_LOG, row)
             committed = 0
             for batch in batches:
-                committed += self._commit_step(conn, BATCH_LOG, batch_row(flow, run_id, batch, now))
+                committed += commit_step(conn, BATCH_LOG, batch_row(flow, run_id, batch, now))
             self._record_partition_metrics(conn, flow, run_id, metrics, now)
             return committed
 
     def coalesce_batches(self, flow: str, holder: str) -> int:
         """Merge the batch-log rows the DR window ``holder`` committed (micro-batch run ids
         ``<holder>#<n>``) into one row per unbroken stretch of each partition
-        (``core.translation.coalesce``), so that a window's thousands of micro-batches leave a row or
-        two per partition; translation reads the same from the merged rows. A merged row keeps the
-        last micro-batch's id and time. Requires the lock held by ``holder``; returns how many rows
+        (``batch_log.coalesce_window``); requires the lock held by ``holder``. Returns how many rows
         went."""
-        b = batches_table
         with self._transaction(write=True) as conn:
             self._check_lock(conn, flow, holder, "coalesce its batch log")
-            rows = conn.execute(
-                select(b)
-                .where(b.c.flow == flow, b.c.run_id.startswith(f"{holder}#", autoescape=True))
-                .order_by(b.c.topic, b.c.partition, b.c.source_start)
-            ).all()
-            by_partition: dict[tuple[str, int], list[CommittedBatch]] = {}
-            for row in rows:
-                batch = committed_batch(row._mapping)
-                by_partition.setdefault((batch.topic, batch.partition), []).append(batch)
-            removed = 0
-            for (topic, partition), logged in by_partition.items():
-                for merged in coalesce([c.as_batch() for c in logged]):
-                    chain = [c for c in logged if merged.source_start <= c.source_start < merged.source_end]
-                    if len(chain) == 1:
-                        continue
-                    conn.execute(
-                        delete(b).where(
-                            b.c.flow == flow,
-                            b.c.topic == topic,
-                            b.c.partition == partition,
-                            b.c.source_start >= merged.source_start,
-                            b.c.source_start < merged.source_end,
-                        )
-                    )
-                    conn.execute(
-                        insert(b).values(**batch_row(flow, chain[-1].run_id, merged, chain[-1].committed_at))
-                    )
-                    removed += len(chain) - 1
-            return removed
-
-    def _commit_step(self, conn: Connection, log: Log, row: dict[str, Any]) -> bool:
-        """Move a partition's progress across one gap or batch (``row`` of ``log``) and log it;
-        ``False`` when an earlier attempt of this commit already did."""
-        table, stamp = log.table, log.stamp
-        flow, run_id, topic, partition = row["flow"], row["run_id"], row["topic"], row["partition"]
-        start = (row["source_start"], row["target_start"])
-        where = f"flow {flow}: partition {topic}-{partition}"
-        existing = conn.execute(
-            select(table).where(
-                table.c.flow == flow,
-                table.c.topic == topic,
-                table.c.partition == partition,
-                table.c.source_start == start[0],
-            )
-        ).first()
-        if existing is not None:
-            logged = existing._mapping
-            if all(logged[k] == v for k, v in row.items() if k != stamp):
-                return False  # committed by an earlier attempt of this commit
-            raise CommitConflictError(
-                f"{where}: {log.kind} from source offset {start[0]} was already committed by run "
-                f"{logged['run_id']} at {format_time(as_utc(logged[stamp]))} as {log.describe(logged)}; run "
-                f"{run_id} now commits {log.describe(row)}. Nothing was committed; re-run the flow to "
-                "plan from the committed position."
-            )
-        p = progress_table
-        moved = conn.execute(
-            update(p)
-            .where(
-                p.c.flow == flow,
-                p.c.topic == topic,
-                p.c.partition == partition,
-                p.c.next_source_offset == start[0],
-                p.c.next_target_offset == start[1],
-            )
-            .values(
-                next_source_offset=row["source_end"],
-                next_target_offset=row["target_end"],
-                run_id=run_id,
-                updated_at=row[stamp],
-            )
-        )
-        if moved.rowcount != 1:
-            actual = conn.execute(
-                select(p.c.next_source_offset, p.c.next_target_offset, p.c.run_id).where(
-                    p.c.flow == flow, p.c.topic == topic, p.c.partition == partition
-                )
-            ).first()
-            expected = f"(source {start[0]}, target {start[1]})"
-            if actual is None:
-                raise CommitConflictError(
-                    f"{where}: run {run_id} expected progress at {expected} but the partition has "
-                    "no progress: its starting position must be anchored before copying. Nothing "
-                    "was committed; re-run the flow."
-                )
-            raise CommitConflictError(
-                f"{where}: run {run_id} expected progress at {expected} but it is at (source "
-                f"{actual.next_source_offset}, target {actual.next_target_offset}), last written "
-                f"by run {actual.run_id}. Nothing was committed; re-run the flow to plan from the "
-                "committed position."
-            )
-        try:
-            with conn.begin_nested():
-                conn.execute(insert(table).values(**row))
-        except exc.IntegrityError as error:
-            raise CommitConflictError(
-                f"{where}: {log.kind} from source offset {start[0]} was committed concurrently. Nothing "
-                f"was committed; re-run the flow. ({error.orig})"
-            ) from error
-        return True
+            return coalesce_window(conn, flow, holder)
 
     def record_partition_metrics(
         self, flow: str, run_id: str, metrics: Sequence[PartitionReport], *, holder: str
