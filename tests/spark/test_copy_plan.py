@@ -22,7 +22,7 @@ from mirrorflow.app.run_folder import RunFolder, metrics_file, write_atomically
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy import batch_copy
 from mirrorflow.copy.spark_copy import copy_plan
-from mirrorflow.core.plan import CopyResult, Plan
+from mirrorflow.core.plan import RECORDS_PER_TASK, CopyResult, Plan
 from mirrorflow.core.progress import PartitionProgress
 from mirrorflow.core.report import RunReport
 from mirrorflow.errors import TargetStateError
@@ -204,7 +204,9 @@ def test_partitions_share_one_task_per_core_and_each_is_copied_exactly(
 ) -> None:
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
     topic, remote, partitions, k = unique_name, f"primary.{unique_name}", 7, 5
-    counts = [3 + 4 * p for p in range(partitions)]  # uneven, so tasks get different partition mixes
+    # Uneven, so tasks get different partition mixes; over RECORDS_PER_TASK in all, so there are two.
+    counts = [1500 + 400 * p for p in range(partitions)]
+    assert sum(counts) > RECORDS_PER_TASK
     create_topic(primary.bootstrap, topic, partitions)
     for p, count in enumerate(counts):
         sample_data.produce(sample_data.producer(primary.bootstrap), topic, p, _expected(topic, p, 0, count))
@@ -221,6 +223,7 @@ def test_partitions_share_one_task_per_core_and_each_is_copied_exactly(
         runner.release_run(config, FLOW, "run-1")
 
     assert _tasks_run(spark, unique_name) == spark.sparkContext.defaultParallelism == 2
+    assert plan.task_count(2) == 2
     assert [(r.partition, r.records, r.skipped) for r in result.partitions] == [
         (p, count, k if p == 4 else 0) for p, count in enumerate(counts)
     ]

@@ -1,11 +1,12 @@
 """The Spark side of a run: execute exactly the plan it is handed, nothing more.
 
-The planned partitions are spread over as many Spark tasks as Spark has cores
-(``Plan.task_groups``); each task copies its group's record batches from the source to the target
-as bytes (``batch_copy``), all of its partitions at once. Spark schedules, retries a failed task
-(which reads back what an earlier attempt wrote and goes on from there) and collects the per
-partition results. A task's classified error (``mirrorflow.errors``) reaches the caller as the same
-class with the same message. With ``spark_verify``, the only modules that import pyspark.
+The planned partitions are spread over as many Spark tasks as Spark has cores, fewer for a small
+plan (``Plan.task_count``, ``Plan.task_groups``); each task copies its group's record batches from
+the source to the target as bytes (``batch_copy``), all of its partitions at once. Spark schedules,
+retries a failed task (which reads back what an earlier attempt wrote and goes on from there) and
+collects the per partition results. A task's classified error (``mirrorflow.errors``) reaches the
+caller as the same class with the same message. With ``spark_verify``, the only modules that import
+pyspark.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def copy_plan(
         for group in groups:
             yield from copy_partitions(group, source, target)
 
-    groups = plan.task_groups(sc.defaultParallelism)
+    groups = plan.task_groups(plan.task_count(sc.defaultParallelism))
     try:
         results = sc.parallelize(groups, len(groups)).mapPartitions(copy).collect()
     except (Py4JJavaError, CapturedException) as error:

@@ -97,6 +97,10 @@ class PartitionState:
         return self.end - self.committed
 
 
+# Planned records that make a second Spark task worth its start (see ``Plan.task_count``).
+RECORDS_PER_TASK = 10_000
+
+
 @dataclass(frozen=True)
 class Plan:
     flow: str
@@ -130,6 +134,13 @@ class Plan:
     @property
     def max_records(self) -> int:
         return sum(p.source_end - p.source_start for p in self.partitions)
+
+    def task_count(self, cores: int) -> int:
+        """How many Spark tasks copy this plan: one per core, but one per ``RECORDS_PER_TASK``
+        planned records at most. A second task costs about 40 ms of scheduling in a running
+        application, what a task copies of some 10,000 records in the time (a DR window's
+        micro-batches are mostly smaller)."""
+        return max(1, min(cores, -(-self.max_records // RECORDS_PER_TASK)))
 
     def task_groups(self, tasks: int) -> list[tuple[PartitionPlan, ...]]:
         """The planned partitions spread over at most ``tasks`` groups of about equal planned size

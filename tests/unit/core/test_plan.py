@@ -96,6 +96,13 @@ def test_task_groups_balance_planned_records_and_keep_plan_order() -> None:
     ]
 
 
+def test_a_small_plan_is_copied_by_fewer_tasks_than_cores() -> None:
+    assert _sized(3000, 4000).task_count(2) == 1
+    assert _sized(6000, 6000).task_count(2) == 2
+    assert _sized(60_000, 60_000).task_count(8) == 8
+    assert _sized().task_count(2) == 1
+
+
 def test_task_groups_never_exceed_the_partitions_and_drop_nothing() -> None:
     assert _shape(_sized(5, 5).task_groups(8)) == [[(0, 5)], [(1, 5)]]
     assert _shape(_sized(5, 5, 5).task_groups(1)) == [[(0, 5), (1, 5), (2, 5)]]
