@@ -28,20 +28,25 @@ class _ClusterProducer:
     delivery errors of the write in progress."""
 
     def __init__(self, cluster: ClusterConfig) -> None:
-        self.errors: list[str] = []
+        errors: list[str] = []
+
+        # A closure over the list, not a bound method: the producer holding this object would be a
+        # reference cycle, and the producer (its threads and connections) would outlive its use
+        # until the garbage collector ran.
+        def delivered(err: object, _msg: Message) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        self.errors = errors
         self.topics: set[str] = set()
         self.producer = Producer(
             {
                 **librdkafka_config(cluster.producer),
                 "enable.idempotence": True,
                 "acks": "all",
-                "on_delivery": self._delivered,
+                "on_delivery": delivered,
             }
         )
-
-    def _delivered(self, err: object, _msg: Message) -> None:
-        if err is not None:
-            self.errors.append(str(err))
 
 
 class InternalTopicWriter:
