@@ -101,8 +101,10 @@ class _Window:
         # Per partition, the figures of the micro-batches since the metrics history was last written.
         self.unrecorded: dict[tuple[str, int], PartitionReport] = {}
         self.last_batch_id: str | None = None
-        # When progress was last logged, with the step times, micro-batches and records then.
+        # When progress was last logged, with the step times, micro-batches and records then: the
+        # first progress line (and settling) comes a progress interval after the window starts.
         self.progress: tuple[float, dict[str, float], int, int] = (clock(), {}, 0, 0)
+        self.timers.ran("progress", self.progress[0])
 
     def micro_batch(self, now: float) -> int:
         """Plan, copy and commit one micro-batch, with the periodic steps that are due; returns how
@@ -214,16 +216,11 @@ class _Window:
         )
         self.progress = (now, dict(self.steps.totals), self.micro_batches, self.records)
 
-    def loop(
-        self, ends: float, clock: Callable[[], float], sleep: Callable[[float], None]
-    ) -> MirrorError | None:
+    def loop(self, ends: float, sleep: Callable[[float], None]) -> MirrorError | None:
         """Micro-batches until ``ends``; the error that ended the window, if any."""
-        flow = self.flow
+        flow, clock = self.flow, self.clock
         error: MirrorError | None = None
         wait = RETRY_WAIT_S
-        # The first progress line (and settling) comes a progress interval after the window starts.
-        self.progress = (clock(), {}, 0, 0)
-        self.timers.ran("progress", self.progress[0])
         while True:
             try:
                 written = self.micro_batch(clock())
@@ -295,7 +292,7 @@ def run_window(
         except MirrorError as locked:
             error = locked
         else:
-            error = window.loop(clock() + min(dr.window_seconds, left), clock, sleep)
+            error = window.loop(clock() + min(dr.window_seconds, left), sleep)
             if error is None:
                 window.settle()
         summary = window.summary(started, error)
