@@ -21,10 +21,12 @@ from sqlalchemy import Engine, create_engine, event, inspect, select
 
 from mirrorflow.core.metrics import CheckpointMetrics, Stats
 from mirrorflow.core.progress import Batch, CommittedBatch, GroupPosition, LockInfo, PartitionProgress
+from mirrorflow.core.recovery import RecoveryStep
 from mirrorflow.core.report import PartitionReport
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.schema import metadata
+from mirrorflow.store.status_reads import recovery_history, recovery_point
 
 FLOW = "primary->backup"
 T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -414,6 +416,46 @@ def test_a_dr_windows_micro_batches_coalesce_into_a_row_per_stretch(
     store.release_lock(FLOW, "window")
     with pytest.raises(CommitConflictError, match="cannot coalesce its batch log"):
         store.coalesce_batches(FLOW, "window")
+
+
+def test_the_recovery_point_moves_forward_only_with_a_minute_of_history_each(
+    store: OffsetsStore, clock: FakeClock
+) -> None:
+    _anchored(store, "window")
+    assert recovery_point(store, FLOW) is None
+    # A micro-batch planned at T0+1 commits at T0+2: the flow's first recovery point.
+    clock.advance(2)
+    store.commit(FLOW, "window#0", [_batch()], holder="window", mirrored_as_of=T0 + timedelta(seconds=1))
+    # Empty micro-batches prove newer points; an older one (a slow attempt) never moves it back.
+    clock.advance(5)
+    store.advance_recovery_point(FLOW, "window#1", T0 + timedelta(seconds=6), holder="window")
+    store.advance_recovery_point(FLOW, "window#2", T0 + timedelta(seconds=3), holder="window")
+    assert recovery_point(store, FLOW) == T0 + timedelta(seconds=6)
+    # A minute later, a commit ends a recovery point of 60 s: the next minute's worst.
+    clock.advance(60)
+    store.commit(
+        FLOW,
+        "window#3",
+        [_batch(source=(20, 30), target=(108, 118), sync_points=())],
+        holder="window",
+        mirrored_as_of=T0 + timedelta(seconds=66),
+    )
+    minute = T0.replace(second=0)
+    assert recovery_history(store, FLOW, 10) == [
+        # T0 is 03:04:05: minute 03:04 saw 1 s (T0+2 - T0+1), then 6 s (T0+7 - T0+1); 03:05 saw 61 s.
+        RecoveryStep(minute, 6.0, T0 + timedelta(seconds=6)),
+        RecoveryStep(minute + timedelta(minutes=1), 61.0, T0 + timedelta(seconds=66)),
+    ]
+    assert recovery_history(store, FLOW, 1) == recovery_history(store, FLOW, 10)[1:]
+    # A week later the first minutes are pruned as a new one is written.
+    clock.advance(7 * 86400)
+    store.advance_recovery_point(FLOW, "window#4", clock.now, holder="window")
+    assert [step.minute for step in recovery_history(store, FLOW, 10)] == [
+        minute + timedelta(minutes=1), clock.now.replace(second=0)
+    ]  # fmt: skip
+    # Only the lock's holder records a recovery point.
+    with pytest.raises(CommitConflictError, match="cannot record its recovery point"):
+        store.advance_recovery_point(FLOW, "other#0", clock.now, holder="other")
 
 
 def test_commit_is_idempotent_on_retry(store: OffsetsStore, clock: FakeClock, db_url: str) -> None:

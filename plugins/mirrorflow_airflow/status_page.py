@@ -35,6 +35,8 @@ from mirrorflow.errors import MirrorError
 
 URL_PREFIX = "/mirrorflow"
 TITLE = "Mirror status"
+# Partitions shown per flow unless asked for more: a flow of thousands stays readable.
+PARTITION_ROWS = 100
 _NO_STORE = {"Cache-Control": "no-store"}
 
 app = FastAPI(title=TITLE, docs_url=None, redoc_url=None, openapi_url=None)
@@ -44,13 +46,14 @@ app = FastAPI(title=TITLE, docs_url=None, redoc_url=None, openapi_url=None)
 
 
 @app.get("/", response_class=HTMLResponse)
-async def page(request: Request, refresh: int = 0) -> Response:
-    """The status page; ``refresh`` (seconds, 0 = never) reloads it periodically."""
+async def page(request: Request, refresh: int = 0, partitions: int = PARTITION_ROWS) -> Response:
+    """The status page; ``refresh`` (seconds, 0 = never) reloads it periodically; ``partitions``:
+    rows of each flow's partitions table, most lagging first (0 = all)."""
     user = await _user(request)
     if user is None:
         return RedirectResponse(_login_url(request), status_code=303)
     statuses, error = await run_in_threadpool(_statuses, user)
-    body = render_page(statuses, error, refresh=max(0, refresh))
+    body = render_page(statuses, error, refresh=max(0, refresh), partition_rows=max(0, partitions))
     return HTMLResponse(body, status_code=500 if error else 200, headers=_NO_STORE)
 
 
@@ -224,9 +227,12 @@ class MirrorflowPlugin(AirflowPlugin):
 # ---------------------------------------------------------------------------------------------- HTML
 
 
-def render_page(statuses: Sequence[FlowStatus], error: str | None, refresh: int = 0) -> str:
+def render_page(
+    statuses: Sequence[FlowStatus], error: str | None, refresh: int = 0, partition_rows: int = PARTITION_ROWS
+) -> str:
     """The whole page. Every value is escaped; elements carry ``data-*`` names for tests and tools."""
-    now = _time(datetime.now(UTC))
+    moment = datetime.now(UTC)
+    now = _time(moment)
     head = f'<meta http-equiv="refresh" content="{refresh}">' if refresh else ""
     if error:
         body = (
@@ -236,7 +242,7 @@ def render_page(statuses: Sequence[FlowStatus], error: str | None, refresh: int 
     elif not statuses:
         body = '<p class="muted" data-field="no-flows">No enabled flow you may read.</p>'
     else:
-        body = "\n".join(_flow_section(s) for s in statuses)
+        body = "\n".join(_flow_section(s, moment, partition_rows) for s in statuses)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{TITLE}</title>{head}<style>{_CSS}</style></head>
 <body><header><h1>{TITLE}</h1><p class="muted">as of {now} · <a href="api/flows">JSON</a></p></header>
@@ -245,7 +251,7 @@ def render_page(statuses: Sequence[FlowStatus], error: str | None, refresh: int 
 """
 
 
-def _flow_section(s: FlowStatus) -> str:
+def _flow_section(s: FlowStatus, now: datetime, partition_rows: int) -> str:
     lock = f"held by run {s.locked_by}" if s.locked_by else "free"
     checkpoints = _checkpoint_summary(s)
     errors = [*s.errors, *(f"run {r.run_id}: {r.error}" for r in s.failed_runs)]
@@ -257,6 +263,7 @@ def _flow_section(s: FlowStatus) -> str:
         else ""
     )
     summary = [
+        ("recovery", "Recovery point", s.recovery.text),
         ("records", "Records copied", f"{s.records:,}"),
         ("bytes", "Bytes copied", f"{s.bytes:,}"),
         ("lag", "Lag (offsets)", f"{s.lag:,}"),
@@ -273,11 +280,14 @@ def _flow_section(s: FlowStatus) -> str:
     return f"""<section class="flow" data-flow="{_e(s.name)}">
 <h2>{_e(s.source)} → {_e(s.target)} <span class="dag">DAG {_e(s.dag_id)}</span></h2>
 <div class="cards">{cards}</div>
+<p class="muted" data-field="mirrored-as-of">{_e(_as_of_note(s))}</p>
 {error_box}
+<h3>Recovery point, newest minutes</h3>
+{_recovery_chart(s, now)}
 <h3>Throughput over recent runs</h3>
 {_chart(s.runs)}
 <h3>Partitions</h3>
-{_partitions_table(s)}
+{_partitions_table(s, partition_rows)}
 <h3>Recent runs</h3>
 {_runs_table(s)}
 <h3>Checkpoints</h3>
@@ -312,7 +322,29 @@ def _checkpoint_summary(s: FlowStatus) -> str:
     )
 
 
-def _partitions_table(s: FlowStatus) -> str:
+def _as_of_note(s: FlowStatus) -> str:
+    """What the recovery point rests on."""
+    r = s.recovery
+    parts = []
+    if r.mirrored_as_of is not None:
+        parts.append(f"Everything the source held at {_time(r.mirrored_as_of, ms=True)} is on the target.")
+    if r.state == "caught up":
+        parts.append("The source, read just now, holds nothing more.")
+    elif r.live:
+        parts.append(f"Source not checked live ({r.live}): the recovery point is an upper bound.")
+    return " ".join(parts)
+
+
+def _partitions_table(s: FlowStatus, limit: int) -> str:
+    # Most lagging first: at thousands of partitions, the ones behind are what a reader looks for.
+    ordered = sorted(s.partitions, key=lambda p: (-p.lag, p.topic, p.partition))
+    shown = ordered if limit == 0 else ordered[:limit]
+    note = (
+        f'<p class="muted" data-field="partitions-shown">{len(shown):,} of {len(ordered):,} partitions, '
+        f'most lagging first · <a href="?partitions=0">show all</a></p>'
+        if len(shown) < len(ordered)
+        else ""
+    )
     rows = [
         (
             p.topic,
@@ -326,13 +358,13 @@ def _partitions_table(s: FlowStatus) -> str:
             "" if p.replication_latency_max_ms is None else f"{p.replication_latency_max_ms:,}",
             f"{p.lost_offsets:,}",
         )
-        for p in s.partitions
+        for p in shown
     ]
     head = (
         "topic", "partition", "remote topic", "next source offset", "next target offset", "records",
         "bytes", "lag", "latency max ms", "lost offsets",
     )  # fmt: skip
-    return _table("partitions", head, rows, "No partition mirrored yet.")
+    return note + _table("partitions", head, rows, "No partition mirrored yet.")
 
 
 def _runs_table(s: FlowStatus) -> str:
@@ -425,10 +457,12 @@ def _chart(runs: Sequence[RunStatus]) -> str:
     shown = list(reversed(runs))
     if not any(r.records for r in shown):
         return '<p class="muted" data-chart="throughput">No records copied in recent runs.</p>'
-    width, height, left, right, top, bottom = 720, 200, 56, 64, 16, 28
-    plot_w, plot_h = width - left - right, height - top - bottom
     most = max(r.records for r in shown)
     fastest = max((r.records_per_second or 0.0) for r in shown)
+    # The scales' labels set the margins, so that "1,200,491" is never clipped.
+    left, right = _margin(f"{most:,}", "records"), _margin(f"{fastest:,.0f}", "records/s")
+    width, height, top, bottom = 720, 200, 16, 28
+    plot_w, plot_h = width - left - right, height - top - bottom
     slot = plot_w / len(shown)
     bar_w = max(2.0, slot * 0.6)
     parts = [
@@ -468,8 +502,57 @@ def _chart(runs: Sequence[RunStatus]) -> str:
     )
 
 
-def _time(value: datetime | None) -> str:
-    return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+def _recovery_chart(s: FlowStatus, now: datetime) -> str:
+    """A line through each minute's worst recovery point (the age of the flow's previous
+    recovery point when a commit ended it), oldest minute on the left, up to now."""
+    steps = s.recovery_history
+    if not steps:
+        return '<p class="muted" data-chart="recovery">No run has caught up with the source yet.</p>'
+    worst = max(step.worst_seconds for step in steps)
+    top_label = _seconds(worst)
+    left, right = _margin(top_label, "seconds"), 16
+    width, height, top, bottom = 720, 160, 16, 28
+    plot_w, plot_h = width - left - right, height - top - bottom
+    start = steps[0].minute
+    span = max((now - start).total_seconds(), 60.0)
+    points = []
+    for step in steps:
+        x = left + plot_w * min(1.0, (step.minute - start).total_seconds() / span)
+        y = top + plot_h - (plot_h * step.worst_seconds / worst if worst > 0 else 0.0)
+        points.append(f"{x:.1f},{y:.1f}")
+    parts = [
+        f'<line class="axis" x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}"/>',
+        f'<text class="scale" x="{left - 6}" y="{top + 4}" text-anchor="end">{_e(top_label)}</text>',
+        f'<text class="scale" x="{left - 6}" y="{top + plot_h}" text-anchor="end">0</text>',
+        f'<text class="scale" x="{left - 6}" y="{height - 6}" text-anchor="end">seconds</text>',
+        f'<text class="scale" x="{left}" y="{height - 6}">{_e(_time(start))}</text>',
+        f'<text class="scale" x="{left + plot_w}" y="{height - 6}" text-anchor="end">now</text>',
+        f'<polyline class="recovery" data-minutes="{len(steps)}" data-worst="{worst:g}" '
+        f'points="{" ".join(points)}"><title>worst recovery point per minute</title></polyline>',
+    ]
+    if len(points) == 1:
+        cx, cy = points[0].split(",")
+        parts.append(f'<circle class="recovery" cx="{cx}" cy="{cy}" r="3"/>')
+    return (
+        f'<svg data-chart="recovery" role="img" aria-label="worst recovery point per minute" '
+        f'viewBox="0 0 {width} {height}" width="{width}" height="{height}">{"".join(parts)}</svg>'
+    )
+
+
+def _margin(*labels: str) -> int:
+    """Room for the longest of a scale's labels (11 px text: about 7 px a character)."""
+    return max(48, 7 * max(len(label) for label in labels) + 12)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:,.1f} s" if value < 100 else f"{value:,.0f} s"
+
+
+def _time(value: datetime | None, *, ms: bool = False) -> str:
+    if value is None:
+        return ""
+    text = value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f" if ms else "%Y-%m-%d %H:%M:%S")
+    return (text[:-3] if ms else text) + " UTC"
 
 
 def _e(text: str) -> str:
@@ -491,6 +574,7 @@ th{background:#f7fafc;font-weight:600}td{font-variant-numeric:tabular-nums}
 svg .bar{fill:#4299e1}svg .axis{stroke:#a0aec0}svg .scale{font-size:11px;fill:#4a5568}
 svg polyline.rate{fill:none;stroke:#dd6b20;stroke-width:2}svg circle.rate{fill:#dd6b20}
 svg .scale.rate{fill:#dd6b20}
+svg polyline.recovery{fill:none;stroke:#805ad5;stroke-width:2}svg circle.recovery{fill:#805ad5}
 """
 
 _ICON = (

@@ -29,6 +29,7 @@ from mirrorflow.config.dr import MODE, DrSettings
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS
 from mirrorflow.core.plan import CopyResult, Plan
+from mirrorflow.core.recovery import mirrored_as_of
 from mirrorflow.core.report import PartitionReport, build_report
 from mirrorflow.core.window import StepTimes, Timers, WindowSummary
 from mirrorflow.errors import ConfigError, MirrorError, SourceDataLostError, TransientError, error_class
@@ -45,6 +46,9 @@ RETRY_WAIT_S = 1.0
 RETRY_WAIT_MAX_S = 30.0
 # How often a window logs what it did and where the time went.
 PROGRESS_INTERVAL_S = 60.0
+# How often micro-batches with nothing to copy record the recovery point they prove (a write to the
+# offsets database and the metrics file each): what the page and the metrics show then lags by this.
+RECOVERY_INTERVAL_S = 1.0
 
 
 def dr_settings_of(flow: FlowConfig) -> DrSettings:
@@ -90,6 +94,7 @@ class _Window:
                 "acls": dr.acls_interval_seconds,
                 "heartbeat_age": dr.heartbeats_interval_seconds,
                 "progress": PROGRESS_INTERVAL_S,
+                "recovery": RECOVERY_INTERVAL_S,
             }
         )
         self.clock = clock
@@ -165,6 +170,12 @@ class _Window:
             self.last_batch_id = batch_id
         else:
             report = build_report(plan, CopyResult(flow.name, batch_id, ()))
+            as_of = mirrored_as_of(plan, report)
+            if as_of is not None and timers.due("recovery", now):
+                with timed("commit"):
+                    self.store.advance_recovery_point(flow.name, batch_id, as_of, holder=self.run_id)
+                    runner.write_source_metrics(self.config, flow, self.store, report, self.heartbeat_age())
+                timers.ran("recovery", now)
         self.lags = {(p.topic, p.partition): p.lag for p in report.partitions}
         if flow.emit_checkpoints and timers.due("checkpoints", now):
             with timed("checkpoints"):

@@ -39,6 +39,7 @@ from mirrorflow.core.planner import (
     make_plan,
 )
 from mirrorflow.core.progress import Batch
+from mirrorflow.core.recovery import mirrored_as_of
 from mirrorflow.core.report import PartitionReport, RunReport, build_report
 from mirrorflow.errors import (
     MirrorError,
@@ -54,6 +55,7 @@ from mirrorflow.kafka.internal_topics import InternalTopicWriter
 from mirrorflow.kafka.offset_syncs import emit_offset_syncs
 from mirrorflow.mm2.acl_rules import TopicAcl, missing_acls, target_acls
 from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.status_reads import recovery_point
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +167,8 @@ def plan_for(
 ) -> PlannerOutput:
     """The planner's input read from both clusters and the offsets table, and its output.
     ``absent``: remote partitions that do not exist yet (they end at offset 0)."""
+    # Before the source's ends are read: the recovery point a commit of this plan proves (core.recovery).
+    created_at = datetime.now(UTC).isoformat(timespec="milliseconds")
     tps = [(t, p) for t, n in topics.partitions.items() for p in range(n)]
     starts = source.earliest_offsets(tps)
     ends = source.latest_offsets(tps)
@@ -178,7 +182,7 @@ def plan_for(
     inp = PlannerInput(
         flow=flow.name,
         run_id=run_id,
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        created_at=created_at,
         source={tp: SourceOffsets(starts[tp], ends[tp]) for tp in tps},
         remote_topics=topics.remote_names,
         target_ends=target_ends,
@@ -197,7 +201,8 @@ def plan_for(
         for g in find_gaps(inp)
         if g.target_end > g.target_start
     }
-    return make_plan(replace(inp, copied_past_gap=copied_past_gap))
+    planned = make_plan(replace(inp, copied_past_gap=copied_past_gap))
+    return replace(planned, plan=replace(planned.plan, narrowed=bool(options.topics)))
 
 
 def _start_offsets(
@@ -373,6 +378,7 @@ def commit_copied(
         [p for p in report.partitions if p.records or p.lag] if metrics else [],
         plan.gaps,
         holder=holder,
+        mirrored_as_of=mirrored_as_of(plan, report),
     )
     # After the commit: a retried commit task commits nothing twice and rewrites the same syncs.
     syncs = emit_offset_syncs(flow, batches, writer)
@@ -451,11 +457,17 @@ def _source_metrics(
                 last.byte_rate,
             )
         )
+    as_of = recovery_point(store, flow.name)
     return source_metrics_text(
         flow.source.alias,
         flow.target.alias,
         partitions,
-        {"heartbeat_age_seconds": heartbeat_age, "last_commit_timestamp_seconds": round(time.time())},
+        {
+            "heartbeat_age_seconds": heartbeat_age,
+            "last_commit_timestamp_seconds": round(time.time()),
+            # Prometheus gets the recovery point as time() - this (core.recovery).
+            "mirrored_as_of_timestamp_seconds": None if as_of is None else round(as_of.timestamp(), 3),
+        },
     )
 
 

@@ -17,35 +17,40 @@ Invariants:
 - Record and byte counts come from the batch log, so they only grow; a partition's lag is the one
   measured by the newest run that committed metrics for it (0 when no run ever left it lagging).
 - The heartbeat age is read live from the target with a bounded wait; past the bound or on any
-  error it is ``unknown``, never a stale or guessed value.
+  error it is ``unknown``, never a stale or guessed value. The recovery point is the stored bound
+  (``core.recovery``), 0 only if the source, read live within the same wait, holds nothing more.
 - Every value is frozen: a ``FlowStatus`` is a snapshot, safe to render from any thread.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from mirrorflow.app.cutover import report_files
+from mirrorflow.app.live_reads import LiveReads, why_missing
+from mirrorflow.app.recovery import caught_up_now
 from mirrorflow.app.run_folder import RunFolder, flow_runs
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.core.plan import Plan
 from mirrorflow.core.progress import RecordedGap
+from mirrorflow.core.recovery import RecoveryPoint, RecoveryStep
 from mirrorflow.errors import MirrorError
 from mirrorflow.kafka.heartbeats import freshness_seconds
 from mirrorflow.store.database import absent_sqlite_file
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import RunTotals
 from mirrorflow.store.rows import as_utc
-from mirrorflow.store.status_reads import newest_lags, run_totals
+from mirrorflow.store.status_reads import newest_lags, recovery_history, recovery_point, run_totals
 
 __all__ = [
-    "HEARTBEAT_TIMEOUT_SECONDS",
+    "HISTORY_LIMIT",
+    "LIVE_TIMEOUT_SECONDS",
     "RUN_LIMIT",
     "AirflowRun",
     "CheckpointStatus",
@@ -58,10 +63,15 @@ __all__ = [
 ]
 
 RUN_LIMIT = 20
-# Long enough for a healthy cluster on another continent, short enough to keep the page responsive.
-HEARTBEAT_TIMEOUT_SECONDS = 5.0
+# Minutes of recovery point history shown: a day of a DR flow's.
+HISTORY_LIMIT = 1440
+# Live reads (heartbeat age, the source's ends): long enough for a healthy cluster on another
+# continent, short enough to keep the page responsive.
+LIVE_TIMEOUT_SECONDS = 5.0
 
 HeartbeatReader = Callable[[FlowConfig], float | None]
+# Whether the flow's source holds nothing past the committed next source offsets given.
+SourceCheck = Callable[[FlowConfig, Mapping[tuple[str, int], int]], bool]
 
 
 # ------------------------------------------------------------------------------------------ values
@@ -181,6 +191,9 @@ class FlowStatus:
     errors: tuple[str, ...] = field(default=())
     # Run folders holding a cutover report, newest first.
     cutover_reports: tuple[str, ...] = field(default=())
+    recovery: RecoveryPoint = field(default=RecoveryPoint("unknown"))
+    # Per minute, oldest first, at most ``HISTORY_LIMIT``.
+    recovery_history: tuple[RecoveryStep, ...] = field(default=())
 
     @property
     def records(self) -> int:
@@ -213,22 +226,50 @@ def flow_statuses(
     *,
     flows: Collection[str] | None = None,
     heartbeat: HeartbeatReader | None = freshness_seconds,
-    heartbeat_timeout: float = HEARTBEAT_TIMEOUT_SECONDS,
+    source_check: SourceCheck | None = caught_up_now,
+    live_timeout: float = LIVE_TIMEOUT_SECONDS,
     run_limit: int = RUN_LIMIT,
 ) -> tuple[FlowStatus, ...]:
     """The status of each enabled flow (only those named in ``flows`` if given), in config order.
 
     ``airflow_runs``: per flow name, its recent DAG runs as Airflow records them. ``heartbeat``
-    reads a flow's freshness (``None``: not measured, shown as unknown); every flow's is read at
-    once, all within ``heartbeat_timeout`` seconds.
+    reads a flow's freshness (``None``: not measured, shown as unknown), ``source_check`` whether
+    its source holds anything past committed progress (``None``: not checked); all flows' live
+    reads run at once, all within ``live_timeout`` seconds.
     """
     chosen = [f for f in config.flows if flows is None or f.name in flows]
+    deadline = time.monotonic() + live_timeout
     # Heartbeats are read while the offsets table is: the page waits for the slower, not both.
-    reads = _FreshnessReads(chosen, heartbeat, heartbeat_timeout)
+    beats = LiveReads(
+        {f.name: partial(heartbeat, f) for f in chosen if heartbeat is not None and f.emit_heartbeats},
+        deadline,
+    )
     statuses = _read_all(config, chosen, airflow_runs or {}, run_limit)
-    ages = reads.collect()
+    by_name = {f.name: f for f in chosen}
+    checks = LiveReads(
+        {
+            s.name: partial(
+                source_check,
+                by_name[s.name],
+                {(p.topic, p.partition): p.next_source_offset for p in s.partitions},
+            )
+            for s in statuses
+            if source_check is not None and s.recovery.state != "unknown"
+        },
+        deadline,
+    )
+    ages, caught_up = beats.collect(), checks.collect()
+    now = datetime.now(UTC)
     reports = {f.name: tuple(p.parent.name for p in report_files(config, f.name)) for f in chosen}
-    return tuple(replace(s, freshness=ages[s.name], cutover_reports=reports[s.name]) for s in statuses)
+    return tuple(
+        replace(
+            s,
+            freshness=_freshness(by_name[s.name], heartbeat, ages.get(s.name), live_timeout),
+            recovery=_recovery(s.recovery, now, source_check, caught_up.get(s.name), live_timeout),
+            cutover_reports=reports[s.name],
+        )
+        for s in statuses
+    )
 
 
 def _read_all(
@@ -286,6 +327,7 @@ def _empty(
         checkpoints=(),
         gaps=(),
         errors=(*([error] if error else []), *folder_errors),
+        recovery=RecoveryPoint("unknown") if error else RecoveryPoint("none yet"),
     )
 
 
@@ -307,6 +349,8 @@ def _read_flow(
     }
     lags = newest_lags(store, name)
     committed = run_totals(store, name, run_limit)
+    as_of = recovery_point(store, name)
+    history = tuple(recovery_history(store, name, HISTORY_LIMIT))
     emitted = store.emitted_checkpoints(name)
     lost: dict[tuple[str, int], int] = {}
     for g in gaps:
@@ -364,6 +408,11 @@ def _read_flow(
         checkpoints=checkpoints,
         gaps=gaps,
         errors=tuple(folder_errors),
+        # Not checked live yet: flow_statuses does, for every flow at once.
+        recovery=RecoveryPoint("none yet")
+        if as_of is None
+        else RecoveryPoint("behind", mirrored_as_of=as_of),
+        recovery_history=history,
     )
 
 
@@ -485,56 +534,37 @@ def _parse_time(text: str) -> datetime | None:
         return None
 
 
-# ------------------------------------------------------------------------------------- freshness
+# ------------------------------------------------------------------------------------ live reads
 
 
 _NOT_READ = Freshness("unknown", detail="not read")
 
 
-class _FreshnessReads:
-    """Every flow's freshness, read in parallel from construction on; ``collect`` waits at most
-    ``timeout`` seconds from then for all of them.
-
-    A read still waiting then is left to finish on its own (a daemon thread, bounded by the reader's
-    own Kafka timeouts) and its flow shows ``unknown``.
-    """
-
-    def __init__(self, flows: Sequence[FlowConfig], read: HeartbeatReader | None, timeout: float) -> None:
-        self._timeout = timeout
-        self._deadline = time.monotonic() + timeout
-        self._found: dict[str, Freshness] = {}
-        self._pending: list[tuple[str, threading.Thread, dict[str, Freshness]]] = []
-        for flow in flows:
-            if not flow.emit_heartbeats:
-                self._found[flow.name] = Freshness("disabled")
-            elif read is None:
-                self._found[flow.name] = Freshness("unknown", detail="not measured")
-            else:
-                box: dict[str, Freshness] = {}
-                thread = threading.Thread(
-                    target=_measure,
-                    args=(read, flow, box),
-                    name=f"mirrorflow-freshness-{flow.name}",
-                    daemon=True,
-                )
-                thread.start()
-                self._pending.append((flow.name, thread, box))
-
-    def collect(self) -> dict[str, Freshness]:
-        late = Freshness("unknown", detail=f"no answer within {self._timeout:g} s")
-        for name, thread, box in self._pending:
-            thread.join(max(0.0, self._deadline - time.monotonic()))
-            self._found[name] = box.get("age", late)
-        return self._found
+def _freshness(flow: FlowConfig, read: HeartbeatReader | None, value: object, timeout: float) -> Freshness:
+    if not flow.emit_heartbeats:
+        return Freshness("disabled")
+    if read is None:
+        return Freshness("unknown", detail="not measured")
+    failed = why_missing(value, timeout)
+    if failed is not None:
+        return Freshness("unknown", detail=failed)
+    if isinstance(value, int | float):
+        return Freshness("measured", age_seconds=float(value))
+    return Freshness("none yet")
 
 
-def _measure(read: HeartbeatReader, flow: FlowConfig, box: dict[str, Freshness]) -> None:
-    try:
-        age = read(flow)
-    except Exception as error:  # any failure of the live read only makes the age unknown
-        box["age"] = Freshness("unknown", detail=f"{type(error).__name__}: {error}")
-        return
-    box["age"] = Freshness("none yet") if age is None else Freshness("measured", age_seconds=age)
+def _recovery(
+    stored: RecoveryPoint, now: datetime, check: SourceCheck | None, value: object, timeout: float
+) -> RecoveryPoint:
+    """The recovery point read from the offsets table, completed by the live check of the source."""
+    if stored.state == "unknown":  # the offsets table could not be read
+        return stored
+    if check is None:
+        return RecoveryPoint.of(stored.mirrored_as_of, now, None, "not checked")
+    failed = why_missing(value, timeout)
+    if failed is not None:
+        return RecoveryPoint.of(stored.mirrored_as_of, now, None, f"source not read: {failed}")
+    return RecoveryPoint.of(stored.mirrored_as_of, now, bool(value))
 
 
 # ------------------------------------------------------------------------------------------- JSON
@@ -551,6 +581,7 @@ def as_json(statuses: Sequence[FlowStatus]) -> dict[str, Any]:
                 "bytes": s.bytes,
                 "lag": s.lag,
                 "freshness": {**_jsonable(asdict(s.freshness)), "text": s.freshness.text},
+                "recovery": {**_jsonable(asdict(s.recovery)), "text": s.recovery.text},
                 "runs": [
                     {**_jsonable(asdict(r)), "records_per_second": r.records_per_second} for r in s.runs
                 ],

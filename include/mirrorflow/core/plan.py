@@ -111,6 +111,9 @@ class Plan:
     gaps: tuple[SourceGap, ...] = field(default=())
     # Only heartbeats are planned: the plan task copies them itself, without starting Spark.
     in_process: bool = False
+    # Only some of the flow's topics were planned (a run's topics option): the plan does not measure
+    # the whole flow, so its commit proves no recovery point (``core.recovery``).
+    narrowed: bool = False
 
     def __post_init__(self) -> None:
         seen: set[tuple[str, int]] = set()
@@ -180,6 +183,7 @@ class Plan:
             # Absent from plans written before gaps were recorded: those have none.
             gaps=tuple(SourceGap(**g) for g in raw.get("gaps", ())),
             in_process=bool(raw.get("in_process", False)),
+            narrowed=bool(raw.get("narrowed", False)),
         )
 
     def check_belongs_to(self, flow: str, run_id: str, source: str) -> None:

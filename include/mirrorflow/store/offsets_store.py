@@ -22,8 +22,9 @@ Invariants:
 - The id of each source topic a flow mirrors is recorded (``mirror_topics``) when the flow first
   sees the topic, with the anchors of its partitions; it is never overwritten (``forget_topic``
   removes it with the rest of the flow's state of the topic).
-- A run's partition metrics (``mirror_partition_metrics``) are committed in the same transaction as
-  its batches; every emitted checkpoint is logged with its latency (``mirror_checkpoint_metrics``).
+- A run's partition metrics (``mirror_partition_metrics``) and the recovery point it proves
+  (``mirror_recovery``, ``store.recovery``) are committed in the same transaction as its batches;
+  every emitted checkpoint is logged with its latency (``mirror_checkpoint_metrics``).
 
 Concurrency: on PostgreSQL (READ COMMITTED) every write transaction first locks the flow's lock row
 with ``SELECT ... FOR UPDATE`` and moves progress with ``UPDATE ... WHERE <expected position>``
@@ -72,6 +73,7 @@ from mirrorflow.store.database import (
     redact_url,
 )
 from mirrorflow.store.read_model import EmittedCheckpoint, ProgressRecord
+from mirrorflow.store.recovery import advance_step
 from mirrorflow.store.rows import (
     BATCH_LOG,
     GAP_LOG,
@@ -308,9 +310,11 @@ class OffsetsStore:
         gaps: Sequence[SourceGap] = (),
         *,
         holder: str | None = None,
+        mirrored_as_of: datetime | None = None,
     ) -> int:
-        """Commit the run's source ``gaps``, ``batches`` and partition ``metrics`` in one transaction;
-        return how many batches were newly committed.
+        """Commit the run's source ``gaps``, ``batches`` and partition ``metrics`` in one transaction,
+        with the recovery point they prove (``mirrored_as_of``, see ``core.recovery``); return how
+        many batches were newly committed.
 
         Requires ``flow``'s lock held by ``holder`` (default ``run_id``: a DR window's micro-batches
         commit under ids of their own while the window's run holds the lock). Each gap, then each
@@ -340,7 +344,18 @@ class OffsetsStore:
             for batch in batches:
                 committed += commit_step(conn, BATCH_LOG, batch_row(flow, run_id, batch, now))
             self._record_partition_metrics(conn, flow, run_id, metrics, now)
+            if mirrored_as_of is not None:
+                advance_step(conn, flow, run_id, mirrored_as_of, now)
             return committed
+
+    def advance_recovery_point(
+        self, flow: str, run_id: str, mirrored_as_of: datetime, *, holder: str
+    ) -> None:
+        """Record the recovery point a micro-batch with nothing to copy proves (``run_id`` planned
+        the whole flow and found it caught up) while ``holder`` holds the flow's lock."""
+        with self._transaction(write=True) as conn:
+            self._check_lock(conn, flow, holder, "record its recovery point")
+            advance_step(conn, flow, run_id, mirrored_as_of, self._now())
 
     def coalesce_batches(self, flow: str, holder: str) -> int:
         """Merge the batch-log rows the DR window ``holder`` committed (micro-batch run ids

@@ -3,9 +3,10 @@
 ``mirror_progress`` (committed progress per partition), ``mirror_batches`` (the batch log),
 ``mirror_gaps`` (source ranges lost before they were mirrored), ``mirror_topics`` (the id of each
 source topic a flow mirrors), ``mirror_checkpoints`` (the last checkpoint emitted per consumer group
-and partition), ``mirror_partition_metrics`` and ``mirror_checkpoint_metrics`` (the metrics history)
-and ``mirror_locks`` (one lock row per flow). ``OffsetsStore`` creates them on first use; what it
-guarantees about their rows is in ``mirrorflow.store.offsets_store``.
+and partition), ``mirror_partition_metrics`` and ``mirror_checkpoint_metrics`` (the metrics history),
+``mirror_recovery`` (when each flow was last mirrored as a whole) with its per-minute history
+``mirror_recovery_history``, and ``mirror_locks`` (one lock row per flow). ``OffsetsStore`` creates
+them on first use; what it guarantees about their rows is in ``mirrorflow.store.offsets_store``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ __all__ = [
     "metadata",
     "partition_metrics_table",
     "progress_table",
+    "recovery_history_table",
+    "recovery_table",
     "topics_table",
 ]
 
@@ -165,6 +168,25 @@ checkpoint_metrics_table = Table(
     Column("downstream_offset", BigInteger, nullable=False),
     Column("latency_ms", BigInteger, nullable=False),
     Column("emitted_at", DateTime(timezone=True), nullable=False),
+)
+
+recovery_table = Table(
+    "mirror_recovery",
+    metadata,
+    Column("flow", _NAME, primary_key=True),
+    Column("mirrored_as_of", DateTime(timezone=True), nullable=False),
+    Column("run_id", _NAME, nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+)
+
+recovery_history_table = Table(
+    "mirror_recovery_history",
+    metadata,
+    Column("flow", _NAME, nullable=False),
+    Column("minute", DateTime(timezone=True), nullable=False),
+    Column("worst_ms", BigInteger, nullable=False),
+    Column("mirrored_as_of", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("flow", "minute"),
 )
 
 locks_table = Table(

@@ -1,19 +1,23 @@
-"""The status page's aggregates over a flow's metrics history (``mirror_partition_metrics``): the
-newest lag per partition and what each recent run committed. ``mirrorflow.app.status`` reads them
-with ``OffsetsStore``'s own reads (progress, totals, gaps, lock, checkpoints); each is one read
-transaction and returns plain values (``mirrorflow.store.read_model``).
+"""The status page's aggregates: over a flow's metrics history (``mirror_partition_metrics``), the
+newest lag per partition and what each recent run committed; its recovery point and that point's
+history. ``mirrorflow.app.status`` reads them with ``OffsetsStore``'s own reads (progress, totals,
+gaps, lock, checkpoints); each is one read transaction and returns plain values
+(``mirrorflow.store.read_model``).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy import func, select
 
+from mirrorflow.core.recovery import RecoveryStep
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import PartitionLag, RunTotals
 from mirrorflow.store.rows import as_utc
-from mirrorflow.store.schema import partition_metrics_table
+from mirrorflow.store.schema import partition_metrics_table, recovery_history_table, recovery_table
 
-__all__ = ["newest_lags", "run_totals"]
+__all__ = ["newest_lags", "recovery_history", "recovery_point", "run_totals"]
 
 
 def newest_lags(store: OffsetsStore, flow: str) -> dict[tuple[str, int], PartitionLag]:
@@ -60,3 +64,23 @@ def run_totals(store: OffsetsStore, flow: str, limit: int) -> dict[str, RunTotal
         )
         for r in rows
     }
+
+
+def recovery_point(store: OffsetsStore, flow: str) -> datetime | None:
+    """When ``flow`` was last mirrored as a whole; ``None`` if never."""
+    r = recovery_table
+    with store.read() as conn:
+        row = conn.execute(select(r.c.mirrored_as_of).where(r.c.flow == flow)).first()
+    return None if row is None else as_utc(row.mirrored_as_of)
+
+
+def recovery_history(store: OffsetsStore, flow: str, limit: int) -> list[RecoveryStep]:
+    """The ``limit`` newest minutes of ``flow``'s recovery point history, oldest first."""
+    h = recovery_history_table
+    query = select(h).where(h.c.flow == flow).order_by(h.c.minute.desc()).limit(limit)
+    with store.read() as conn:
+        rows = conn.execute(query).all()
+    return [
+        RecoveryStep(as_utc(row.minute), int(row.worst_ms) / 1000, as_utc(row.mirrored_as_of))
+        for row in reversed(rows)
+    ]

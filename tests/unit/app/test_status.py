@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
 from mirrorflow.core.metrics import Stats
 from mirrorflow.core.plan import CopyResult, PartitionPlan, Plan, SourceGap
 from mirrorflow.core.progress import Batch, GroupPosition, PartitionProgress, RecordedGap
+from mirrorflow.core.recovery import RecoveryPoint, RecoveryStep
 from mirrorflow.core.report import PartitionReport
 from mirrorflow.errors import SourceDataLostError, TransientError
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -68,6 +70,11 @@ def _plan_file(config: MirrorConfig, run_id: str, at: int, partitions: tuple[Par
     plan = Plan(FLOW, run_id, (T0 + timedelta(seconds=at)).isoformat(timespec="seconds"), partitions)
     write_atomically(RunFolder.of(config.state_dir, config.flow(FLOW).name, run_id).plan, plan.to_json())
     return plan
+
+
+def _caught_up(flow: FlowConfig, committed: Mapping[tuple[str, int], int]) -> bool:
+    """The live check of a source that holds nothing past committed progress."""
+    return True
 
 
 def _lost() -> CopyResult:
@@ -128,6 +135,7 @@ def _fill(config: MirrorConfig) -> None:
             )
         ],
         [SourceGap("orders", 1, 50, 60, 50, 50)],
+        mirrored_as_of=_at(3600),
     )  # fmt: skip
     clock.at(3670)
     store.record_checkpoints(
@@ -175,7 +183,7 @@ def test_a_flow_that_ran_shows_its_partitions_runs_checkpoints_gaps_and_errors(t
     config = _config(tmp_path)
     _fill(config)
 
-    (status,) = flow_statuses(config, heartbeat=lambda flow: 12.5)
+    (status,) = flow_statuses(config, source_check=_caught_up, heartbeat=lambda flow: 12.5)
 
     assert (status.name, status.dag_id, status.source, status.target) == (
         FLOW, "mirror_primary_to_backup", "primary", "backup",
@@ -208,6 +216,9 @@ def test_a_flow_that_ran_shows_its_partitions_runs_checkpoints_gaps_and_errors(t
     assert status.gaps == (RecordedGap("orders", 1, 50, 60, 50, 50, run_id="run-2", recorded_at=_at(3660)),)
     assert status.errors == ()
     assert status.failed_runs == (RUN_3,)
+    # run-2 (planned at 3600) left nothing behind; the source, read live, holds nothing more.
+    assert status.recovery == RecoveryPoint("caught up", 0.0, _at(3600))
+    assert status.recovery_history == (RecoveryStep(_at(3660).replace(second=0), 60.0, _at(3600)),)
 
 
 def test_airflow_states_win_and_runs_it_alone_knows_are_listed_with_their_failed_tasks(
@@ -225,7 +236,7 @@ def test_airflow_states_win_and_runs_it_alone_knows_are_listed_with_their_failed
         ]
     }
 
-    (status,) = flow_statuses(config, airflow, heartbeat=lambda flow: 1.0)
+    (status,) = flow_statuses(config, airflow, source_check=_caught_up, heartbeat=lambda flow: 1.0)
 
     assert status.runs == (
         RunStatus(
@@ -252,7 +263,7 @@ def test_run_limit_keeps_the_newest_runs(tmp_path: Path) -> None:
     config = _config(tmp_path)
     _fill(config)
 
-    (status,) = flow_statuses(config, heartbeat=None, run_limit=2)
+    (status,) = flow_statuses(config, source_check=_caught_up, heartbeat=None, run_limit=2)
 
     assert [r.run_id for r in status.runs] == ["run-4", "run-3"]
     assert status.freshness == Freshness("unknown", detail="not measured")
@@ -262,7 +273,7 @@ def test_without_an_offsets_database_yet_nothing_is_created(tmp_path: Path) -> N
     config = _config(tmp_path)
     _plan_file(config, "run-1", 0, ())
 
-    (status,) = flow_statuses(config, heartbeat=lambda flow: None)
+    (status,) = flow_statuses(config, source_check=_caught_up, heartbeat=lambda flow: None)
 
     assert status.partitions == () and status.checkpoints == () and status.gaps == ()
     assert status.runs == (
@@ -284,7 +295,7 @@ def test_an_unreachable_offsets_database_is_an_error_of_the_flow_and_its_runs_st
     )
     _plan_file(config, "run-1", 0, (PartitionPlan("orders", 0, 0, 5, "primary.orders", 0),))
 
-    (status,) = flow_statuses(config, heartbeat=lambda flow: None)
+    (status,) = flow_statuses(config, source_check=_caught_up, heartbeat=lambda flow: None)
 
     (error,) = status.errors
     assert error.startswith(
@@ -300,7 +311,7 @@ def test_unreadable_run_folders_are_named_and_the_rest_is_shown(tmp_path: Path) 
     broken = RunFolder.of(config.state_dir, config.flow(FLOW).name, "run-9").plan
     write_atomically(broken, "{not json")
 
-    (status,) = flow_statuses(config, heartbeat=lambda flow: 1.0)
+    (status,) = flow_statuses(config, source_check=_caught_up, heartbeat=lambda flow: 1.0)
 
     (error,) = status.errors
     assert error.startswith(f"cannot read {broken}: {broken}: not a valid plan")
@@ -330,7 +341,7 @@ def test_freshness_is_measured_absent_disabled_or_unknown_never_waited_for_long(
 
     started = time.monotonic()
     try:
-        statuses = flow_statuses(config, heartbeat=read, heartbeat_timeout=0.5)
+        statuses = flow_statuses(config, source_check=_caught_up, heartbeat=read, live_timeout=0.5)
     finally:
         release.set()
 
@@ -356,7 +367,9 @@ def test_freshness_is_measured_absent_disabled_or_unknown_never_waited_for_long(
 def test_only_the_flows_asked_for_are_read(tmp_path: Path) -> None:
     config = _config(tmp_path, "backup->primary.enabled = true")
 
-    statuses = flow_statuses(config, flows={"backup->primary"}, heartbeat=lambda flow: 1.0)
+    statuses = flow_statuses(
+        config, flows={"backup->primary"}, source_check=_caught_up, heartbeat=lambda flow: 1.0
+    )
 
     assert [s.name for s in statuses] == ["backup->primary"]
 
@@ -365,7 +378,7 @@ def test_as_json_spells_out_times_totals_and_rates(tmp_path: Path) -> None:
     config = _config(tmp_path, "emit.checkpoints.enabled = false")
     _fill(config)
 
-    document = as_json(flow_statuses(config, heartbeat=lambda flow: 2.0))
+    document = as_json(flow_statuses(config, source_check=_caught_up, heartbeat=lambda flow: 2.0))
 
     (flow,) = json.loads(json.dumps(document))["flows"]
     assert (flow["name"], flow["records"], flow["bytes"], flow["lag"]) == (FLOW, 170, 1700, 0)
@@ -383,3 +396,53 @@ def test_as_json_spells_out_times_totals_and_rates(tmp_path: Path) -> None:
             "target_end": 50, "run_id": "run-2", "recorded_at": "2030-01-02T04:05:05+00:00",
         }
     ]  # fmt: skip
+
+
+def test_the_recovery_point_is_the_age_of_the_last_whole_commit_and_0_only_when_the_source_says_so(
+    tmp_path: Path,
+) -> None:
+    config = _config(tmp_path)
+    as_of = datetime.now(UTC) - timedelta(seconds=30)
+    with OffsetsStore(config.offsets_db_url) as store:
+        store.acquire_lock(FLOW, "run-1", 600)
+        store.anchor(FLOW, "run-1", [PartitionProgress("orders", 0, 0, 0)])
+        store.commit(
+            FLOW,
+            "run-1",
+            [Batch("orders", 0, "primary.orders", 0, 100, 0, 100, 100, 1000)],
+            mirrored_as_of=as_of,
+        )
+    asked: list[Mapping[tuple[str, int], int]] = []
+
+    def behind(flow: FlowConfig, committed: Mapping[tuple[str, int], int]) -> bool:
+        asked.append(dict(committed))
+        return False
+
+    def down(flow: FlowConfig, committed: Mapping[tuple[str, int], int]) -> bool:
+        raise TransientError("cluster primary could not list offsets: broker down")
+
+    (status,) = flow_statuses(config, heartbeat=None, source_check=behind)
+    assert asked == [{("orders", 0): 100}]
+    assert (status.recovery.state, status.recovery.mirrored_as_of, status.recovery.live) == (
+        "behind",
+        as_of,
+        "",
+    )
+    assert status.recovery.seconds is not None and 30 <= status.recovery.seconds < 40
+    assert status.recovery.text.startswith("at most 3") and status.recovery.text.endswith(" s")
+
+    (status,) = flow_statuses(config, heartbeat=None, source_check=down)
+    assert (status.recovery.state, status.recovery.live) == (
+        "behind", "source not read: TransientError: cluster primary could not list offsets: broker down"
+    )  # fmt: skip
+    (status,) = flow_statuses(config, heartbeat=None, source_check=None)
+    assert (status.recovery.state, status.recovery.live) == ("behind", "not checked")
+
+    # A flow that never caught up has no recovery point, until the source says nothing is left.
+    (tmp_path / "other").mkdir()
+    other = _config(tmp_path / "other")
+    (status,) = flow_statuses(other, heartbeat=None, source_check=behind)
+    assert status.recovery == RecoveryPoint("none yet")
+    assert status.recovery.text == "none yet (no run has caught up with the source)"
+    (status,) = flow_statuses(other, heartbeat=None, source_check=_caught_up)
+    assert (status.recovery.state, status.recovery.text) == ("caught up", "0 s (caught up)")
