@@ -530,9 +530,10 @@ def _recovery_chart(s: FlowStatus, now: datetime) -> str:
         f'<polyline class="recovery" data-minutes="{len(steps)}" data-worst="{worst:g}" '
         f'points="{" ".join(points)}"><title>worst recovery point per minute</title></polyline>',
     ]
-    if len(points) == 1:
-        cx, cy = points[0].split(",")
-        parts.append(f'<circle class="recovery" cx="{cx}" cy="{cy}" r="3"/>')
+    if len(points) <= 60:  # an hour or less: each minute's point is seen, not only the line
+        for point in points:
+            cx, cy = point.split(",")
+            parts.append(f'<circle class="recovery" cx="{cx}" cy="{cy}" r="3"/>')
     return (
         f'<svg data-chart="recovery" role="img" aria-label="worst recovery point per minute" '
         f'viewBox="0 0 {width} {height}" width="{width}" height="{height}">{"".join(parts)}</svg>'

@@ -5,17 +5,20 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import pytest
 from mirror_helpers import assert_same_records, commit_group, create_topic
 from pyspark.sql import SparkSession
 
 from mirrorflow.app import dr_window, runner
+from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.errors import FlowLockedError
 from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.status_reads import recovery_history, recovery_point
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 
@@ -58,6 +61,7 @@ def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
     try:
         producer.start()
         summary = dr_window.run_window(config, FLOW, "window-1", _spark_copy(spark, config))
+        ended = datetime.now(UTC)
     finally:
         producer.join()
         runner.release_run(config, FLOW, "window-1")
@@ -86,6 +90,17 @@ def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
     assert summary.checkpoints == 1
     report = dr_window.window_report(config, FLOW, "window-1")
     assert (report["records"], report["lag"], report["stale"]) == (1200, 0, None)
+    # Micro-batches keep proving the recovery point, idle ones at least once a second: at the
+    # window's end it was seconds old, and no minute saw it older than a micro-batch or two.
+    as_of = recovery_point(store, FLOW)
+    assert as_of is not None and (ended - as_of).total_seconds() < 3
+    minutes = recovery_history(store, FLOW, 10)
+    assert 1 <= len(minutes) <= 2 and max(m.worst_seconds for m in minutes) < 5
+    assert minutes[-1].mirrored_as_of == as_of
+    exported = metrics_file(config.state_dir, FLOW, "source").read_text().splitlines()
+    name = 'mirrorflow_mirrored_as_of_timestamp_seconds{source="primary",destination="backup"}'
+    (gauge,) = [float(line.split()[1]) for line in exported if line.startswith(name)]
+    assert gauge == round(as_of.timestamp(), 3)
 
 
 def test_a_window_killed_before_its_commit_leaves_nothing_twice(

@@ -23,10 +23,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from dashboard_queries import exported_names, metric_names, queries
 from mirror_helpers import (
     assert_all_gone,
     commit_group,
@@ -39,8 +41,11 @@ from mirror_helpers import (
 )
 from websockets.sync.client import ClientConnection, connect
 
+from mirrorflow.app.run_folder import RunFolder
 from mirrorflow.config.model import MirrorConfig, load_config
+from mirrorflow.core.plan import Plan
 from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.status_reads import recovery_history, recovery_point
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_airflow import USER, LocalAirflow
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -227,10 +232,15 @@ _READ_FLOW = """(() => {
     errors: [...flow.querySelectorAll('[data-field="errors"] li')].map(e => e.textContent),
     bars: [...flow.querySelectorAll('svg[data-chart="throughput"] rect.bar')]
       .map(b => [b.dataset.run, b.dataset.records]),
+    as_of: flow.querySelector('[data-field="mirrored-as-of"]').textContent,
+    recovery_minutes: flow.querySelector('svg[data-chart="recovery"] polyline').dataset.minutes,
     partitions: rows('partitions'), runs: rows('runs'), checkpoints: rows('checkpoints'),
     gaps: rows('gaps'),
   };
 })()"""
+
+
+_FETCH_JSON = "fetch('/mirrorflow/api/flows').then(r => r.text())"
 
 
 def _status_without_login(url: str) -> tuple[int, str]:
@@ -314,7 +324,11 @@ def test_the_status_page_shows_a_flow_that_ran(
         )
         shown = chromium.evaluate(_READ_FLOW)
         chromium.screenshot(ARTIFACTS / "status_page.png")
-        in_json = json.loads(chromium.evaluate("fetch('/mirrorflow/api/flows').then(r => r.text())"))
+        in_json = json.loads(chromium.evaluate(_FETCH_JSON))
+        # One more record on the source: the flow is behind by at most the age of run 2's plan.
+        _produce(primary, topic, 1, range(110, 111))
+        behind = json.loads(chromium.evaluate(_FETCH_JSON))["flows"][0]["recovery"]
+        behind_at = time.time()
 
     totals = store.totals(FLOW)
     latency = {tp: w.replication_latency.max for tp, w in store.latest_writes(FLOW).items()}
@@ -334,6 +348,27 @@ def test_the_status_page_shows_a_flow_that_ran(
     fields = shown["fields"]
     checkpoints = fields.pop("checkpoints")
     freshness = fields.pop("freshness")
+    # Run 2 copied everything its plan saw, and the source (read when the page was built) holds
+    # nothing more: the recovery point is 0, resting on run 2's plan time.
+    as_of = datetime.fromisoformat(
+        Plan.from_json(RunFolder.of(config.state_dir, FLOW, ids[1]).plan.read_text()).created_at
+    )
+    assert recovery_point(store, FLOW) == as_of
+    assert fields.pop("recovery") == "0 s (caught up)"
+    assert shown["as_of"] == (
+        f"Everything the source held at {as_of.strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]} UTC is on the "
+        "target. The source, read just now, holds nothing more."
+    )
+    # One history minute per minute in which runs 1 and 2 committed (1 or 2).
+    history = recovery_history(store, FLOW, 10)
+    assert shown["recovery_minutes"] == str(len(history)) and 1 <= len(history) <= 2
+    assert (behind["state"], behind["mirrored_as_of"]) == ("behind", as_of.isoformat())
+    assert 0 < behind_at - as_of.timestamp() - behind["seconds"] < 10
+    # The Grafana dashboard reads only metrics the flow's metrics files hold.
+    exported = set().union(
+        *(exported_names(p.read_text()) for p in (config.state_dir / "metrics").glob("*.prom"))
+    )
+    assert set().union(*(metric_names(q) for q in queries())) <= exported
     assert fields == {
         "records": "242",
         "bytes": f"{sum(size for _, size in totals.values()):,}",

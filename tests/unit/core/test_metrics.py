@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from dashboard_queries import metric_names, queries
 
 from mirrorflow.core.metrics import (
     CheckpointMetrics,
@@ -110,3 +111,17 @@ def test_checkpoint_latency_per_group_and_partition_with_escaped_labels() -> Non
         'group="team \\"a\\"\\\\b",topic="primary.orders",partition="2"} 35\n'
     )
     assert checkpoint_metrics_text("primary", "backup", []) == ""
+
+
+def test_the_dashboards_queries_read_only_the_metrics_mirrorflow_exports() -> None:
+    """Every query names at least one metric, each of the families the exporter writes (the names
+    themselves are checked against real metrics files in tests/integration/test_status_page.py)."""
+    assert metric_names('time() - max by (source) (mirrorflow_x{source=~"$source"})') == {"mirrorflow_x"}
+    assert metric_names('sum by (topic) (rate(kafka_connect_mirror_a{b="c"}[5m]))') == {
+        "kafka_connect_mirror_a"
+    }
+    assert metric_names("label_values(mirrorflow_lag_records, source)") == {"mirrorflow_lag_records"}
+    found = [metric_names(q) for q in queries()]
+    assert found and all(found)
+    assert all(n.startswith(("mirrorflow_", "kafka_connect_mirror_")) for names in found for n in names)
+    assert any("mirrorflow_mirrored_as_of_timestamp_seconds" in names for names in found)
