@@ -20,6 +20,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, event, inspect, select
 
 from mirrorflow.core.metrics import CheckpointMetrics, Stats
+from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch, CommittedBatch, GroupPosition, LockInfo, PartitionProgress
 from mirrorflow.core.recovery import RecoveryStep
 from mirrorflow.core.report import PartitionReport
@@ -417,6 +418,27 @@ def test_a_dr_windows_micro_batches_coalesce_into_a_row_per_stretch(
     with pytest.raises(CommitConflictError, match="cannot coalesce its batch log"):
         store.coalesce_batches(FLOW, "window")
 
+    # The next window's rows merge with the row they continue: one row per partition and stretch.
+    store.acquire_lock(FLOW, "next", ttl_seconds=600)
+    clock.advance(1)
+    store.commit(FLOW, "next#0", [_batch(source=(30, 40), target=(115, 125), sync_points=())], holder="next")
+    # orders-1 lost source offsets [5, 7): its next row follows a gap, so it stays a row of its own.
+    store.commit(
+        FLOW,
+        "next#1",
+        [_batch(partition=1, source=(7, 9), target=(55, 57), sync_points=())],
+        gaps=[SourceGap("orders", 1, 5, 7, 55, 55)],
+        holder="next",
+    )
+    assert store.coalesce_batches(FLOW, "next") == 1
+    assert [(b.partition, b.source_start, b.source_end, b.run_id) for b in store.batches(FLOW)] == [
+        (0, 10, 40, "next#0"),
+        (1, 0, 5, "window#3"),
+        (1, 7, 9, "next#1"),
+    ]
+    # 30 -> 115 goes on with the run from 28 -> 113: no new sync point.
+    assert store.batches(FLOW, partition=0)[0].sync_points == ((13, 102), (20, 108), (28, 113))
+
 
 def test_the_recovery_point_moves_forward_only_with_a_minute_of_history_each(
     store: OffsetsStore, clock: FakeClock
@@ -456,6 +478,41 @@ def test_the_recovery_point_moves_forward_only_with_a_minute_of_history_each(
     # Only the lock's holder records a recovery point.
     with pytest.raises(CommitConflictError, match="cannot record its recovery point"):
         store.advance_recovery_point(FLOW, "other#0", clock.now, holder="other")
+
+
+def test_history_older_than_a_week_goes_but_the_newest_rows_read(
+    store: OffsetsStore, clock: FakeClock
+) -> None:
+    _anchored(store, "window")
+    written = PartitionReport(
+        "orders", 0, "primary.orders", records=5, replication_latency=Stats(5, 1, 2, 8, 2)
+    )
+    idle = PartitionReport("orders", 0, "primary.orders", lag=3)
+    other = PartitionReport(
+        "orders", 1, "primary.orders", records=2, replication_latency=Stats(2, 1, 1, 2, 1)
+    )
+    position = GroupPosition("billing", "orders", 0, "primary.orders", 5, 5)
+    # Day 0: two minutes with writes, one idle, and a checkpoint; orders-1 only then.
+    store.record_partition_metrics(FLOW, "window#1", [written, other], holder="window")
+    store.record_partition_metrics(FLOW, "window#2", [written], holder="window")
+    store.record_checkpoints(FLOW, [position], 10)
+    store.record_checkpoints(FLOW, [position], 11)
+    clock.advance(60)
+    store.record_partition_metrics(FLOW, "window#3", [idle], holder="window")
+    assert store.prune_history(FLOW) == 0  # nothing older than a week
+
+    clock.advance(7 * 86400)
+    store.record_partition_metrics(FLOW, "window#4", [idle], holder="window")
+    # window#1's orders-0 row and the first checkpoint go; window#2 (orders-0's newest write),
+    # window#1's orders-1 row (its newest), window#3 and window#4 stay.
+    assert store.prune_history(FLOW) == 2
+    assert [(m.partition, m.records, m.lag) for m in store.partition_metrics(FLOW)] == [
+        (1, 2, 0), (0, 5, 0), (0, 0, 3), (0, 0, 3)
+    ]  # fmt: skip
+    assert store.latest_writes(FLOW)[("orders", 0)].records == 5
+    assert [c.latency_ms for c in store.latest_checkpoint_metrics(FLOW)] == [11]
+    clock.advance(1)
+    assert store.prune_history(FLOW) == 1  # window#3: orders-0's newest is now window#4
 
 
 def test_commit_is_idempotent_on_retry(store: OffsetsStore, clock: FakeClock, db_url: str) -> None:

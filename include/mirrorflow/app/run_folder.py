@@ -10,7 +10,9 @@
     <state dir>/metrics/<flow>.source.prom, <flow>.checkpoint.prom   (node_exporter's textfile collector)
 
 Invariants: names are safe on any file system and distinct names stay distinct; every write is
-atomic (a reader sees the old file or the whole new one, never half of one).
+atomic (a reader sees the old file or the whole new one, never half of one). A flow keeps the
+folders of its ``RUNS_KEPT`` newest runs, and every folder holding a cutover or failover report
+(``prune_runs``, at each run's release).
 """
 
 from __future__ import annotations
@@ -18,12 +20,16 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from mirrorflow.errors import PlanError
 
 CUTOVER_REPORT = "cutover_report"
+# Run folders a flow keeps besides its reports: the status page reads the newest 20; a failed run
+# cleared in Airflow long after finds its plan gone and re-plans.
+RUNS_KEPT = 100
 
 
 def flow_runs(state_dir: Path, flow: str) -> Path:
@@ -75,6 +81,27 @@ class RunFolder:
     def failover_report(self) -> tuple[Path, Path]:
         """The failover's report as Markdown and as JSON."""
         return self.path / "failover.md", self.path / "failover.json"
+
+
+def prune_runs(state_dir: Path, flow: str, keep: int = RUNS_KEPT, spare: str | None = None) -> int:
+    """Delete the folders of ``flow``'s runs older than its ``keep`` newest (by last change),
+    except those holding a cutover or failover report and run ``spare``'s; returns how many went."""
+    base = flow_runs(state_dir, flow)
+    try:
+        folders = sorted(
+            (p for p in base.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True
+        )
+    except FileNotFoundError:
+        return 0
+    kept = {RunFolder.of(state_dir, flow, spare).path} if spare is not None else set()
+    removed = 0
+    for folder in folders[keep:]:
+        reports = (*RunFolder(folder).cutover_report, *RunFolder(folder).failover_report)
+        if folder in kept or any(p.exists() for p in reports):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed += 1
+    return removed
 
 
 def metrics_file(state_dir: Path, flow: str, kind: str) -> Path:

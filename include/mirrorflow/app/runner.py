@@ -22,7 +22,7 @@ from pathlib import Path
 
 from mirrorflow.app.dry_run import DryRun, dry_run_of
 from mirrorflow.app.remote_topics import RemoteTopics, ensure_remote_topics, remote_topic_changes
-from mirrorflow.app.run_folder import RunFolder, metrics_file, read_file, write_atomically
+from mirrorflow.app.run_folder import RunFolder, metrics_file, prune_runs, read_file, write_atomically
 from mirrorflow.config.model import ON_SOURCE_DATA_LOSS, FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS, RunOptions
 from mirrorflow.copy.batch_copy import copy_partitions, copy_result
@@ -508,9 +508,17 @@ def batches_for(plan: Plan, result: CopyResult) -> list[Batch]:
 
 
 def release_run(config: MirrorConfig, flow_name: str, run_id: str) -> bool:
+    """Give the flow's lock back if ``run_id`` holds it (whether it did is returned), then bound
+    what the flow keeps: its metrics history (a week, ``OffsetsStore.prune_history``) and its run
+    folders (``run_folder.prune_runs``)."""
     flow = config.flow(flow_name)
     with OffsetsStore(config.offsets_db_url) as store:
-        return store.release_lock(flow.name, run_id)
+        released = store.release_lock(flow.name, run_id)
+        rows = store.prune_history(flow.name)
+    folders = prune_runs(config.state_dir, flow.name, spare=run_id)
+    if rows or folders:
+        log.info("flow %s: pruned %d metrics history rows and %d run folders", flow.name, rows, folders)
+    return released
 
 
 def copy_in_process(flow: FlowConfig, plan: Plan) -> CopyResult:

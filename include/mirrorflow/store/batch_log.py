@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, delete, exc, insert, select, update
+from sqlalchemy import Connection, delete, exc, insert, select, tuple_, update
 
 from mirrorflow.core.progress import CommittedBatch
 from mirrorflow.core.translation import coalesce
@@ -89,10 +89,12 @@ def commit_step(conn: Connection, log: Log, row: dict[str, Any]) -> bool:
 
 
 def coalesce_window(conn: Connection, flow: str, holder: str) -> int:
-    """Merge the batch-log rows of the DR window ``holder`` (run ids ``<holder>#<n>``) into one row
-    per unbroken stretch of each partition (``core.translation.coalesce``: translation reads the
-    same from the merged rows); a merged row keeps its last micro-batch's id and time. Returns how
-    many rows went."""
+    """Merge the batch-log rows of the DR window ``holder`` (run ids ``<holder>#<n>``), with the
+    row each partition's first of them continues (an earlier window's or run's), into one row per
+    unbroken stretch of each partition (``core.translation.coalesce``: translation reads the same
+    from the merged rows); a merged row keeps its last micro-batch's id and time. Returns how many
+    rows went. So a flow in DR mode keeps one row per partition and unbroken stretch, however many
+    windows it ran."""
     b = batches_table
     rows = conn.execute(
         select(b)
@@ -103,6 +105,19 @@ def coalesce_window(conn: Connection, flow: str, holder: str) -> int:
     for row in rows:
         batch = committed_batch(row._mapping)
         by_partition.setdefault((batch.topic, batch.partition), []).append(batch)
+    firsts = [(t, p, logged[0].source_start) for (t, p), logged in by_partition.items()]
+    before = (
+        conn.execute(
+            select(b).where(b.c.flow == flow, tuple_(b.c.topic, b.c.partition, b.c.source_end).in_(firsts))
+        ).all()
+        if firsts
+        else []
+    )
+    for row in before:
+        earlier = committed_batch(row._mapping)
+        logged = by_partition[(earlier.topic, earlier.partition)]
+        if earlier.target_end == logged[0].target_start:
+            logged.insert(0, earlier)
     removed = 0
     for (topic, partition), logged in by_partition.items():
         for merged in coalesce([c.as_batch() for c in logged]):

@@ -24,7 +24,8 @@ Invariants:
   removes it with the rest of the flow's state of the topic).
 - A run's partition metrics (``mirror_partition_metrics``) and the recovery point it proves
   (``mirror_recovery``, ``store.recovery``) are committed in the same transaction as its batches;
-  every emitted checkpoint is logged with its latency (``mirror_checkpoint_metrics``).
+  every emitted checkpoint is logged with its latency (``mirror_checkpoint_metrics``). The history
+  goes back ``HISTORY_RETENTION`` (a week), besides the newest rows still read (``prune_history``).
 
 Concurrency: on PostgreSQL (READ COMMITTED) every write transaction first locks the flow's lock row
 with ``SELECT ... FOR UPDATE`` and moves progress with ``UPDATE ... WHERE <expected position>``
@@ -59,6 +60,7 @@ from mirrorflow.core.progress import (
     RecordedGap,
     TopicIdentity,
 )
+from mirrorflow.core.recovery import HISTORY_RETENTION
 from mirrorflow.core.report import PartitionReport
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
 from mirrorflow.store.batch_log import coalesce_window, commit_step
@@ -74,6 +76,7 @@ from mirrorflow.store.database import (
 )
 from mirrorflow.store.read_model import EmittedCheckpoint, ProgressRecord
 from mirrorflow.store.recovery import advance_step
+from mirrorflow.store.retention import prune_history_step
 from mirrorflow.store.rows import (
     BATCH_LOG,
     GAP_LOG,
@@ -384,6 +387,13 @@ class OffsetsStore:
         rows = [partition_metrics_row(flow, run_id, p, now) for p in metrics]
         for start in range(0, len(rows), INSERT_CHUNK):
             conn.execute(insert(m), rows[start : start + INSERT_CHUNK])
+
+    def prune_history(self, flow: str) -> int:
+        """Delete ``flow``'s metrics history older than ``HISTORY_RETENTION`` but the newest rows the
+        status page and the metrics files read (``store.retention``); returns how many rows went.
+        Deletes nothing a run could still need, so it takes no lock."""
+        with self._transaction(write=True) as conn:
+            return prune_history_step(conn, flow, self._now() - HISTORY_RETENTION)
 
     def partition_metrics(self, flow: str, *, run_id: str | None = None) -> list[PartitionReport]:
         """The metrics history of ``flow`` (optionally one run), oldest first."""

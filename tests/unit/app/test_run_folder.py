@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from mirrorflow.app.run_folder import RunFolder, read_file, write_atomically
+from mirrorflow.app.run_folder import RunFolder, flow_runs, prune_runs, read_file, write_atomically
 from mirrorflow.errors import PlanError
 
 
@@ -52,3 +53,24 @@ def test_read_file_of_a_missing_file_says_which_task_to_rerun(tmp_path: Path) ->
 
 
 # --- runner.batches_for --------------------------------------------------------------------------
+
+
+def test_a_flow_keeps_its_newest_run_folders_its_reports_and_the_run_releasing(tmp_path: Path) -> None:
+    def run(n: int, *files: str) -> Path:
+        folder = RunFolder.of(tmp_path, "a->b", f"run-{n:03}")
+        for name in ("plan.json", *files):
+            write_atomically(folder.path / name, "{}")
+        os.utime(folder.path, (1_000_000 + n, 1_000_000 + n))  # run-104 is the newest
+        return folder.path
+
+    folders = [run(n) for n in range(105)]
+    cutover = run(1, "cutover_report.md")  # among the oldest
+    failover = run(2, "failover.md")
+    os.utime(cutover, (1_000_001, 1_000_001))
+    os.utime(failover, (1_000_002, 1_000_002))
+
+    assert prune_runs(tmp_path, "a->b", keep=100, spare="run-000") == 2  # run-003 and run-004
+    left = {p.name for p in flow_runs(tmp_path, "a->b").iterdir()}
+    assert left == {f.name for f in folders[5:]} | {"run-000", "run-001", "run-002"}
+    assert prune_runs(tmp_path, "a->b", keep=100) == 1  # run-000, no longer spared
+    assert prune_runs(tmp_path / "nowhere", "a->b") == 0
