@@ -27,7 +27,7 @@ import re
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,13 +141,27 @@ def _sample_ages(bootstrap: str, watch: Watch, produced: Callable[[], int], stop
 
 
 class RateProducer:
-    """``rate`` records/s round-robin over the partitions, timestamped at the produce call."""
+    """``rate`` records/s round-robin over the partitions of ``topic``, timestamped at the produce
+    call; ``settings`` adds to (or overrides) the producer's."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str = TOPIC,
+        partitions: int = PARTITIONS,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
+        self.topic = topic
         self.producer = Producer(
-            {"bootstrap.servers": bootstrap, "enable.idempotence": "true", "linger.ms": "5", "acks": "all"}
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": "true",
+                "linger.ms": "5",
+                "acks": "all",
+                **(settings or {}),
+            }
         )
-        self.next_seq = [0] * PARTITIONS
+        self.next_seq = [0] * partitions
         self.padding = os.urandom(VALUE_BYTES - 8)
         self.key = os.urandom(16)
 
@@ -156,7 +170,7 @@ class RateProducer:
         while True:
             try:
                 self.producer.produce(
-                    TOPIC,
+                    self.topic,
                     key=self.key,
                     value=seq.to_bytes(8, "big") + self.padding,
                     partition=partition,
@@ -167,20 +181,21 @@ class RateProducer:
                 self.producer.poll(0.01)
         self.next_seq[partition] = seq + 1
 
-    def run(self, rate: int, seconds: float) -> None:
+    def run(self, rate: int, seconds: float, stop: threading.Event | None = None) -> None:
+        """``rate`` records/s for ``seconds`` or until ``stop`` is set, then every record delivered."""
         start, sent = time.monotonic(), 0
-        while (elapsed := time.monotonic() - start) < seconds:
+        while (elapsed := time.monotonic() - start) < seconds and not (stop and stop.is_set()):
             while sent < rate * elapsed:
-                self.one(sent % PARTITIONS)
+                self.one(sent % len(self.next_seq))
                 sent += 1
             self.producer.poll(0)
             time.sleep(0.005)
         if self.producer.flush(60):
-            raise RuntimeError("rpo records were not all delivered")
+            raise RuntimeError(f"{self.topic} records were not all delivered")
 
     def commit_positions(self, consumer: Consumer) -> None:
         consumer.commit(
-            offsets=[TopicPartition(TOPIC, p, n) for p, n in enumerate(self.next_seq) if n],
+            offsets=[TopicPartition(self.topic, p, n) for p, n in enumerate(self.next_seq) if n],
             asynchronous=False,
         )
 

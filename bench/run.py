@@ -44,6 +44,10 @@ no --contenders, no contender runs). Each starts its own source and target clust
             ours each mirror a producer's steady stream (12 partitions, 1 KiB records, --rpo-seconds);
             produce-to-readable latency per record (p50/p99/max), lost/duplicated/reordered records,
             the backlog, and the ages of the newest heartbeat and checkpoint on the target.
+   - soak (bench/soak.py): bounded state in DR mode: DR windows (--soak-window-seconds) back to back
+            until --soak-micro-batches micro-batches have run, under a steady producer (--soak-rate
+            records/s, 12 partitions); the copy is checked record by record, then the offsets
+            database's rows per table and the state folder are checked against README's bounds.
 
 Every process started here is stopped by PID, also on failure; the temp dir is removed unless
 --keep-work is given or a contender or scenario failed (its logs are kept then and the path is printed).
@@ -68,6 +72,7 @@ import contenders
 import report
 import rpo
 import scenarios
+import soak
 from contenders import Context, Result
 from workload import PARTITIONS, WORKLOADS, Workload, create_topics, end_offsets, fingerprint, produce
 
@@ -77,6 +82,7 @@ from mirrorflow_dev.local_kafka import LocalCluster
 SCENARIOS: dict[str, Callable[[scenarios.Options], scenarios.ScenarioResult]] = {
     **scenarios.SCENARIOS,
     "rpo": rpo.rpo,
+    "soak": soak.soak,
 }
 CONTENDERS: dict[str, tuple[str, Callable[[Context], Result]]] = {
     "limit": (contenders.LIMIT, contenders.copy_limit),
@@ -203,6 +209,16 @@ def main() -> int:
     )
     parser.add_argument("--rpo-seconds", type=float, default=180, help="seconds of production per rpo run")
     parser.add_argument("--rpo-contenders", default="mm2,ours", help="who the rpo scenario runs: mm2, ours")
+    parser.add_argument(
+        "--soak-micro-batches",
+        type=int,
+        default=10_000,
+        help="micro-batches the soak scenario's DR windows run in all before its last window",
+    )
+    parser.add_argument(
+        "--soak-window-seconds", type=int, default=120, help="DR window length of the soak scenario"
+    )
+    parser.add_argument("--soak-rate", type=int, default=50, help="records/s produced during the soak")
     parser.add_argument("--heap-mb", type=int, default=1024, help="heap of each broker and Kafka tool JVM")
     parser.add_argument("--tasks-max", type=int, default=os.cpu_count() or 1, help="MM2 tasks.max")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per contender step")
@@ -261,6 +277,9 @@ def run_scenarios(args: argparse.Namespace, work: Path, picked: list[str]) -> li
             tuple(int(r) for r in args.rpo_rates.split(",")),
             args.rpo_seconds,
             tuple(split(args.rpo_contenders, ["mm2", "ours"], "rpo contenders")),
+            args.soak_micro_batches,
+            args.soak_window_seconds,
+            args.soak_rate,
         )
         opts.work.mkdir(parents=True, exist_ok=True)
         try:

@@ -57,6 +57,9 @@ class Options:
     rpo_rates: tuple[int, ...] = (2000,)
     rpo_seconds: float = 180.0
     rpo_contenders: tuple[str, ...] = ("mm2", "ours")
+    soak_micro_batches: int = 10_000
+    soak_window_seconds: int = 120
+    soak_rate: int = 50
 
 
 # ------------------------------------------------------------------------------ Spark RSS sampling

@@ -24,7 +24,7 @@ from mirror_helpers import (
     migrated_airflow,
 )
 
-from mirrorflow.app.run_folder import RunFolder
+from mirrorflow.app.run_folder import flow_runs
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.core.window import WindowSummary
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -100,17 +100,20 @@ def test_dr_windows_through_airflow_mirror_while_records_arrive(
     assert second.returncode == 0, second.stdout[-5000:] + second.stderr[-5000:]
     total = assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", PARTITIONS)
     assert total > PARTITIONS * 300
-    windows = {b.run_id.split("#")[0] for b in store.batches(FLOW)}
-    assert len(windows) == 2 and all(w.startswith("manual__") for w in windows)
-    # Each window's micro-batches end as one merged batch-log row per partition.
-    assert sorted((b.partition, b.run_id.split("#")[0]) for b in store.batches(FLOW)) == sorted(
-        (p, w) for p in range(PARTITIONS) for w in windows
-    )
+    # The summaries the report tasks read: two windows, each of several micro-batches.
+    summaries = [
+        WindowSummary.from_json(p.read_text())
+        for p in flow_runs(config.state_dir, FLOW).glob("*/window.json")
+    ]
+    assert len(summaries) == 2 and all(s.run_id.startswith("manual__") for s in summaries)
+    assert all(s.error is None and s.micro_batches > 1 and s.records > 0 for s in summaries)
+    # The micro-batches of both windows end merged: one batch-log row per partition, from offset 0,
+    # under the second window's last micro-batch.
+    second_id = max(summaries, key=lambda s: s.started_at).run_id
+    assert sorted((b.partition, b.source_start, b.run_id.split("#")[0]) for b in store.batches(FLOW)) == [
+        (p, 0, second_id) for p in range(PARTITIONS)
+    ]
     assert store.lock_holder(FLOW) is None
-    for window in windows:  # the summaries the report tasks read
-        path = RunFolder.of(config.state_dir, FLOW, window).window
-        summary = WindowSummary.from_json(path.read_text())
-        assert summary.error is None and summary.micro_batches > 1 and summary.records > 0
     # The window's own words reach the task log through spark-submit's output.
     assert f"flow {FLOW} window manual__" in first.stdout + first.stderr
 
@@ -166,3 +169,57 @@ def test_a_dr_window_killed_in_the_middle_loses_and_duplicates_nothing(
         assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(spans)), spans
         ends.append(spans[-1][1])
     assert sum(ends) == total
+
+
+def test_a_stopped_dr_window_resumed_after_the_next_one_took_over_writes_nothing_twice(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic = unique_name
+    create_topic(primary.bootstrap, topic, PARTITIONS)
+    config = _dr_config(write_config, topic, window_s=120)
+    assert config.path is not None
+    env = migrated_airflow(tmp_path / "airflow", config, tmp_path)
+    store = OffsetsStore(config.offsets_db_url)
+
+    with _producing(primary.bootstrap, topic, 0):
+        # The old window's whole process group (Airflow, spark-submit, the driver, Python workers) is
+        # stopped in the middle of its micro-batches: a worker frozen, not dead.
+        old = subprocess.Popen(
+            [AIRFLOW, "dags", "test", DAG],
+            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 240
+            while len({b.run_id for b in store.batches(FLOW)}) < 4:
+                assert old.poll() is None, "the window ended before it was stopped"
+                assert time.monotonic() < deadline, "no micro-batches committed"
+                time.sleep(0.05)
+            os.killpg(old.pid, signal.SIGSTOP)
+            # Its lock is taken from it, as an operator does, and the next window runs while records
+            # keep arriving.
+            stopped_holder = store.lock_holder(FLOW)
+            assert stopped_holder is not None
+            assert store.force_release_lock(FLOW) is not None
+            config.path.write_text(
+                config.path.read_text().replace("window.seconds = 120", "window.seconds = 6")
+            )
+            newer = airflow(env, tmp_path, "dags", "test", DAG)
+            assert newer.returncode == 0, newer.stdout[-5000:] + newer.stderr[-5000:]
+        finally:
+            os.killpg(old.pid, signal.SIGCONT)
+        # Woken up, the old window writes only what is next on the target (the broker refuses the
+        # rest) and cannot commit: it ends with an error.
+        out, _ = old.communicate(timeout=300)
+    assert old.returncode != 0
+    assert f"run {stopped_holder} cannot commit" in out, out[-5000:]
+
+    last = airflow(env, tmp_path, "dags", "test", DAG)  # mirrors what arrived until the producer stopped
+
+    assert last.returncode == 0, last.stdout[-5000:] + last.stderr[-5000:]
+    total = assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", PARTITIONS)
+    assert total >= PARTITIONS * 100

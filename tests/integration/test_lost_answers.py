@@ -75,7 +75,10 @@ def test_a_batch_whose_answer_is_lost_is_on_the_target_exactly_once(
         monkeypatch.setattr(KafkaNetClient, "send", send)
         source, target = dict(flow.source.consumer), dict(flow.target.producer)
         runner.execute_copy(
-            config, flow, plan, lambda: copy_result(plan, copy_partitions(plan.partitions, source, target))
+            config,
+            flow,
+            plan,
+            lambda: copy_result(plan, copy_partitions(plan.partitions, source, target, plan.writer)),
         )
         monkeypatch.undo()
         runner.commit_run(config, FLOW, "run-1")

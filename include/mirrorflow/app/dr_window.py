@@ -28,7 +28,7 @@ from mirrorflow.app.run_folder import RunFolder, read_file, write_atomically
 from mirrorflow.config.dr import MODE, DrSettings
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS
-from mirrorflow.core.plan import CopyResult, Plan
+from mirrorflow.core.plan import CopyResult, Plan, Writer
 from mirrorflow.core.recovery import mirrored_as_of
 from mirrorflow.core.report import PartitionReport, build_report
 from mirrorflow.core.window import StepTimes, Timers, WindowSummary
@@ -100,6 +100,7 @@ class _Window:
         self.clock = clock
         self.steps = StepTimes(clock)
         self.topics: RemoteTopics | None = None
+        self.flow_writer: Writer | None = None
         self.micro_batches = self.spark_jobs = self.records = self.bytes = self.checkpoints = 0
         self.lags: dict[tuple[str, int], int] = {}
         self.age: float | None = None
@@ -131,8 +132,17 @@ class _Window:
             timers.ran("acls", now)
         batch_id = f"{self.run_id}#{self.micro_batches}"
         with timed("plan"):
+            if self.flow_writer is None:
+                self.flow_writer = runner.flow_writer(flow, self.target, self.store, self.run_id)
             planned = runner.plan_for(
-                flow, batch_id, DEFAULT_OPTIONS, self.source, self.target, self.topics, self.store
+                flow,
+                batch_id,
+                DEFAULT_OPTIONS,
+                self.source,
+                self.target,
+                self.topics,
+                self.store,
+                writer=self.flow_writer,
             )
             self.micro_batches += 1
             if planned.anchors or planned.topics:

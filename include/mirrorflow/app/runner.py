@@ -25,10 +25,10 @@ from mirrorflow.app.remote_topics import RemoteTopics, ensure_remote_topics, rem
 from mirrorflow.app.run_folder import RunFolder, metrics_file, prune_runs, read_file, write_atomically
 from mirrorflow.config.model import ON_SOURCE_DATA_LOSS, FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS, RunOptions
-from mirrorflow.copy.batch_copy import copy_partitions, copy_result
+from mirrorflow.copy.batch_copy import allocate_writer, copy_partitions, copy_result
 from mirrorflow.copy.range_reader import record_digests
 from mirrorflow.core.metrics import PartitionMetrics, source_metrics_text
-from mirrorflow.core.plan import CopyResult, Plan, SourceGap, offset_range
+from mirrorflow.core.plan import CopyResult, Plan, SourceGap, Writer, offset_range
 from mirrorflow.core.planner import (
     PlannerInput,
     PlannerOutput,
@@ -56,6 +56,7 @@ from mirrorflow.kafka.offset_syncs import emit_offset_syncs
 from mirrorflow.mm2.acl_rules import TopicAcl, missing_acls, target_acls
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.status_reads import recovery_point
+from mirrorflow.store.writers import record_writer, writer_of
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,8 @@ def plan_run(
                 topics = ensure_remote_topics(flow, source, target, options.topics)
                 if flow.sync_topic_acls:
                     sync_acls(flow, source, target, topics.remote_names)
-                planned = plan_for(flow, run_id, options, source, target, topics, store)
+                writer = flow_writer(flow, target, store, run_id)
+                planned = plan_for(flow, run_id, options, source, target, topics, store, writer=writer)
                 store.anchor(flow.name, run_id, planned.anchors, planned.topics)
                 write_atomically(
                     RunFolder.of(config.state_dir, flow.name, run_id).plan, planned.plan.to_json()
@@ -164,9 +166,12 @@ def plan_for(
     topics: RemoteTopics,
     store: OffsetsStore,
     absent: frozenset[tuple[str, int]] = frozenset(),
+    *,
+    writer: Writer | None = None,
 ) -> PlannerOutput:
-    """The planner's input read from both clusters and the offsets table, and its output.
-    ``absent``: remote partitions that do not exist yet (they end at offset 0)."""
+    """The planner's input read from both clusters and the offsets table, and its output, a plan
+    to copy as ``writer`` (``flow_writer``; a dry run has none). ``absent``: remote partitions that
+    do not exist yet (they end at offset 0)."""
     # Before the source's ends are read: the recovery point a commit of this plan proves (core.recovery).
     created_at = datetime.now(UTC).isoformat(timespec="milliseconds")
     tps = [(t, p) for t, n in topics.partitions.items() for p in range(n)]
@@ -202,7 +207,20 @@ def plan_for(
         if g.target_end > g.target_start
     }
     planned = make_plan(replace(inp, copied_past_gap=copied_past_gap))
-    return replace(planned, plan=replace(planned.plan, narrowed=bool(options.topics)))
+    return replace(planned, plan=replace(planned.plan, narrowed=bool(options.topics), writer=writer))
+
+
+def flow_writer(flow: FlowConfig, target: ClusterAdmin, store: OffsetsStore, holder: str) -> Writer:
+    """The producer id every copy of ``flow`` writes as (``core.plan.Writer``), made and recorded
+    the first time the flow writes to its target cluster, while ``holder`` holds the flow's lock."""
+    cluster = target.cluster_id()
+    known = writer_of(store, flow.name, cluster)
+    if known is not None:
+        return known
+    writer = allocate_writer(flow.target.producer)
+    record_writer(store, flow.name, cluster, writer, holder=holder)
+    log.info("flow %s writes to cluster %s as producer id %d", flow.name, cluster, writer.producer_id)
+    return writer
 
 
 def _start_offsets(
@@ -524,4 +542,6 @@ def release_run(config: MirrorConfig, flow_name: str, run_id: str) -> bool:
 def copy_in_process(flow: FlowConfig, plan: Plan) -> CopyResult:
     """A plan of heartbeats only, copied here as the Spark job would copy it: starting Spark costs
     seconds, and a run whose only new records are the heartbeat it just emitted would pay that."""
-    return copy_result(plan, copy_partitions(plan.partitions, flow.source.consumer, flow.target.producer))
+    return copy_result(
+        plan, copy_partitions(plan.partitions, flow.source.consumer, flow.target.producer, plan.writer)
+    )

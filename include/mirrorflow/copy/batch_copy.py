@@ -4,10 +4,15 @@ Runs inside one Spark task (or, for a plan of heartbeats only, in the plan task'
 group of planned partitions, and never imports pyspark. A reader thread fetches the group's
 partitions from the source (Fetch, read_committed) and turns each batch into what the target gets
 (``record_batches``: passed as it is, or re-encoded exactly); the calling thread produces them
-(Produce, acks=all, idempotent). Invariants:
+(Produce, acks=all, idempotent) as the flow's ``Writer``. Invariants:
 - Records reach each remote partition in source order, each exactly once: one produce request in
   flight per partition, its batch resent with the same producer id and sequence until the target
   answers, so the broker appends it once and never after a later one.
+- A record's sequence is its target offset (mod 2^31) and every copy of the flow writes as the same
+  producer id, so the target's broker appends a batch only where the partition ends right before
+  it. A copy that wakes up after a newer one took over (a stopped process, a timed-out task whose
+  Spark job went on) can append only the very records the newer one would write next, at the same
+  offsets; any other batch of it is refused (out of order) and fails it.
 - What an attempt leaves on the target is a prefix of the planned records. Before writing, the
   ``target end - target_start`` records already there are read back and compared with the planned
   ones (key, value, headers, timestamp): records written by anything else are never taken for
@@ -43,7 +48,7 @@ from mirrorflow.copy.record_batches import (
     stamp,
 )
 from mirrorflow.core.metrics import Stats, Timestamps
-from mirrorflow.core.plan import CopyResult, PartitionPlan, PartitionResult, Plan
+from mirrorflow.core.plan import CopyResult, PartitionPlan, PartitionResult, Plan, Writer
 from mirrorflow.errors import AuthorizationError, SourceDataLostError, TargetStateError, TransientError
 
 TP = tuple[str, int]
@@ -63,13 +68,17 @@ _READ_UNCOMMITTED = 0
 _LATEST = -1
 
 _DUPLICATE_SEQUENCE = 46
+# Producer sequences wrap at 2^31 (the broker's own arithmetic).
+_SEQUENCES = 1 << 31
 _TOO_LARGE = frozenset({10, 18})  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE
 _REFUSED = frozenset({29, 31})  # TOPIC_/CLUSTER_AUTHORIZATION_FAILED
 _OUT_OF_RANGE = 1
+# A batch whose sequence is not the partition's next one for the flow's writer: written where the
+# partition no longer ends (see the module's invariants).
+_OUT_OF_ORDER_SEQUENCE = 45
 # Errors after which the writer's state on the broker is gone: only a fresh attempt, which reads
-# the target back first, may continue.
-# OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID.
-_WRITER_LOST = frozenset({45, 47, 59})
+# the target back first, may continue. INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID.
+_WRITER_LOST = frozenset({47, 59})
 # Answers that leave open whether the batch was appended (no answer at all does too):
 # REQUEST_TIMED_OUT, NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS_AFTER_APPEND.
 _MAYBE_APPENDED = frozenset({7, 13, 20})
@@ -282,7 +291,8 @@ class _Partition:
     replication_latency: Stats = field(default_factory=Stats)
     first_received_ms: int = 0
     last_acked_ms: int = 0
-    sequence: int = 0
+    # Records this attempt wrote that the target acknowledged.
+    acked: int = 0
     pending: deque[_Piece] = field(default_factory=deque)
     in_flight: bool = False
     failing_since: float = 0.0
@@ -290,6 +300,11 @@ class _Partition:
     @property
     def tp(self) -> TP:
         return (self.plan.topic, self.plan.partition)
+
+    @property
+    def next_target_offset(self) -> int:
+        """Where the next batch lands: its records' sequences count from there."""
+        return self.plan.target_start + self.already_written + self.acked
 
     @property
     def remote(self) -> TP:
@@ -451,9 +466,14 @@ class BatchCopy:
     """The copy of one group of planned partitions; use as a context manager."""
 
     def __init__(
-        self, plans: Sequence[PartitionPlan], source_props: Mapping[str, str], target_props: Mapping[str, str]
+        self,
+        plans: Sequence[PartitionPlan],
+        source_props: Mapping[str, str],
+        target_props: Mapping[str, str],
+        writer: Writer | None = None,
     ) -> None:
         self.plans = plans
+        self.writer = writer
         self.target = _Cluster(target_props, "target", {p.remote_topic for p in plans})
         try:
             self.source = _Cluster(source_props, "source", {p.topic for p in plans})
@@ -484,7 +504,8 @@ class BatchCopy:
             if written:
                 self._check_written(part)
             parts.append(part)
-        producer_id, epoch = self._producer_id()
+        writer = self.writer or new_writer(self.target)
+        producer_id, epoch = writer.producer_id, writer.producer_epoch
         reader = _Reader(self.source, parts, self.budget)
         reader.start()
         try:
@@ -521,22 +542,6 @@ class BatchCopy:
                 )
         part.count([r.offset for r in source])
         part.position = source[-1].offset + 1
-
-    def _producer_id(self) -> tuple[int, int]:
-        """A fresh idempotent producer id for this attempt (any broker gives one)."""
-        deadline = time.monotonic() + _TIMEOUT_S
-        while True:
-            node = self.target.client.least_loaded_node(bootstrap_fallback=True)
-            response = self.target.call(
-                node, InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1)
-            )
-            if not response.error_code:
-                return int(response.producer_id), int(response.producer_epoch)
-            if response.error_code in _REFUSED:
-                raise _refused_write(_error(response.error_code))
-            if time.monotonic() > deadline:
-                raise TransientError(f"the target gave no producer id: {_error(response.error_code)}")
-            time.sleep(0.1)
 
     def _write(self, reader: _Reader, parts: Sequence[_Partition], producer_id: int, epoch: int) -> None:
         in_flight: dict[int, tuple[Any, list[_Partition]]] = {}
@@ -596,7 +601,7 @@ class BatchCopy:
         for part in sending:
             piece = part.pending[0]
             if not piece.stamped:
-                stamp(piece.data, producer_id, epoch, part.sequence)
+                stamp(piece.data, producer_id, epoch, part.next_target_offset % _SEQUENCES)
                 piece.stamped = True
             topics.setdefault(part.plan.remote_topic, []).append(
                 topic_type.PartitionProduceData(index=part.plan.partition, records=bytes(piece.data))
@@ -628,7 +633,7 @@ class BatchCopy:
 
     def _acked(self, part: _Partition, now: int) -> None:
         piece = part.pending.popleft()
-        part.sequence += piece.count
+        part.acked += piece.count
         part.replication_latency = part.replication_latency.merge(piece.timestamps.elapsed(now))
         part.last_acked_ms = now
         part.failing_since = 0.0
@@ -640,6 +645,12 @@ class BatchCopy:
         where = f"{part.plan.remote_topic}-{part.plan.partition}"
         if code in _REFUSED:
             raise _refused_write(f"{where}: {_error(code)}")
+        if code == _OUT_OF_ORDER_SEQUENCE:
+            raise TransientError(
+                f"the target refused this copy's batch for {where} as out of order: a newer copy of the "
+                "flow wrote there meanwhile (or the target lost the writer's state); nothing was written "
+                "twice, and the plan can be re-run safely: the next attempt reads back what is there"
+            )
         if code in _WRITER_LOST:
             raise TransientError(
                 f"the target lost this copy's producer state for {where} ({_error(code)}); the plan can be "
@@ -668,7 +679,7 @@ class BatchCopy:
         the producer's state, and it drops that state (on restart, or when it expires producers) once
         the batches' record timestamps are older than producer.id.expiration.ms, as mirrored
         history often is."""
-        before = part.plan.target_start + part.already_written + part.sequence
+        before = part.next_target_offset
         while True:
             try:
                 end = end_offsets(self.target, [part.remote])[part.remote]
@@ -718,6 +729,30 @@ class BatchCopy:
             )
 
 
+def new_writer(target: _Cluster) -> Writer:
+    """A producer id of the target's own (any broker gives one): a flow's ``Writer``."""
+    deadline = time.monotonic() + _TIMEOUT_S
+    while True:
+        node = target.client.least_loaded_node(bootstrap_fallback=True)
+        response = target.call(node, InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1))
+        if not response.error_code:
+            return Writer(int(response.producer_id), int(response.producer_epoch))
+        if response.error_code in _REFUSED:
+            raise _refused_write(_error(response.error_code))
+        if time.monotonic() > deadline:
+            raise TransientError(f"the target gave no producer id: {_error(response.error_code)}")
+        time.sleep(0.1)
+
+
+def allocate_writer(target_props: Mapping[str, str]) -> Writer:
+    """A new ``Writer`` for a flow writing to the cluster of ``target_props``."""
+    target = _Cluster(target_props, "target", ())
+    try:
+        return new_writer(target)
+    finally:
+        target.close()
+
+
 def _same(target: SourceRecord, source: SourceRecord) -> bool:
     """The target record is a copy of the source one; a time the target's broker stamped (a
     LogAppendTime remote topic) is not compared."""
@@ -742,12 +777,16 @@ def _refused_write(detail: str) -> AuthorizationError:
 
 
 def copy_partitions(
-    plans: Sequence[PartitionPlan], source_props: Mapping[str, str], target_props: Mapping[str, str]
+    plans: Sequence[PartitionPlan],
+    source_props: Mapping[str, str],
+    target_props: Mapping[str, str],
+    writer: Writer | None,
 ) -> list[PartitionResult]:
-    """Copy one group of planned partitions (one Spark task's); one result per planned partition."""
+    """Copy one group of planned partitions (one Spark task's) as ``writer`` (``None``: a fresh
+    producer id, which fences nothing); one result per planned partition."""
     if not plans:
         return []
-    with BatchCopy(plans, source_props, target_props) as copy:
+    with BatchCopy(plans, source_props, target_props, writer) as copy:
         return copy.run()
 
 

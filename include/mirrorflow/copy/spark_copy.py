@@ -34,11 +34,11 @@ def copy_plan(
         return CopyResult(plan.flow, plan.run_id, ())
 
     # Plain dicts travel to the Spark tasks (the config's own mappings do not pickle).
-    source, target = dict(source_consumer_props), dict(target_producer_props)
+    source, target, writer = dict(source_consumer_props), dict(target_producer_props), plan.writer
 
     def copy(groups: Iterable[tuple[PartitionPlan, ...]]) -> Iterator[PartitionResult]:
         for group in groups:
-            yield from copy_partitions(group, source, target)
+            yield from copy_partitions(group, source, target, writer)
 
     groups = plan.task_groups(plan.task_count(sc.defaultParallelism))
     try:

@@ -97,6 +97,18 @@ class PartitionState:
         return self.end - self.committed
 
 
+@dataclass(frozen=True)
+class Writer:
+    """The flow's producer id on its target cluster, shared by every copy of the flow, with the
+    sequence of each record its target offset (mod 2^31): the target's broker then appends a batch
+    of this producer only where the partition ends right before it (it refuses any other sequence
+    as out of order), so a stale writer that wakes up late can append nothing the current one has
+    not, and nothing twice (see ``copy.batch_copy``)."""
+
+    producer_id: int
+    producer_epoch: int
+
+
 # Planned records that make a second Spark task worth its start (see ``Plan.task_count``).
 RECORDS_PER_TASK = 10_000
 
@@ -114,6 +126,9 @@ class Plan:
     # Only some of the flow's topics were planned (a run's topics option): the plan does not measure
     # the whole flow, so its commit proves no recovery point (``core.recovery``).
     narrowed: bool = False
+    # The flow's writer; a plan made without one (only outside the runner) gets a fresh producer id
+    # per copy task, which fences nothing.
+    writer: Writer | None = None
 
     def __post_init__(self) -> None:
         seen: set[tuple[str, int]] = set()
@@ -184,6 +199,7 @@ class Plan:
             gaps=tuple(SourceGap(**g) for g in raw.get("gaps", ())),
             in_process=bool(raw.get("in_process", False)),
             narrowed=bool(raw.get("narrowed", False)),
+            writer=Writer(**raw["writer"]) if raw.get("writer") else None,
         )
 
     def check_belongs_to(self, flow: str, run_id: str, source: str) -> None:

@@ -83,6 +83,13 @@ class ClusterAdmin:
     ) -> None:
         self._admin.close()
 
+    def cluster_id(self) -> str:
+        """The cluster's id: a cluster rebuilt under the same address has another."""
+        try:
+            return str(self._admin.describe_cluster()["cluster_id"])
+        except KafkaError as error:
+            raise TransientError(f"cluster {self.alias} could not be described: {error}") from error
+
     def topics(self) -> set[str]:
         return set(self._admin.list_topics())
 

@@ -356,8 +356,7 @@ class OffsetsStore:
     ) -> None:
         """Record the recovery point a micro-batch with nothing to copy proves (``run_id`` planned
         the whole flow and found it caught up) while ``holder`` holds the flow's lock."""
-        with self._transaction(write=True) as conn:
-            self._check_lock(conn, flow, holder, "record its recovery point")
+        with self.locked(flow, holder, "record its recovery point") as conn:
             advance_step(conn, flow, run_id, mirrored_as_of, self._now())
 
     def coalesce_batches(self, flow: str, holder: str) -> int:
@@ -365,8 +364,7 @@ class OffsetsStore:
         ``<holder>#<n>``) into one row per unbroken stretch of each partition
         (``batch_log.coalesce_window``); requires the lock held by ``holder``. Returns how many rows
         went."""
-        with self._transaction(write=True) as conn:
-            self._check_lock(conn, flow, holder, "coalesce its batch log")
+        with self.locked(flow, holder, "coalesce its batch log") as conn:
             return coalesce_window(conn, flow, holder)
 
     def record_partition_metrics(
@@ -374,8 +372,7 @@ class OffsetsStore:
     ) -> None:
         """Add ``metrics`` to the flow's history under ``run_id`` (a DR window records its
         micro-batches' figures summed up, a minute at a time) while ``holder`` holds the lock."""
-        with self._transaction(write=True) as conn:
-            self._check_lock(conn, flow, holder, "record metrics")
+        with self.locked(flow, holder, "record metrics") as conn:
             self._record_partition_metrics(conn, flow, run_id, metrics, self._now())
 
     def _record_partition_metrics(
@@ -542,6 +539,15 @@ class OffsetsStore:
 
     def _now(self) -> datetime:
         return as_utc(self._clock())
+
+    @contextmanager
+    def locked(self, flow: str, holder: str, action: str) -> Iterator[Connection]:
+        """A write transaction holding ``flow``'s lock row, which ``holder`` must hold (else
+        ``CommitConflictError`` saying it cannot ``action``); for the store's own modules, as
+        ``read``."""
+        with self._transaction(write=True) as conn:
+            self._check_lock(conn, flow, holder, action)
+            yield conn
 
     def read(self) -> AbstractContextManager[Connection]:
         """A read transaction over the tables (``mirrorflow.store.schema``) for the store's own

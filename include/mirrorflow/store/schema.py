@@ -5,8 +5,9 @@
 source topic a flow mirrors), ``mirror_checkpoints`` (the last checkpoint emitted per consumer group
 and partition), ``mirror_partition_metrics`` and ``mirror_checkpoint_metrics`` (the metrics history),
 ``mirror_recovery`` (when each flow was last mirrored as a whole) with its per-minute history
-``mirror_recovery_history``, and ``mirror_locks`` (one lock row per flow). ``OffsetsStore`` creates
-them on first use; what it guarantees about their rows is in ``mirrorflow.store.offsets_store``.
+``mirror_recovery_history``, ``mirror_writers`` (each flow's producer id on its target cluster) and
+``mirror_locks`` (one lock row per flow). ``OffsetsStore`` creates them on first use; what it
+guarantees about their rows is in ``mirrorflow.store.offsets_store``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = [
     "recovery_history_table",
     "recovery_table",
     "topics_table",
+    "writers_table",
 ]
 
 metadata = MetaData(
@@ -187,6 +189,16 @@ recovery_history_table = Table(
     Column("worst_ms", BigInteger, nullable=False),
     Column("mirrored_as_of", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("flow", "minute"),
+)
+
+writers_table = Table(
+    "mirror_writers",
+    metadata,
+    Column("flow", _NAME, primary_key=True),
+    Column("cluster_id", _NAME, nullable=False),
+    Column("producer_id", BigInteger, nullable=False),
+    Column("producer_epoch", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
 )
 
 locks_table = Table(

@@ -1,0 +1,97 @@
+"""Fencing on real brokers: a copy of a flow stopped in the middle of its writes (SIGSTOP), a newer
+copy of the same plan taking over, then the old one resumed (SIGCONT). The target's broker refuses
+every batch of the old copy that is not the very next one (the flow's writer and sequences,
+``copy.batch_copy``), so the remote topic ends as one copy would have left it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+from mirror_helpers import assert_same_records, create_topic
+
+from mirrorflow.app import runner
+from mirrorflow.config.model import MirrorConfig
+from mirrorflow.copy.batch_copy import copy_partitions
+from mirrorflow.kafka.admin import ClusterAdmin
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.paths import REPO_ROOT
+
+pytestmark = pytest.mark.kafka
+
+FLOW = "primary->backup"
+RECORDS = 3000
+
+# The old copy: the run's plan, copied as the copy task copies it, in a process of its own.
+_OLD_COPY = """
+import sys
+from mirrorflow.app import runner
+from mirrorflow.config.model import load_config
+from mirrorflow.copy.batch_copy import copy_partitions
+config = load_config(sys.argv[1])
+flow = config.flow(sys.argv[2])
+plan = runner.load_plan(config, flow, sys.argv[3])
+copy_partitions(plan.partitions, flow.source.consumer, flow.target.producer, plan.writer)
+"""
+
+
+def _one_batch_per_record(bootstrap: str, topic: str) -> None:
+    """``RECORDS`` records in partition 0, each its own batch: a copy of them takes thousands of
+    produce requests, time enough to stop it in the middle."""
+    producer = sample_data.producer(bootstrap, {"batch.num.messages": "1", "linger.ms": "0"})
+    sample_data.produce(producer, topic, 0, (sample_data.sample_record(topic, 0, i) for i in range(RECORDS)))
+
+
+def _target_end(config: MirrorConfig, remote: str) -> int:
+    with ClusterAdmin(config.flow(FLOW).target) as target:
+        return target.latest_offsets([(remote, 0)])[(remote, 0)]
+
+
+def test_a_copy_stopped_mid_write_and_resumed_after_a_newer_one_took_over_appends_nothing(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    unique_name: str,
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote = unique_name, f"primary.{unique_name}"
+    create_topic(primary.bootstrap, topic, 1)
+    _one_batch_per_record(primary.bootstrap, topic)
+    config = write_config(f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n")
+    assert config.path is not None
+    plan = runner.plan_run(config, FLOW, "run-1")
+    assert plan.writer is not None and [p.source_end for p in plan.partitions] == [RECORDS]
+
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "include")}
+    old = subprocess.Popen(
+        [sys.executable, "-c", _OLD_COPY, str(config.path), FLOW, "run-1"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while (end := _target_end(config, remote)) < 200:
+            assert old.poll() is None, f"the old copy ended before it was stopped: {old.communicate()}"
+            assert time.monotonic() < deadline, "the old copy wrote nothing"
+            time.sleep(0.01)
+        os.kill(old.pid, signal.SIGSTOP)
+        stopped_at = _target_end(config, remote)
+        assert end <= stopped_at < RECORDS, "the old copy finished before it was stopped"
+
+        # The newer copy of the same plan reads back what the old one wrote and writes the rest.
+        flow = config.flow(FLOW)
+        (result,) = copy_partitions(plan.partitions, flow.source.consumer, flow.target.producer, plan.writer)
+        assert (result.records, result.skipped) == (RECORDS, stopped_at)
+    finally:
+        os.kill(old.pid, signal.SIGCONT)
+    _, err = old.communicate(timeout=120)
+
+    # Woken up, the old copy's next batch is refused as out of order: it fails, having added nothing.
+    assert old.returncode != 0
+    assert "out of order: a newer copy of the flow wrote there" in err, err[-3000:]
+    assert _target_end(config, remote) == RECORDS
+    assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, remote, 1) == RECORDS
