@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from mirrorflow.app.checkpoints import emit_checkpoints
 from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.model import MirrorConfig
+from mirrorflow.errors import CommitConflictError
 from mirrorflow.mm2.records import Checkpoint, OffsetSync
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
@@ -69,9 +70,13 @@ def test_a_failed_over_consumer_resumes_exactly_at_the_next_record(
     assert _first_record_at(backup, remote, 0, cp0.downstream_offset) == sample_record(topic, 0, 12)
     assert len(report.emitted) == 2
 
-    # Nothing moved: nothing new is emitted. The group moves on: one new checkpoint.
+    # Nothing moved: nothing new is emitted. The group moves on: one new checkpoint, but not from a
+    # DR window whose run no longer holds the flow's lock (here: nobody holds it).
     assert emit_checkpoints(config, FLOW).emitted == ()
     commit_group(primary.bootstrap, group, {(topic, 0): 20})
+    with pytest.raises(CommitConflictError, match="run window-1 cannot emit checkpoints"):
+        emit_checkpoints(config, FLOW, holder="window-1")
+    assert len(_checkpoints(backup, group)) == 2
     (moved,) = emit_checkpoints(config, FLOW).emitted
     assert (moved.partition, moved.upstream_offset, moved.downstream_offset) == (0, 20, 20)
     assert len(_checkpoints(backup, group)) == 3

@@ -27,6 +27,7 @@ from mirrorflow.core.metrics import checkpoint_metrics_text
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch, GroupPosition
 from mirrorflow.core.translation import OffsetTranslator
+from mirrorflow.errors import CommitConflictError
 from mirrorflow.kafka.admin import TP, ClusterAdmin
 from mirrorflow.kafka.internal_topics import InternalTopicWriter, write_records
 from mirrorflow.mm2.records import Checkpoint
@@ -60,10 +61,16 @@ def translators_for(store: OffsetsStore, flow: str) -> tuple[dict[TP, OffsetTran
 
 
 def emit_checkpoints(
-    config: MirrorConfig, flow_name: str, writer: InternalTopicWriter | None = None
+    config: MirrorConfig,
+    flow_name: str,
+    writer: InternalTopicWriter | None = None,
+    *,
+    holder: str | None = None,
 ) -> CheckpointReport:
     """Translate and emit what moved since the last call (nothing when emit.checkpoints.enabled is
-    false); ``writer``: an open producer for the checkpoints topic."""
+    false); ``writer``: an open producer for the checkpoints topic; ``holder``: the run that must
+    still hold the flow's lock right before the checkpoints are written (a DR window: one frozen and
+    woken up after the next took over would otherwise write positions it read before)."""
     flow = config.flow(flow_name)
     if not flow.emit_checkpoints:
         return CheckpointReport(0, (), 0)
@@ -76,6 +83,11 @@ def emit_checkpoints(
         previous = store.checkpoints(flow.name)
         emit, untranslated = next_positions(committed, translators, remote_names, previous)
         if emit:
+            if holder is not None and store.lock_holder(flow.name) != holder:
+                raise CommitConflictError(
+                    f"flow {flow.name}: run {holder} cannot emit checkpoints: it no longer holds the "
+                    "flow's lock (another run took it over); nothing was written"
+                )
             _write(flow, emit, writer)
             # MM2's checkpoint latency: from reading the group's offsets to the checkpoint's ack.
             store.record_checkpoints(flow.name, emit, round((time.monotonic() - read_at) * 1000))

@@ -189,7 +189,8 @@ class _Window:
         self.lags = {(p.topic, p.partition): p.lag for p in report.partitions}
         if flow.emit_checkpoints and timers.due("checkpoints", now):
             with timed("checkpoints"):
-                self.checkpoints += len(emit_checkpoints(self.config, flow.name, self.writer).emitted)
+                emitted = emit_checkpoints(self.config, flow.name, self.writer, holder=self.run_id).emitted
+                self.checkpoints += len(emitted)
             timers.ran("checkpoints", now)
         if timers.due("progress", now):
             self.settle()
