@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -185,41 +186,34 @@ def test_a_stopped_dr_window_resumed_after_the_next_one_took_over_writes_nothing
     env = migrated_airflow(tmp_path / "airflow", config, tmp_path)
     store = OffsetsStore(config.offsets_db_url)
 
-    with _producing(primary.bootstrap, topic, 0):
-        # The old window's whole process group (Airflow, spark-submit, the driver, Python workers) is
-        # stopped in the middle of its micro-batches: a worker frozen, not dead.
-        old = subprocess.Popen(
-            [AIRFLOW, "dags", "test", DAG],
-            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True,
-        )  # fmt: skip
-        try:
+    # The old window's whole process group (Airflow, spark-submit, the driver, Python workers) is
+    # stopped in the middle of its micro-batches while records arrive: a worker frozen, not dead.
+    old = subprocess.Popen(
+        [AIRFLOW, "dags", "test", DAG],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        with _producing(primary.bootstrap, topic, 0):
             deadline = time.monotonic() + 240
             while len({b.run_id for b in store.batches(FLOW)}) < 4:
                 assert old.poll() is None, "the window ended before it was stopped"
                 assert time.monotonic() < deadline, "no micro-batches committed"
                 time.sleep(0.05)
             os.killpg(old.pid, signal.SIGSTOP)
-            # Its lock is taken from it, as an operator does, and the next window runs while records
-            # keep arriving.
-            stopped_holder = store.lock_holder(FLOW)
-            assert stopped_holder is not None
-            assert store.force_release_lock(FLOW) is not None
-            config.path.write_text(
-                config.path.read_text().replace("window.seconds = 120", "window.seconds = 6")
-            )
-            newer = airflow(env, tmp_path, "dags", "test", DAG)
-            assert newer.returncode == 0, newer.stdout[-5000:] + newer.stderr[-5000:]
-        finally:
-            os.killpg(old.pid, signal.SIGCONT)
-        # Woken up, the old window writes only what is next on the target (the broker refuses the
-        # rest) and cannot commit: it ends with an error.
-        out, _ = old.communicate(timeout=300)
+        # Its lock is taken from it, as an operator does, and the next window mirrors everything.
+        stopped = store.lock_holder(FLOW)
+        assert stopped is not None and store.force_release_lock(FLOW) is not None
+        config.path.write_text(config.path.read_text().replace("window.seconds = 120", "window.seconds = 5"))
+        newer = airflow(env, tmp_path, "dags", "test", DAG)
+        assert newer.returncode == 0, newer.stdout[-5000:] + newer.stderr[-5000:]
+    finally:
+        os.killpg(old.pid, signal.SIGCONT)
+    # Woken up, the old window's stale batches are refused by the target's broker and its next
+    # write to the offsets table by the lock: it ends with an error, having added nothing.
+    out, _ = old.communicate(timeout=300)
+
     assert old.returncode != 0
-    assert f"run {stopped_holder} cannot commit" in out, out[-5000:]
-
-    last = airflow(env, tmp_path, "dags", "test", DAG)  # mirrors what arrived until the producer stopped
-
-    assert last.returncode == 0, last.stdout[-5000:] + last.stderr[-5000:]
+    assert re.search(rf"run {re.escape(stopped)} cannot (commit|record its recovery point)", out), out[-5000:]
     total = assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", PARTITIONS)
-    assert total >= PARTITIONS * 100
+    assert total >= PARTITIONS * 20

@@ -132,17 +132,8 @@ class _Window:
             timers.ran("acls", now)
         batch_id = f"{self.run_id}#{self.micro_batches}"
         with timed("plan"):
-            if self.flow_writer is None:
-                self.flow_writer = runner.flow_writer(flow, self.target, self.store, self.run_id)
             planned = runner.plan_for(
-                flow,
-                batch_id,
-                DEFAULT_OPTIONS,
-                self.source,
-                self.target,
-                self.topics,
-                self.store,
-                writer=self.flow_writer,
+                flow, batch_id, DEFAULT_OPTIONS, self.source, self.target, self.topics, self.store
             )
             self.micro_batches += 1
             if planned.anchors or planned.topics:
@@ -150,6 +141,9 @@ class _Window:
         plan = planned.plan
         written = 0
         if plan.partitions or plan.gaps:
+            if self.flow_writer is None:
+                self.flow_writer = runner.flow_writer(flow, self.target, self.store, self.run_id)
+            plan = replace(plan, writer=self.flow_writer)
             with timed("copy"):
                 if not plan.partitions:
                     result = CopyResult(flow.name, batch_id, ())

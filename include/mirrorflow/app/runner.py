@@ -78,8 +78,11 @@ def plan_run(
                 topics = ensure_remote_topics(flow, source, target, options.topics)
                 if flow.sync_topic_acls:
                     sync_acls(flow, source, target, topics.remote_names)
-                writer = flow_writer(flow, target, store, run_id)
-                planned = plan_for(flow, run_id, options, source, target, topics, store, writer=writer)
+                planned = plan_for(flow, run_id, options, source, target, topics, store)
+                # After planning: a plan refused for bad state leaves nothing behind, not even this.
+                planned = replace(
+                    planned, plan=replace(planned.plan, writer=flow_writer(flow, target, store, run_id))
+                )
                 store.anchor(flow.name, run_id, planned.anchors, planned.topics)
                 write_atomically(
                     RunFolder.of(config.state_dir, flow.name, run_id).plan, planned.plan.to_json()
@@ -166,12 +169,10 @@ def plan_for(
     topics: RemoteTopics,
     store: OffsetsStore,
     absent: frozenset[tuple[str, int]] = frozenset(),
-    *,
-    writer: Writer | None = None,
 ) -> PlannerOutput:
-    """The planner's input read from both clusters and the offsets table, and its output, a plan
-    to copy as ``writer`` (``flow_writer``; a dry run has none). ``absent``: remote partitions that
-    do not exist yet (they end at offset 0)."""
+    """The planner's input read from both clusters and the offsets table, and its output (a plan
+    still without its writer: ``flow_writer``). ``absent``: remote partitions that do not exist
+    yet (they end at offset 0)."""
     # Before the source's ends are read: the recovery point a commit of this plan proves (core.recovery).
     created_at = datetime.now(UTC).isoformat(timespec="milliseconds")
     tps = [(t, p) for t, n in topics.partitions.items() for p in range(n)]
@@ -207,7 +208,7 @@ def plan_for(
         if g.target_end > g.target_start
     }
     planned = make_plan(replace(inp, copied_past_gap=copied_past_gap))
-    return replace(planned, plan=replace(planned.plan, narrowed=bool(options.topics), writer=writer))
+    return replace(planned, plan=replace(planned.plan, narrowed=bool(options.topics)))
 
 
 def flow_writer(flow: FlowConfig, target: ClusterAdmin, store: OffsetsStore, holder: str) -> Writer:
