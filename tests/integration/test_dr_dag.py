@@ -28,6 +28,7 @@ from mirror_helpers import (
 from mirrorflow.app.run_folder import flow_runs
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.core.window import WindowSummary
+from mirrorflow.errors import TransientError
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -172,6 +173,25 @@ def test_a_dr_window_killed_in_the_middle_loses_and_duplicates_nothing(
     assert sum(ends) == total
 
 
+def _freeze_outside_a_transaction(run: subprocess.Popen[str], config: MirrorConfig) -> str:
+    """SIGSTOP the run's process group at a moment it holds no offsets-database transaction, and
+    take the flow's lock from it; returns the run it was taken from. A process frozen inside a
+    SQLite write transaction blocks every other writer until it is killed (on PostgreSQL, until
+    ``idle_in_transaction_session_timeout``): no newer run could start, which is not this test."""
+    quick = OffsetsStore(config.offsets_db_url, busy_timeout_seconds=0.5)
+    for _ in range(50):
+        os.killpg(run.pid, signal.SIGSTOP)
+        try:
+            taken = quick.force_release_lock(FLOW)
+        except TransientError:
+            os.killpg(run.pid, signal.SIGCONT)
+            time.sleep(0.05)
+            continue
+        assert taken is not None
+        return taken.run_id
+    raise AssertionError("the window was inside a database transaction at every try")
+
+
 def test_a_stopped_dr_window_resumed_after_the_next_one_took_over_writes_nothing_twice(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],
@@ -200,10 +220,8 @@ def test_a_stopped_dr_window_resumed_after_the_next_one_took_over_writes_nothing
                 assert old.poll() is None, "the window ended before it was stopped"
                 assert time.monotonic() < deadline, "no micro-batches committed"
                 time.sleep(0.05)
-            os.killpg(old.pid, signal.SIGSTOP)
-        # Its lock is taken from it, as an operator does, and the next window mirrors everything.
-        stopped = store.lock_holder(FLOW)
-        assert stopped is not None and store.force_release_lock(FLOW) is not None
+            stopped = _freeze_outside_a_transaction(old, config)
+        # Its lock was taken from it, as an operator does; the next window mirrors everything.
         config.path.write_text(config.path.read_text().replace("window.seconds = 120", "window.seconds = 5"))
         newer = airflow(env, tmp_path, "dags", "test", DAG)
         assert newer.returncode == 0, newer.stdout[-5000:] + newer.stderr[-5000:]
