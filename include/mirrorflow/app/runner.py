@@ -173,6 +173,9 @@ def plan_for(
     """The planner's input read from both clusters and the offsets table, and its output (a plan
     still without its writer: ``flow_writer``). ``absent``: remote partitions that do not exist
     yet (they end at offset 0)."""
+    # Before either cluster's ends: offsets only grow, so a commit made meanwhile (by a run that took
+    # a stalled run's lock over) can never look like a recreated source topic or a truncated remote one.
+    progress = store.progress(flow.name)
     # Before the source's ends are read: the recovery point a commit of this plan proves (core.recovery).
     created_at = datetime.now(UTC).isoformat(timespec="milliseconds")
     tps = [(t, p) for t, n in topics.partitions.items() for p in range(n)]
@@ -183,7 +186,6 @@ def plan_for(
         **{tp: 0 for tp in absent},
         **target.latest_offsets([tp for tp in remote_tps if tp not in absent]),
     }
-    progress = store.progress(flow.name)
     new = [tp for tp in tps if tp not in progress]
     inp = PlannerInput(
         flow=flow.name,
