@@ -41,9 +41,10 @@ from rpo import RateProducer
 from scenarios import Options, ScenarioResult, prepare_airflow, start
 from workload import compare, create_topics, fingerprint
 
-from mirrorflow.app.run_folder import RUNS_KEPT, flow_runs
 from mirrorflow.core.window import WindowSummary
 from mirrorflow.errors import MirrorError
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.run_documents import RUNS_KEPT, recent_documents
 from mirrorflow_dev import local_kafka
 
 TOPIC = "soak"
@@ -105,13 +106,17 @@ def _properties(source: str, target: str, state: Path, db: Path, window_s: int) 
     )
 
 
-def _summaries(state: Path) -> set[Path]:
-    return set(flow_runs(state, FLOW).glob("*/window.json"))
+def _summaries(db: Path) -> dict[str, str]:
+    """Every DR window summary saved in the offsets database, by run id."""
+    if not db.exists():
+        return {}
+    with OffsetsStore(f"sqlite:///{db}") as store:
+        return {run: text for run, _, text in recent_documents(store, FLOW, "window", RUNS_KEPT + 10)}
 
 
 def _run_window(env: dict[str, str], logs: Path, state: Path, index: int, window_s: int) -> Window:
-    """One `airflow dags test` of the DR DAG, waited for; its new run folder's summary read."""
-    before = _summaries(state)
+    """One `airflow dags test` of the DR DAG, waited for; its new window summary read."""
+    before = _summaries(state / "offsets.db")
     log = logs / f"airflow-dags-test-{index:03d}.out"
     started = time.monotonic()
     proc = start_logged([AIRFLOW, "dags", "test", DAG_ID], log, env)
@@ -123,12 +128,12 @@ def _run_window(env: dict[str, str], logs: Path, state: Path, index: int, window
     finally:
         stop_process(proc, group=True)
     window = Window(index, rc, time.monotonic() - started, str(log))
-    new = sorted(_summaries(state) - before)
+    new = [(run, text) for run, text in _summaries(state / "offsets.db").items() if run not in before]
     if len(new) != 1:
         window.error = f"{len(new)} new window summaries (expected 1)"
         return window
     try:
-        summary = WindowSummary.from_json(new[0].read_text(), str(new[0]))
+        summary = WindowSummary.from_json(new[0][1], f"the window summary of run {new[0][0]}")
     except MirrorError as exc:
         window.error = str(exc)
         return window
@@ -190,28 +195,22 @@ def _folder(path: Path) -> dict[str, int]:
 
 
 def _state(state: Path, db: Path) -> dict[str, Any]:
-    runs = flow_runs(state, FLOW)
-    return {
-        "db_bytes": _db_bytes(db),
-        "tables": _row_counts(db),
-        "state_folder": _folder(state),
-        "runs_folder": _folder(runs),
-        "run_folders": sum(1 for p in runs.iterdir() if p.is_dir()),
-    }
+    return {"db_bytes": _db_bytes(db), "tables": _row_counts(db), "state_folder": _folder(state)}
 
 
 def _bounds(state: dict[str, Any], elapsed_min: float, windows: int) -> list[Bound]:
-    """Each table's rows (and the run folders) next to README's bound, where it states one."""
+    """Each table's rows next to README's bound, where it states one."""
     tables: dict[str, int] = state["tables"]
     stated = {
         "mirror_batches": MIRRORED_PARTITIONS * (1 + tables.get("mirror_gaps", 0)),
         "mirror_partition_metrics": math.floor((elapsed_min + windows + 2) * MIRRORED_PARTITIONS),
         "mirror_recovery_history": math.floor(elapsed_min + 2),
+        # A DR run leaves one document, its window's summary.
+        "mirror_run_documents": RUNS_KEPT,
     }
     rows = [Bound(f"`{t}` rows", n, stated.get(t)) for t, n in tables.items()]
     missing = [Bound(f"`{t}` rows", 0, b) for t, b in stated.items() if t not in tables]
-    folders = Bound(f"run folders in {flow_runs(Path(), FLOW)}/", state["run_folders"], RUNS_KEPT)
-    return [*rows, *missing, folders]
+    return [*rows, *missing]
 
 
 def _verify(source: str, target: str) -> list[str]:
@@ -334,8 +333,7 @@ def _table(data: dict[str, Any], bounds: list[Bound], exact: bool, failed: list[
     lines += [
         f"| offsets DB size | {st['db_bytes'] / MIB:.2f} MiB | | |",
         f"| state folder | {st['state_folder']['bytes'] / MIB:.2f} MiB in {st['state_folder']['files']} "
-        f"files (run folders: {st['runs_folder']['bytes'] / MIB:.2f} MiB in {st['runs_folder']['files']}) "
-        "| | |",
+        "files | | |",
         "",
         "Copy exact = every record of `soak` and `source.soak` read: per partition the same count and "
         "order-sensitive sha256 over key, value, headers and timestamp. Rows are counted read-only in "

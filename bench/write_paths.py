@@ -39,7 +39,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from mirrorflow.app import runner
-from mirrorflow.app.run_folder import RunFolder, write_atomically
 from mirrorflow.config.model import parse_config
 from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow_dev import local_kafka, paths, processes
@@ -278,8 +277,12 @@ def measure(
         plan = runner.plan_run(config, flow.name, "bench")
 
         def ours() -> None:
-            result = copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer)
-            write_atomically(RunFolder.of(config.state_dir, flow.name, "bench").result, result.to_json())
+            runner.execute_copy(
+                config,
+                flow,
+                plan,
+                lambda: copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer),
+            )
 
         results.append(timed("(ii) record batches as bytes (ours)", ours, f"primary.{SOURCE}"))
         # The flow also mirrors the source's heartbeats topic, as MM2 does: count the bench topic only.

@@ -26,6 +26,13 @@ from mirrorflow.core.recovery import RecoveryStep
 from mirrorflow.core.report import PartitionReport
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError
 from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.run_documents import (
+    find_document,
+    prune_documents,
+    read_document,
+    recent_documents,
+    save_document,
+)
 from mirrorflow.store.schema import metadata
 from mirrorflow.store.status_reads import recovery_history, recovery_point
 
@@ -864,3 +871,49 @@ def test_recorded_checkpoints_replace_the_previous_per_group_and_partition(
         CheckpointMetrics("billing", "primary.orders", 0, 25),
         CheckpointMetrics("billing", "primary.orders", 1, 40),
     ]
+
+
+def test_a_runs_documents_are_replaced_whole_with_those_they_supersede(store: OffsetsStore) -> None:
+    save_document(store, FLOW, "run-1", "plan", "plan v1")
+    save_document(store, FLOW, "run-1", "copy_failed", "failed")
+    save_document(store, "other->flow", "run-1", "result", "other flow's result")
+
+    save_document(store, FLOW, "run-1", "result", "result v1", supersedes=["copy_failed"])
+    save_document(store, FLOW, "run-1", "plan", "plan v2")
+
+    assert find_document(store, FLOW, "run-1", "plan") == "plan v2"
+    assert find_document(store, FLOW, "run-1", "result") == "result v1"
+    assert find_document(store, FLOW, "run-1", "copy_failed") is None
+    assert find_document(store, FLOW, "run-2", "plan") is None
+    assert find_document(store, "other->flow", "run-1", "result") == "other flow's result"
+    with pytest.raises(PlanError) as missing:
+        read_document(store, FLOW, "run-2", "plan", "plan")
+    assert str(missing.value) == (
+        "the plan of run run-2 of flow primary->backup in the offsets database does not exist; re-run the "
+        "task that writes it"
+    )
+
+
+def test_a_flow_keeps_the_documents_of_its_newest_runs_and_of_the_run_releasing(
+    store: OffsetsStore, clock: FakeClock
+) -> None:
+    for n in range(6):
+        save_document(store, FLOW, f"run-{n}", "plan", f"plan {n}")
+        clock.advance(1)
+    save_document(store, FLOW, "run-0", "result", "run-0 wrote last")  # run-0 is now the newest
+    save_document(store, "other->flow", "run-9", "plan", "kept")
+
+    assert prune_documents(store, FLOW, spare="run-1", keep=3) == 2  # run-2 and run-3
+
+    assert [r for r, _, _ in recent_documents(store, FLOW, "plan", 10)] == [
+        "run-5",
+        "run-4",
+        "run-1",
+        "run-0",
+    ]
+    assert [(r, at, body) for r, at, body in recent_documents(store, FLOW, "plan", 1)] == [
+        ("run-5", T0 + timedelta(seconds=5), "plan 5")
+    ]
+    assert find_document(store, FLOW, "run-0", "result") == "run-0 wrote last"
+    assert prune_documents(store, FLOW, spare="run-5", keep=3) == 1  # run-1, no longer spared
+    assert find_document(store, "other->flow", "run-9", "plan") == "kept"

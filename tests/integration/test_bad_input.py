@@ -32,7 +32,6 @@ from sqlalchemy import create_engine, select, text
 
 from mirrorflow.app import runner
 from mirrorflow.app.checkpoints import emit_checkpoints
-from mirrorflow.app.run_folder import RunFolder
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.core.progress import Batch, PartitionProgress
@@ -47,6 +46,7 @@ from mirrorflow.errors import (
 from mirrorflow.store import cli, schema
 from mirrorflow.store.database import redact_url
 from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.run_documents import DocumentName, describe, find_document, save_document
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.processes import free_ports
@@ -269,9 +269,15 @@ class Scene:
     names: dict[str, str]
     state_url: str | None
 
-    @property
-    def files(self) -> RunFolder:
-        return RunFolder.of(self.config.state_dir, FLOW, RUN)
+    def document(self, name: DocumentName) -> str | None:
+        """RUN's document ``name`` as saved (``store.run_documents``)."""
+        with self.store() as store:
+            return find_document(store, FLOW, RUN, name)
+
+    def save(self, name: DocumentName, body: str) -> None:
+        """Overwrite RUN's document ``name`` behind mirrorflow's back."""
+        with self.store() as store:
+            save_document(store, FLOW, RUN, name, body)
 
     def store(self) -> OffsetsStore:
         assert self.state_url is not None
@@ -330,24 +336,24 @@ def planned_then(change: Callable[[Scene], None]) -> Callable[[Scene], None]:
 
 
 def plan_of_another_flow(scene: Scene) -> None:
-    plan = Plan.from_json(scene.files.plan.read_text())
-    scene.files.plan.write_text(replace(plan, flow="backup->primary", run_id="scheduled__other").to_json())
+    plan = Plan.from_json(scene.document("plan") or "")
+    scene.save("plan", replace(plan, flow="backup->primary", run_id="scheduled__other").to_json())
 
 
 def plan_truncated(scene: Scene) -> None:
-    scene.files.plan.write_text(scene.files.plan.read_text()[:40])
+    scene.save("plan", (scene.document("plan") or "")[:40])
 
 
 def plan_deleted(scene: Scene) -> None:
-    scene.files.plan.unlink()
+    scene.sql("DELETE FROM mirror_run_documents WHERE name = 'plan'")
 
 
 def result_truncated(scene: Scene) -> None:
-    scene.files.result.write_text(CopyResult(FLOW, RUN, ()).to_json()[:30])
+    scene.save("result", CopyResult(FLOW, RUN, ()).to_json()[:30])
 
 
 def result_of_another_run(scene: Scene) -> None:
-    scene.files.result.write_text(CopyResult(FLOW, "scheduled__other", ()).to_json())
+    scene.save("result", CopyResult(FLOW, "scheduled__other", ()).to_json())
 
 
 STEPS: dict[str, Callable[[MirrorConfig], object]] = {
@@ -488,14 +494,14 @@ STATE_CASES = [
         planned_then(plan_deleted),
         "commit",
         PlanError,
-        "plan file {plan} does not exist; re-run the task that writes it",
+        "{plan} does not exist; re-run the task that writes it",
     ),
     StateCase(
         "result-missing",
         planned_then(as_is),
         "commit",
         PlanError,
-        "copy result {result} does not exist; re-run the task that writes it",
+        "{result} does not exist; re-run the task that writes it",
     ),
     StateCase(
         "result-truncated",
@@ -578,7 +584,7 @@ def stage(
         )
         state_url = None if case.state_db is None else case.state_db.format(**names)
         scene = Scene(config, topic, names, state_url)
-        names.update(plan=str(scene.files.plan), result=str(scene.files.result))
+        names.update(plan=describe(FLOW, RUN, "plan"), result=describe(FLOW, RUN, "copy result"))
         if state_url is not None:
             OffsetsStore(state_url).lock_info(FLOW)  # the schema exists before the row's setup
         case.setup(scene)

@@ -25,11 +25,11 @@ from mirror_helpers import (
     migrated_airflow,
 )
 
-from mirrorflow.app.run_folder import flow_runs
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.core.window import WindowSummary
 from mirrorflow.errors import TransientError
 from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.run_documents import recent_documents
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 
@@ -103,10 +103,7 @@ def test_dr_windows_through_airflow_mirror_while_records_arrive(
     total = assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", PARTITIONS)
     assert total > PARTITIONS * 300
     # The summaries the report tasks read: two windows, each of several micro-batches.
-    summaries = [
-        WindowSummary.from_json(p.read_text())
-        for p in flow_runs(config.state_dir, FLOW).glob("*/window.json")
-    ]
+    summaries = [WindowSummary.from_json(text) for _, _, text in recent_documents(store, FLOW, "window", 10)]
     assert len(summaries) == 2 and all(s.run_id.startswith("manual__") for s in summaries)
     assert all(s.error is None and s.micro_batches > 1 and s.records > 0 for s in summaries)
     # The micro-batches of both windows end merged: one batch-log row per partition, from offset 0,

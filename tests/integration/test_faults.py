@@ -37,7 +37,6 @@ from pyspark.sql import SparkSession
 
 from mirrorflow.app import runner
 from mirrorflow.app.dag_spec import flow_dag_spec
-from mirrorflow.app.run_folder import RunFolder, write_atomically
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.plan import Plan
@@ -256,14 +255,18 @@ def test_a_killed_copy_or_commit_then_carrying_on_leaves_every_record_exactly_on
                 _kill_copy(kill, config, plan, targets, tmp_path / "spark-submit.log")
             else:
                 result = copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer)
-                write_atomically(RunFolder.of(config.state_dir, flow.name, "run-1").result, result.to_json())
+                runner.execute_copy(config, flow, plan, lambda: result)
                 _kill_commit(kill, config, "run-1")
                 _assert_progress_all_or_nothing(config, plan)
             if kill.retry:  # Airflow retries the killed task: the same plan, then the commit
                 if kill.stage == "copy":
-                    result = copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer)
-                    write_atomically(
-                        RunFolder.of(config.state_dir, flow.name, "run-1").result, result.to_json()
+                    runner.execute_copy(
+                        config,
+                        flow,
+                        plan,
+                        lambda: copy_plan(
+                            spark.sparkContext, plan, flow.source.consumer, flow.target.producer
+                        ),
                     )
                 runner.commit_run(config, FLOW, "run-1")
         finally:
@@ -383,7 +386,7 @@ def test_a_broker_fault_during_the_copy_loses_and_duplicates_nothing(
             injector.join()
             result = copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer)
         injector.join()
-        write_atomically(RunFolder.of(config.state_dir, flow.name, "run-1").result, result.to_json())
+        runner.execute_copy(config, flow, plan, lambda: result)
         runner.commit_run(config, FLOW, "run-1")
     finally:
         runner.release_run(config, FLOW, "run-1")

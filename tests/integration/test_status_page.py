@@ -41,10 +41,10 @@ from mirror_helpers import (
 )
 from websockets.sync.client import ClientConnection, connect
 
-from mirrorflow.app.run_folder import RunFolder
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.core.plan import Plan
 from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.run_documents import find_document
 from mirrorflow.store.status_reads import recovery_history, recovery_point
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_airflow import USER, LocalAirflow
@@ -351,7 +351,7 @@ def test_the_status_page_shows_a_flow_that_ran(
     # Run 2 copied everything its plan saw, and the source (read when the page was built) holds
     # nothing more: the recovery point is 0, resting on run 2's plan time.
     as_of = datetime.fromisoformat(
-        Plan.from_json(RunFolder.of(config.state_dir, FLOW, ids[1]).plan.read_text()).created_at
+        Plan.from_json(find_document(store, FLOW, ids[1], "plan") or "").created_at
     )
     assert recovery_point(store, FLOW) == as_of
     assert fields.pop("recovery") == "0 s (caught up)"

@@ -18,7 +18,7 @@ from mirror_helpers import create_topic, run_flow, transactional_producer, wait_
 from pyspark.sql import SparkSession
 
 from mirrorflow.app import runner
-from mirrorflow.app.run_folder import RunFolder, metrics_file, write_atomically
+from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy import batch_copy
 from mirrorflow.copy.spark_copy import copy_plan
@@ -27,6 +27,7 @@ from mirrorflow.core.progress import PartitionProgress
 from mirrorflow.core.report import RunReport
 from mirrorflow.errors import TargetStateError
 from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.run_documents import save_document
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.sample_data import BASE_TIMESTAMP_MS, Record, sample_record
@@ -65,7 +66,8 @@ def _copy(config: MirrorConfig, plan: Plan, spark: SparkSession) -> CopyResult:
 
 
 def _commit(config: MirrorConfig, run_id: str, result: CopyResult) -> RunReport:
-    write_atomically(RunFolder.of(config.state_dir, config.flow(FLOW).name, run_id).result, result.to_json())
+    with OffsetsStore(config.offsets_db_url) as store:
+        save_document(store, FLOW, run_id, "result", result.to_json())
     return runner.commit_run(config, FLOW, run_id).report
 
 

@@ -20,7 +20,6 @@ from mirror_helpers import create_topic, delete_records, run_flow, transactional
 from pyspark.sql import SparkSession
 
 from mirrorflow.app.dag_spec import flow_dag_spec, spark_jars
-from mirrorflow.app.run_folder import RunFolder
 from mirrorflow.app.verify import load_verify_result, plan_verification, write_verify_plan
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_verify import verify_ranges
@@ -34,6 +33,8 @@ from mirrorflow.core.verify import (
     digest_records,
     verify_plan,
 )
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.run_documents import find_document
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.paths import REPO_ROOT
@@ -224,6 +225,9 @@ def test_the_verify_job_runs_through_spark_submit_and_succeeds_on_a_difference(
     # No plan for the run: the job fails, before Spark starts, and writes no result.
     missing = _spark_submit(config, "verify-2")
     assert missing.returncode != 0
-    assert "mirrorflow.errors.PlanError: verify plan " in missing.stdout
-    assert "verify-2/verify_plan.json does not exist" in missing.stdout
-    assert not RunFolder.of(config.state_dir, flow.name, "verify-2").verify_result.exists()
+    assert (
+        f"mirrorflow.errors.PlanError: the verify plan of run verify-2 of flow {FLOW} in the offsets "
+        "database does not exist" in missing.stdout
+    )
+    with OffsetsStore(config.offsets_db_url) as store:
+        assert find_document(store, FLOW, "verify-2", "verify_result") is None

@@ -24,7 +24,6 @@ from mirrorflow.app.checkpoints import emit_checkpoints
 from mirrorflow.app.copy_guard import lock_deadline
 from mirrorflow.app.freshness import staleness
 from mirrorflow.app.remote_topics import RemoteTopics, ensure_remote_topics
-from mirrorflow.app.run_folder import RunFolder, read_file, write_atomically
 from mirrorflow.config.dr import MODE, DrSettings
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS
@@ -37,6 +36,7 @@ from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.kafka.heartbeats import emit_heartbeats, freshness_seconds
 from mirrorflow.kafka.internal_topics import InternalTopicWriter
 from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.run_documents import describe, read_document, save_document
 
 log = logging.getLogger(__name__)
 
@@ -288,9 +288,11 @@ def run_window(
     sleep: Callable[[float], None] = time.sleep,
 ) -> WindowSummary:
     """Micro-batches back to back for the flow's window, then the window's summary, saved in the
-    run's folder for its report task. A transient error (a broker or the offsets database away for
-    a while) is waited out inside the window; the last one is the summary's error if the window ends
-    before a micro-batch succeeds again. Any other error ends the window at once as its error."""
+    offsets database for its report task (``store.run_documents``). A transient error (a broker or
+    the offsets database away for a while) is waited out inside the window; the last one is the
+    summary's error if the window ends before a micro-batch succeeds again (an offsets database
+    still away then fails the job, and Airflow retries it). Any other error ends the window at once
+    as its error."""
     flow = config.flow(flow_name)
     dr = dr_settings_of(flow)
     started = datetime.now(UTC)
@@ -312,7 +314,7 @@ def run_window(
             if error is None:
                 window.settle()
         summary = window.summary(started, error)
-    write_atomically(RunFolder.of(config.state_dir, flow.name, run_id).window, summary.to_json())
+        save_document(store, flow.name, run_id, "window", summary.to_json())
     log.info(
         "flow %s window %s: %d micro-batches (%d Spark jobs), %d records, %d checkpoints%s",
         flow.name,
@@ -330,8 +332,9 @@ def window_report(config: MirrorConfig, flow_name: str, run_id: str) -> dict[str
     """The window's counts for Airflow, with how stale it left the flow (``stale``: None when fresh);
     the error that ended the window, raised again (a transient one is retried by Airflow)."""
     flow = config.flow(flow_name)
-    path = RunFolder.of(config.state_dir, flow.name, run_id).window
-    summary = WindowSummary.from_json(read_file(path, "DR window summary"), str(path))
+    with OffsetsStore(config.offsets_db_url) as store:
+        text = read_document(store, flow.name, run_id, "window", "DR window summary")
+    summary = WindowSummary.from_json(text, describe(flow.name, run_id, "DR window summary"))
     if summary.error is not None:
         kind = error_class(summary.error[0]) or MirrorError
         raise kind.from_message(

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from mirrorflow.app.dry_run import DryRun, dry_run_of
 from mirrorflow.app.remote_topics import RemoteTopics, ensure_remote_topics, remote_topic_changes
-from mirrorflow.app.run_folder import RunFolder, metrics_file, prune_runs, read_file, write_atomically
+from mirrorflow.app.run_folder import metrics_file, write_atomically
 from mirrorflow.config.model import ON_SOURCE_DATA_LOSS, FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS, RunOptions
 from mirrorflow.copy.batch_copy import allocate_writer, copy_partitions, copy_result
@@ -55,6 +55,14 @@ from mirrorflow.kafka.internal_topics import InternalTopicWriter
 from mirrorflow.kafka.offset_syncs import emit_offset_syncs
 from mirrorflow.mm2.acl_rules import TopicAcl, missing_acls, target_acls
 from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.run_documents import (
+    DocumentName,
+    describe,
+    find_document,
+    prune_documents,
+    read_document,
+    save_document,
+)
 from mirrorflow.store.status_reads import recovery_point
 from mirrorflow.store.writers import record_writer, writer_of
 
@@ -84,8 +92,9 @@ def plan_run(
                     planned, plan=replace(planned.plan, writer=flow_writer(flow, target, store, run_id))
                 )
                 store.anchor(flow.name, run_id, planned.anchors, planned.topics)
-                write_atomically(
-                    RunFolder.of(config.state_dir, flow.name, run_id).plan, planned.plan.to_json()
+                # A retried plan task's earlier copy outcome describes another plan.
+                save_document(
+                    store, flow.name, run_id, "plan", planned.plan.to_json(), supersedes=_COPY_OUTCOMES
                 )
                 if planned.plan.in_process:
                     execute_copy(config, flow, planned.plan, lambda: copy_in_process(flow, planned.plan))
@@ -294,9 +303,12 @@ def sync_acls(
 
 
 def load_plan(config: MirrorConfig, flow: FlowConfig, run_id: str) -> Plan:
-    path = RunFolder.of(config.state_dir, flow.name, run_id).plan
-    plan = Plan.from_json(read_file(path, "plan file"), str(path))
-    plan.check_belongs_to(flow.name, run_id, str(path))
+    """The run's plan, from the offsets database (``store.run_documents``)."""
+    with OffsetsStore(config.offsets_db_url) as store:
+        text = read_document(store, flow.name, run_id, "plan", "plan")
+    where = describe(flow.name, run_id, "plan")
+    plan = Plan.from_json(text, where)
+    plan.check_belongs_to(flow.name, run_id, where)
     return plan
 
 
@@ -313,18 +325,17 @@ def execute_copy(config: MirrorConfig, flow: FlowConfig, plan: Plan, copy: Calla
     target, a refused login) is saved as a note instead of a result, and the step itself succeeds,
     so that Airflow does not retry it; the commit task fails the run with the error, which Airflow
     does not retry either. Transient errors propagate, to be retried."""
-    files = RunFolder.of(config.state_dir, flow.name, plan.run_id)
     try:
         result = copy()
     except TransientError:
         raise
     except MirrorError as failed:
         note = json.dumps({"error": type(failed).__name__, "message": str(failed)})
-        write_atomically(files.copy_failed, note)
-        files.result.unlink(missing_ok=True)
+        with OffsetsStore(config.offsets_db_url) as store:
+            save_document(store, flow.name, plan.run_id, "copy_failed", note, supersedes=["result"])
         return f"copy of {flow.name} stopped: {failed}; the commit task fails the run"
-    write_atomically(files.result, result.to_json())
-    files.copy_failed.unlink(missing_ok=True)
+    with OffsetsStore(config.offsets_db_url) as store:
+        save_document(store, flow.name, plan.run_id, "result", result.to_json(), supersedes=["copy_failed"])
     return f"copied {sum(r.records - r.skipped for r in result.partitions)} records for {flow.name}"
 
 
@@ -353,15 +364,18 @@ def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> Committed:
     run here with that error (lost source records: with the exact lost ranges), committing nothing."""
     flow = config.flow(flow_name)
     plan = load_plan(config, flow, run_id)
-    files = RunFolder.of(config.state_dir, flow.name, run_id)
-    if plan.partitions and files.copy_failed.exists():
-        raise _copy_failure(flow, plan, files.copy_failed.read_text())
-    result = (
-        CopyResult.from_json(read_file(files.result, "copy result"), str(files.result))
-        if plan.partitions
-        else CopyResult(flow.name, run_id, ())
-    )
     with OffsetsStore(config.offsets_db_url) as store:
+        failed = find_document(store, flow.name, run_id, "copy_failed") if plan.partitions else None
+        if failed is not None:
+            raise _copy_failure(flow, plan, failed)
+        result = (
+            CopyResult.from_json(
+                read_document(store, flow.name, run_id, "result", "copy result"),
+                describe(flow.name, run_id, "copy result"),
+            )
+            if plan.partitions
+            else CopyResult(flow.name, run_id, ())
+        )
         report = commit_copied(flow, store, plan, result)
         age = freshness_seconds(flow)
         log.info(
@@ -528,17 +542,22 @@ def batches_for(plan: Plan, result: CopyResult) -> list[Batch]:
     return batches
 
 
+_COPY_OUTCOMES: tuple[DocumentName, ...] = ("result", "copy_failed")
+
+
 def release_run(config: MirrorConfig, flow_name: str, run_id: str) -> bool:
     """Give the flow's lock back if ``run_id`` holds it (whether it did is returned), then bound
-    what the flow keeps: its metrics history (a week, ``OffsetsStore.prune_history``) and its run
-    folders (``run_folder.prune_runs``)."""
+    what the flow keeps: its metrics history (a week, ``OffsetsStore.prune_history``), its runs'
+    documents (``store.run_documents``)."""
     flow = config.flow(flow_name)
     with OffsetsStore(config.offsets_db_url) as store:
         released = store.release_lock(flow.name, run_id)
         rows = store.prune_history(flow.name)
-    folders = prune_runs(config.state_dir, flow.name, spare=run_id)
-    if rows or folders:
-        log.info("flow %s: pruned %d metrics history rows and %d run folders", flow.name, rows, folders)
+        runs = prune_documents(store, flow.name, spare=run_id)
+    if rows or runs:
+        log.info(
+            "flow %s: pruned %d metrics history rows and the documents of %d runs", flow.name, rows, runs
+        )
     return released
 
 

@@ -2,13 +2,13 @@
 position, records copied, lag left), how fresh the mirror is (age of the newest mirrored heartbeat),
 throughput per run, its checkpoints, the source gaps it skipped, and what went wrong.
 
-Built from the config, the offsets table, the run folders (plan and the copy's failure note) and,
+Built from the config, the offsets table (with each run's plan and the copy's failure note) and,
 when given, Airflow's record of each flow's DAG runs, passed in as plain ``AirflowRun`` values: this
 module never imports airflow.
 
 Invariants:
 
-- Reading changes nothing: every query is a read transaction, run folders are only read, and an
+- Reading changes nothing: every query is a read transaction, and an
   offsets database that does not exist yet (SQLite file absent) is shown as "no run yet" instead of
   being created. (The store's schema check on first use still runs in a write transaction; on a
   database the runs created it finds every table and creates none.)
@@ -35,7 +35,6 @@ from typing import Any
 from mirrorflow.app.cutover import report_files
 from mirrorflow.app.live_reads import LiveReads, why_missing
 from mirrorflow.app.recovery import caught_up_now
-from mirrorflow.app.run_folder import RunFolder, flow_runs
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.core.plan import Plan
 from mirrorflow.core.progress import RecordedGap
@@ -46,6 +45,7 @@ from mirrorflow.store.database import absent_sqlite_file
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import RunTotals
 from mirrorflow.store.rows import as_utc
+from mirrorflow.store.run_documents import describe, find_document, recent_documents
 from mirrorflow.store.status_reads import newest_lags, recovery_history, recovery_point, run_totals
 
 __all__ = [
@@ -310,10 +310,8 @@ def _empty(
     config: MirrorConfig,
     run_limit: int,
 ) -> FlowStatus:
-    """A flow without offsets table (none yet, or ``error`` reading it): what Airflow and the run
-    folders tell."""
-    folders, folder_errors = _run_folders(config, flow, run_limit)
-    runs = _merge_runs(airflow_runs, folders, {}, {}, None, run_limit)
+    """A flow without offsets table (none yet, or ``error`` reading it): what Airflow tells."""
+    runs = _merge_runs(airflow_runs, {}, {}, {}, None, run_limit)
     return FlowStatus(
         name=flow.name,
         dag_id=flow.dag_id,
@@ -326,7 +324,7 @@ def _empty(
         checkpoints_enabled=flow.emit_checkpoints,
         checkpoints=(),
         gaps=(),
-        errors=(*([error] if error else []), *folder_errors),
+        errors=(error,) if error else (),
         recovery=RecoveryPoint("unknown") if error else RecoveryPoint("none yet"),
     )
 
@@ -391,9 +389,9 @@ def _read_flow(
     gaps_per_run: dict[str, int] = {}
     for g in gaps:
         gaps_per_run[g.run_id] = gaps_per_run.get(g.run_id, 0) + 1
-    folders, folder_errors = _run_folders(config, flow, run_limit)
+    planned, plan_errors = _recent_plans(store, flow, run_limit)
     runs = _merge_runs(
-        airflow_runs, folders, committed, gaps_per_run, lock.run_id if lock else None, run_limit
+        airflow_runs, planned, committed, gaps_per_run, lock.run_id if lock else None, run_limit
     )
     return FlowStatus(
         name=name,
@@ -407,7 +405,7 @@ def _read_flow(
         checkpoints_enabled=flow.emit_checkpoints,
         checkpoints=checkpoints,
         gaps=gaps,
-        errors=tuple(folder_errors),
+        errors=tuple(plan_errors),
         # Not checked live yet: flow_statuses does, for every flow at once.
         recovery=RecoveryPoint("none yet")
         if as_of is None
@@ -420,8 +418,8 @@ def _read_flow(
 
 
 @dataclass(frozen=True)
-class _Folder:
-    """What a run's folder tells: its plan, and the failure its copy noted."""
+class _Planned:
+    """What a run's documents tell: its plan, and the failure its copy noted."""
 
     run_id: str
     created_at: datetime | None
@@ -431,7 +429,7 @@ class _Folder:
 
 def _merge_runs(
     airflow_runs: Sequence[AirflowRun],
-    folders: Mapping[str, _Folder],
+    planned: Mapping[str, _Planned],
     committed: Mapping[str, RunTotals],
     gaps_per_run: Mapping[str, int],
     lock_holder: str | None,
@@ -441,11 +439,11 @@ def _merge_runs(
     ``limit``. Airflow's state wins; without it the state is derived from what the run left."""
     by_id = {r.run_id: r for r in airflow_runs}
     runs = []
-    for run_id in {*by_id, *folders, *committed}:
-        af, folder, done = by_id.get(run_id), folders.get(run_id), committed.get(run_id)
-        started = (af.started_at if af else None) or (folder.created_at if folder else None)
+    for run_id in {*by_id, *planned, *committed}:
+        af, plan, done = by_id.get(run_id), planned.get(run_id), committed.get(run_id)
+        started = (af.started_at if af else None) or (plan.created_at if plan else None)
         failed_tasks = af.failed_tasks if af else ()
-        error = folder.copy_failure if folder else None
+        error = plan.copy_failure if plan else None
         if error is None and failed_tasks:
             error = f"failed task{'s' if len(failed_tasks) > 1 else ''}: {', '.join(failed_tasks)}"
         elif error is None and af is not None and af.state == "failed":
@@ -453,10 +451,10 @@ def _merge_runs(
         runs.append(
             RunStatus(
                 run_id=run_id,
-                state=af.state if af else _derived_state(run_id, folder, done, lock_holder),
+                state=af.state if af else _derived_state(run_id, plan, done, lock_holder),
                 started_at=started,
                 committed_at=done.committed_at if done else None,
-                planned_partitions=folder.planned_partitions if folder else None,
+                planned_partitions=plan.planned_partitions if plan else None,
                 records=done.records if done else 0,
                 bytes=done.bytes if done else 0,
                 skipped=done.skipped if done else 0,
@@ -473,58 +471,50 @@ def _merge_runs(
 
 
 def _derived_state(
-    run_id: str, folder: _Folder | None, done: RunTotals | None, lock_holder: str | None
+    run_id: str, plan: _Planned | None, done: RunTotals | None, lock_holder: str | None
 ) -> str:
     if run_id == lock_holder:
         return "running"
     if done is not None:
         return "committed"
-    if folder is not None and folder.copy_failure is not None:
+    if plan is not None and plan.copy_failure is not None:
         return "failed"
-    if folder is not None and folder.planned_partitions == 0:
+    if plan is not None and plan.planned_partitions == 0:
         return "nothing to copy"
     return "not committed"
 
 
-def _run_folders(config: MirrorConfig, flow: FlowConfig, limit: int) -> tuple[dict[str, _Folder], list[str]]:
-    """The ``limit`` newest run folders of the flow (by plan file time) and what could not be read.
-    A folder on another machine's disk is simply absent: runs are then known from the other sources."""
-    base = flow_runs(config.state_dir, flow.name)
-    try:
-        plans = sorted(
-            (p for p in base.glob("*/plan.json") if p.is_file()),
-            key=lambda p: p.stat().st_mtime,
-            reverse=True,
-        )[:limit]
-    except OSError as error:
-        return {}, [f"cannot list the run folders in {base}: {error}"]
-    folders: dict[str, _Folder] = {}
+def _recent_plans(store: OffsetsStore, flow: FlowConfig, limit: int) -> tuple[dict[str, _Planned], list[str]]:
+    """The ``limit`` newest plans of the flow's runs (``store.run_documents``), with the failure each
+    copy noted, and what could not be read."""
+    planned: dict[str, _Planned] = {}
     errors: list[str] = []
-    for path in plans:
+    for run_id, _, text in recent_documents(store, flow.name, "plan", limit):
         try:
-            plan = Plan.from_json(path.read_text(), str(path))
-        except (OSError, MirrorError) as error:
-            errors.append(f"cannot read {path}: {error}")
+            plan = Plan.from_json(text, describe(flow.name, run_id, "plan"))
+        except MirrorError as error:
+            errors.append(str(error))
             continue
-        folders[plan.run_id] = _Folder(
+        planned[plan.run_id] = _Planned(
             plan.run_id,
             _parse_time(plan.created_at),
             len(plan.partitions),
-            _copy_failure(RunFolder(path.parent)),
+            _copy_failure(store, flow, run_id),
         )
-    return folders, errors
+    return planned, errors
 
 
-def _copy_failure(folder: RunFolder) -> str | None:
-    """The error the copy noted in ``copy_failed.json`` (see ``runner.execute_copy``)."""
-    note = folder.copy_failed
-    try:
-        saved = json.loads(note.read_text())
-        return f"{saved['error']}: {saved['message']}"
-    except FileNotFoundError:
+def _copy_failure(store: OffsetsStore, flow: FlowConfig, run_id: str) -> str | None:
+    """The error the copy noted (see ``runner.execute_copy``)."""
+    note = find_document(store, flow.name, run_id, "copy_failed")
+    if note is None:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        return f"the copy failed; its note {note} is unreadable ({error})"
+    try:
+        saved = json.loads(note)
+        return f"{saved['error']}: {saved['message']}"
+    except (ValueError, KeyError, TypeError) as error:
+        where = describe(flow.name, run_id, "copy failure note")
+        return f"the copy failed; {where} is unreadable ({error})"
 
 
 def _parse_time(text: str) -> datetime | None:

@@ -11,14 +11,12 @@ Imports no pyspark: the plan task runs where pyspark is not installed.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from mirrorflow.app.run_folder import RunFolder, read_file, write_atomically
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.core.verify import VerifyPlan, VerifyResult, verify_plan
 from mirrorflow.errors import PlanError
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.run_documents import describe, read_document, save_document
 
 __all__ = [
     "load_verify_plan",
@@ -29,40 +27,41 @@ __all__ = [
 ]
 
 
-def write_verify_plan(config: MirrorConfig, flow: FlowConfig, plan: VerifyPlan) -> Path:
-    """Write ``plan`` for the verify job (atomically); removes an earlier result of the same run,
-    which would describe another plan."""
-    folder = RunFolder.of(config.state_dir, flow.name, plan.run_id)
-    write_atomically(folder.verify_plan, plan.to_json())
-    folder.verify_result.unlink(missing_ok=True)
-    return folder.verify_plan
+def write_verify_plan(config: MirrorConfig, flow: FlowConfig, plan: VerifyPlan) -> None:
+    """Save ``plan`` for the verify job; removes an earlier result of the same run, which would
+    describe another plan."""
+    with OffsetsStore(config.offsets_db_url) as store:
+        save_document(
+            store, flow.name, plan.run_id, "verify_plan", plan.to_json(), supersedes=["verify_result"]
+        )
 
 
 def load_verify_plan(config: MirrorConfig, flow: FlowConfig, run_id: str) -> VerifyPlan:
-    path = RunFolder.of(config.state_dir, flow.name, run_id).verify_plan
-    plan = VerifyPlan.from_json(read_file(path, "verify plan"), str(path))
-    plan.check_belongs_to(flow.name, run_id, str(path))
+    with OffsetsStore(config.offsets_db_url) as store:
+        text = read_document(store, flow.name, run_id, "verify_plan", "verify plan")
+    where = describe(flow.name, run_id, "verify plan")
+    plan = VerifyPlan.from_json(text, where)
+    plan.check_belongs_to(flow.name, run_id, where)
     return plan
 
 
-def save_verify_result(config: MirrorConfig, flow: FlowConfig, result: VerifyResult) -> Path:
-    path = RunFolder.of(config.state_dir, flow.name, result.run_id).verify_result
-    write_atomically(path, result.to_json())
-    return path
+def save_verify_result(config: MirrorConfig, flow: FlowConfig, result: VerifyResult) -> None:
+    with OffsetsStore(config.offsets_db_url) as store:
+        save_document(store, flow.name, result.run_id, "verify_result", result.to_json())
 
 
 def load_verify_result(config: MirrorConfig, flow: FlowConfig, run_id: str) -> VerifyResult:
-    """The result of the run's verification; it must be of the plan the run's folder holds now."""
-    folder = RunFolder.of(config.state_dir, flow.name, run_id)
-    result = VerifyResult.from_json(
-        read_file(folder.verify_result, "verify result"), str(folder.verify_result)
-    )
+    """The result of the run's verification; it must be of the run's verify plan as it is now."""
+    with OffsetsStore(config.offsets_db_url) as store:
+        text = read_document(store, flow.name, run_id, "verify_result", "verify result")
+    result = VerifyResult.from_json(text, describe(flow.name, run_id, "verify result"))
     plan = load_verify_plan(config, flow, run_id)
     if (result.flow, result.run_id) != (plan.flow, plan.run_id) or tuple(
         v.range for v in result.partitions
     ) != plan.ranges:
         raise PlanError(
-            f"{folder.verify_result} is not the result of {folder.verify_plan}; run the verification again"
+            f"{describe(flow.name, run_id, 'verify result')} is not the result of the run's verify plan; run "
+            "the verification again"
         )
     return result
 

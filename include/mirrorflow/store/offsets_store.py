@@ -157,7 +157,7 @@ class OffsetsStore:
             raise ValueError(f"ttl_seconds must be positive, got {ttl_seconds}")
         locks = locks_table
         for _attempt in range(5):
-            now = self._now()
+            now = self.now()
             expires = now + timedelta(seconds=ttl_seconds)
             with self._transaction(write=True) as conn:
                 taken = conn.execute(
@@ -288,7 +288,7 @@ class OffsetsStore:
             wanted[key] = entry
         with self._transaction(write=True) as conn:
             self._check_lock(conn, flow, run_id, "anchor")
-            now = self._now()
+            now = self.now()
             rows = [progress_row(flow, run_id, e, now) for e in wanted.values()]
             insert_missing(conn, progress_table, rows)
             insert_missing(
@@ -338,7 +338,7 @@ class OffsetsStore:
             seen.add(key)
         with self._transaction(write=True) as conn:
             self._check_lock(conn, flow, holder or run_id, "commit")
-            now = self._now()
+            now = self.now()
             # Gaps first: a partition's batch of this run starts where its gap ends.
             for gap in gaps:
                 row = {"flow": flow, "run_id": run_id, **asdict(gap), "recorded_at": now}
@@ -357,7 +357,7 @@ class OffsetsStore:
         """Record the recovery point a micro-batch with nothing to copy proves (``run_id`` planned
         the whole flow and found it caught up) while ``holder`` holds the flow's lock."""
         with self.locked(flow, holder, "record its recovery point") as conn:
-            advance_step(conn, flow, run_id, mirrored_as_of, self._now())
+            advance_step(conn, flow, run_id, mirrored_as_of, self.now())
 
     def coalesce_batches(self, flow: str, holder: str) -> int:
         """Merge the batch-log rows the DR window ``holder`` committed (micro-batch run ids
@@ -373,7 +373,7 @@ class OffsetsStore:
         """Add ``metrics`` to the flow's history under ``run_id`` (a DR window records its
         micro-batches' figures summed up, a minute at a time) while ``holder`` holds the lock."""
         with self.locked(flow, holder, "record metrics") as conn:
-            self._record_partition_metrics(conn, flow, run_id, metrics, self._now())
+            self._record_partition_metrics(conn, flow, run_id, metrics, self.now())
 
     def _record_partition_metrics(
         self, conn: Connection, flow: str, run_id: str, metrics: Sequence[PartitionReport], now: datetime
@@ -390,7 +390,7 @@ class OffsetsStore:
         status page and the metrics files read (``store.retention``); returns how many rows went.
         Deletes nothing a run could still need, so it takes no lock."""
         with self._transaction(write=True) as conn:
-            return prune_history_step(conn, flow, self._now() - HISTORY_RETENTION)
+            return prune_history_step(conn, flow, self.now() - HISTORY_RETENTION)
 
     def partition_metrics(self, flow: str, *, run_id: str | None = None) -> list[PartitionReport]:
         """The metrics history of ``flow`` (optionally one run), oldest first."""
@@ -500,7 +500,7 @@ class OffsetsStore:
             return
         c = checkpoints_table
         with self._transaction(write=True) as conn:
-            now = self._now()
+            now = self.now()
             for row in rows:
                 conn.execute(
                     delete(c).where(
@@ -537,7 +537,8 @@ class OffsetsStore:
 
     # -------------------------------------------------------------------------------------- helpers
 
-    def _now(self) -> datetime:
+    def now(self) -> datetime:
+        """The store's clock, in UTC: what it stamps rows with."""
         return as_utc(self._clock())
 
     @contextmanager
@@ -548,6 +549,11 @@ class OffsetsStore:
         with self._transaction(write=True) as conn:
             self._check_lock(conn, flow, holder, action)
             yield conn
+
+    def write(self) -> AbstractContextManager[Connection]:
+        """A write transaction that takes no lock, for the store's own modules: only for rows of one
+        run that no other run writes (``mirrorflow.store.run_documents``)."""
+        return self._transaction(write=True)
 
     def read(self) -> AbstractContextManager[Connection]:
         """A read transaction over the tables (``mirrorflow.store.schema``) for the store's own

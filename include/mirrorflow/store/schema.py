@@ -5,7 +5,8 @@
 source topic a flow mirrors), ``mirror_checkpoints`` (the last checkpoint emitted per consumer group
 and partition), ``mirror_partition_metrics`` and ``mirror_checkpoint_metrics`` (the metrics history),
 ``mirror_recovery`` (when each flow was last mirrored as a whole) with its per-minute history
-``mirror_recovery_history``, ``mirror_writers`` (each flow's producer id on its target cluster) and
+``mirror_recovery_history``, ``mirror_writers`` (each flow's producer id on its target cluster),
+``mirror_run_documents`` (what a run's steps hand each other: plan, copy result, window summary) and
 ``mirror_locks`` (one lock row per flow). ``OffsetsStore`` creates them on first use; what it
 guarantees about their rows is in ``mirrorflow.store.offsets_store``.
 """
@@ -39,6 +40,7 @@ __all__ = [
     "progress_table",
     "recovery_history_table",
     "recovery_table",
+    "run_documents_table",
     "topics_table",
     "writers_table",
 ]
@@ -199,6 +201,17 @@ writers_table = Table(
     Column("producer_id", BigInteger, nullable=False),
     Column("producer_epoch", Integer, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+run_documents_table = Table(
+    "mirror_run_documents",
+    metadata,
+    Column("flow", _NAME, nullable=False),
+    Column("run_id", _NAME, nullable=False),
+    Column("name", _NAME, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("written_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("flow", "run_id", "name"),
 )
 
 locks_table = Table(

@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from mirrorflow.app import runner
-from mirrorflow.app.run_folder import RunFolder, write_atomically
 from mirrorflow.app.status import (
     AirflowRun,
     CheckpointStatus,
@@ -29,6 +28,7 @@ from mirrorflow.core.recovery import RecoveryPoint, RecoveryStep
 from mirrorflow.core.report import PartitionReport
 from mirrorflow.errors import SourceDataLostError, TransientError
 from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.run_documents import save_document
 
 FLOW = "primary->backup"
 T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -65,10 +65,11 @@ def _config(folder: Path, *extra: str) -> MirrorConfig:
     return load_config(path, env={})
 
 
-def _plan_file(config: MirrorConfig, run_id: str, at: int, partitions: tuple[PartitionPlan, ...]) -> Plan:
-    """The plan as the plan task writes it into the run's folder."""
+def _saved_plan(config: MirrorConfig, run_id: str, at: int, partitions: tuple[PartitionPlan, ...]) -> Plan:
+    """The plan as the plan task saves it."""
     plan = Plan(FLOW, run_id, (T0 + timedelta(seconds=at)).isoformat(timespec="seconds"), partitions)
-    write_atomically(RunFolder.of(config.state_dir, config.flow(FLOW).name, run_id).plan, plan.to_json())
+    with OffsetsStore(config.offsets_db_url) as store:
+        save_document(store, FLOW, run_id, "plan", plan.to_json())
     return plan
 
 
@@ -88,7 +89,7 @@ def _fill(config: MirrorConfig) -> None:
     clock = Clock()
     store = OffsetsStore(config.offsets_db_url, clock=clock)
     flow = config.flow(FLOW)
-    _plan_file(
+    _saved_plan(
         config,
         "run-1",
         0,
@@ -120,7 +121,7 @@ def _fill(config: MirrorConfig) -> None:
     )  # fmt: skip
     store.release_lock(FLOW, "run-1")
 
-    _plan_file(config, "run-2", 3600, (PartitionPlan("orders", 1, 60, 80, "primary.orders", 50),))
+    _saved_plan(config, "run-2", 3600, (PartitionPlan("orders", 1, 60, 80, "primary.orders", 50),))
     clock.at(3600)
     store.acquire_lock(FLOW, "run-2", 600)
     clock.at(3660)
@@ -148,10 +149,10 @@ def _fill(config: MirrorConfig) -> None:
     )
     store.release_lock(FLOW, "run-2")
 
-    lost = _plan_file(config, "run-3", 7200, (PartitionPlan("orders", 1, 80, 90, "primary.orders", 70),))
+    lost = _saved_plan(config, "run-3", 7200, (PartitionPlan("orders", 1, 80, 90, "primary.orders", 70),))
     runner.execute_copy(config, flow, lost, _lost)  # notes the error for the commit task
 
-    _plan_file(config, "run-4", 7300, ())
+    _saved_plan(config, "run-4", 7300, ())
     clock.at(7300)
     store.acquire_lock(FLOW, "run-4", 600)
     store.close()
@@ -271,14 +272,14 @@ def test_run_limit_keeps_the_newest_runs(tmp_path: Path) -> None:
 
 def test_without_an_offsets_database_yet_nothing_is_created(tmp_path: Path) -> None:
     config = _config(tmp_path)
-    _plan_file(config, "run-1", 0, ())
+    queued = AirflowRun("run-1", "queued", _at(0))
 
-    (status,) = flow_statuses(config, source_check=_caught_up, heartbeat=lambda flow: None)
+    (status,) = flow_statuses(config, {FLOW: [queued]}, source_check=_caught_up, heartbeat=lambda flow: None)
 
     assert status.partitions == () and status.checkpoints == () and status.gaps == ()
     assert status.runs == (
         RunStatus(
-            "run-1", "nothing to copy", _at(0), None, planned_partitions=0, records=0, bytes=0, skipped=0,
+            "run-1", "queued", _at(0), None, planned_partitions=None, records=0, bytes=0, skipped=0,
             write_ms=0, lag=None, gaps=0,
         ),
     )  # fmt: skip
@@ -293,28 +294,30 @@ def test_an_unreachable_offsets_database_is_an_error_of_the_flow_and_its_runs_st
     config = _config(
         tmp_path, "mirrorflow.offsets.db.url = postgresql+psycopg2://mirror:secret@127.0.0.1:1/offsets"
     )
-    _plan_file(config, "run-1", 0, (PartitionPlan("orders", 0, 0, 5, "primary.orders", 0),))
+    running = AirflowRun("run-1", "running", _at(0))
 
-    (status,) = flow_statuses(config, source_check=_caught_up, heartbeat=lambda flow: None)
+    (status,) = flow_statuses(config, {FLOW: [running]}, source_check=_caught_up, heartbeat=lambda flow: None)
 
     (error,) = status.errors
     assert error.startswith(
         "TransientError: offsets database postgresql+psycopg2://mirror:***@127.0.0.1:1/offsets is unavailable"
     )
     assert "secret" not in error
-    assert [(r.run_id, r.state) for r in status.runs] == [("run-1", "not committed")]
+    assert [(r.run_id, r.state) for r in status.runs] == [("run-1", "running")]
 
 
-def test_unreadable_run_folders_are_named_and_the_rest_is_shown(tmp_path: Path) -> None:
+def test_unreadable_plans_are_named_and_the_rest_is_shown(tmp_path: Path) -> None:
     config = _config(tmp_path)
     _fill(config)
-    broken = RunFolder.of(config.state_dir, config.flow(FLOW).name, "run-9").plan
-    write_atomically(broken, "{not json")
+    with OffsetsStore(config.offsets_db_url) as store:
+        save_document(store, FLOW, "run-9", "plan", "{not json")
 
     (status,) = flow_statuses(config, source_check=_caught_up, heartbeat=lambda flow: 1.0)
 
     (error,) = status.errors
-    assert error.startswith(f"cannot read {broken}: {broken}: not a valid plan")
+    assert error.startswith(
+        "the plan of run run-9 of flow primary->backup in the offsets database: not a valid plan"
+    )
     assert [r.run_id for r in status.runs] == ["run-4", "run-3", "run-2", "run-1"]
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from mirrorflow.app.run_folder import RunFolder
 from mirrorflow.app.verify import (
     load_verify_plan,
     load_verify_result,
@@ -39,6 +38,8 @@ from mirrorflow.core.verify import (
     verify_plan,
 )
 from mirrorflow.errors import PlanError
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.run_documents import find_document, save_document
 
 FLOW = "primary->backup"
 T = 1_000_000_000_000
@@ -431,32 +432,33 @@ def _config(folder: Path) -> MirrorConfig:
     return load_config(path, env={})
 
 
-def test_plan_and_result_files_live_in_the_run_folder(tmp_path: Path) -> None:
+def test_plan_and_result_are_saved_in_the_offsets_database(tmp_path: Path) -> None:
     config = _config(tmp_path)
     flow = config.flow(FLOW)
-    files = RunFolder.of(config.state_dir, flow.name, "r1")
     result = VerifyResult(FLOW, "r1", tuple(PartitionVerdict(r, digest(A), digest(A)) for r in TWO.ranges))
 
-    with pytest.raises(PlanError, match=r"verify plan .*verify_plan\.json does not exist"):
+    with pytest.raises(PlanError) as missing:
         load_verify_plan(config, flow, "r1")
-    assert write_verify_plan(config, flow, TWO) == files.verify_plan
-    assert save_verify_result(config, flow, result) == files.verify_result
+    assert str(missing.value) == (
+        "the verify plan of run r1 of flow primary->backup in the offsets database does not exist; re-run "
+        "the task that writes it"
+    )
+    write_verify_plan(config, flow, TWO)
+    save_verify_result(config, flow, result)
 
-    assert files.verify_plan.parent == tmp_path / "state" / "runs" / "primary_to_backup" / "r1"
-    assert (files.verify_plan.name, files.verify_result.name) == ("verify_plan.json", "verify_result.json")
     assert load_verify_plan(config, flow, "r1") == TWO
     assert load_verify_result(config, flow, "r1") == result
     # A new plan drops the result of the old one.
     write_verify_plan(config, flow, dataclasses.replace(TWO, ranges=TWO.ranges[:1]))
-    assert not files.verify_result.exists()
+    with OffsetsStore(config.offsets_db_url) as store:
+        assert find_document(store, FLOW, "r1", "verify_result") is None
 
 
-def test_files_of_another_run_or_plan_are_refused(tmp_path: Path) -> None:
+def test_documents_of_another_run_or_plan_are_refused(tmp_path: Path) -> None:
     config = _config(tmp_path)
     flow = config.flow(FLOW)
-    files = RunFolder.of(config.state_dir, flow.name, "r1")
-    files.verify_plan.parent.mkdir(parents=True)
-    files.verify_plan.write_text(dataclasses.replace(TWO, run_id="r0").to_json())
+    with OffsetsStore(config.offsets_db_url) as store:
+        save_document(store, FLOW, "r1", "verify_plan", dataclasses.replace(TWO, run_id="r0").to_json())
 
     with pytest.raises(PlanError, match="belongs to flow 'primary->backup' run 'r0', not flow"):
         load_verify_plan(config, flow, "r1")
