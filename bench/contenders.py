@@ -11,20 +11,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-import pyspark
 from confluent_kafka import KafkaException
 from workload import (
     PARTITIONS,
@@ -39,12 +35,13 @@ from workload import (
     steady_rate,
 )
 
-from mirrorflow_dev import local_kafka, paths, processes
+from mirrorflow_dev import local_kafka, paths
 from mirrorflow_dev.devenv import airflow_env
+from mirrorflow_dev.local_spark import SparkStandalone
+from mirrorflow_dev.processes import start_logged, stop_process
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 # spark-class ships with pyspark; the venv's bin/ has a copy that finds the same SPARK_HOME.
-SPARK_CLASS = str(Path(sys.executable).parent / "spark-class")
 LIMIT = "copy limit (Kafka perf tools, librdkafka producer)"
 OURS = "mirrorflow (one DAG run)"
 OURS_STANDALONE = "mirrorflow on Spark standalone (1 master, 2 workers)"
@@ -105,50 +102,6 @@ def java_cmd(work: Path, heap_mb: int, log_name: str, main: str, *args: str) -> 
     ]
 
 
-def stop_process(proc: subprocess.Popen[bytes], group: bool, timeout: float = 30.0) -> None:
-    """SIGTERM, then SIGKILL after ``timeout``: to the PID, or to its process group (own session)."""
-
-    def send(sig: signal.Signals) -> None:
-        try:
-            if group:
-                os.killpg(proc.pid, sig)
-            else:
-                os.kill(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-
-    if proc.poll() is None:
-        send(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            send(signal.SIGKILL)
-            proc.wait(10)
-    if group:  # children of the group (e.g. spark-submit's JVM) may outlive the leader
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return
-        send(signal.SIGTERM)
-        time.sleep(5)
-        send(signal.SIGKILL)
-
-
-def start_logged(cmd: Sequence[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start a command in its own session (so its whole group can be stopped) with output to ``log``."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            list(cmd),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=log.parent,
-            start_new_session=True,
-        )
-
-
 def run_logged(cmd: Sequence[str], log: Path, timeout: float, env: dict[str, str] | None = None) -> int:
     """Run a command with ``start_logged``; the whole group is stopped at the end or on timeout."""
     proc = start_logged(cmd, log, env)
@@ -166,146 +119,6 @@ def verify_copy(ctx: Context, result: Result) -> None:
     problems = compare(ctx.source_digest, target, remote)
     result.verified = "no" if problems else "yes"
     result.detail.extend(problems[:20])
-
-
-# ------------------------------------------------------------------------ Spark standalone
-
-
-class SparkStandalone:
-    """A Spark standalone master and ``workers`` workers on loopback, each a foreground `spark-class`
-    JVM in its own session (so a worker's executors share its process group), stopped by PID."""
-
-    CORES = 1
-    MEMORY = "1g"
-
-    def __init__(self, home: Path, workers: int, timeout: float) -> None:
-        self.home, self.n_workers, self.timeout = home, workers, timeout
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.workers: list[subprocess.Popen[bytes]] = []
-        self.port, self.webui, *self._worker_ports = processes.free_ports(2 + 2 * workers)
-        self.url = f"spark://127.0.0.1:{self.port}"
-
-    def _spawn(self, name: str, args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        log = self.home / "logs" / f"{name}.out"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                [SPARK_CLASS, *args],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=self.home,
-                start_new_session=True,
-            )
-        self.procs.append(proc)
-        return proc
-
-    def _env(self, name: str) -> dict[str, str]:
-        env = {
-            **os.environ,
-            # pyspark's own SPARK_HOME, so spark-class need not find it with whatever python3 is on PATH
-            "SPARK_HOME": str(Path(pyspark.__file__).resolve().parent),
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "SPARK_LOG_DIR": str(self.home / "logs"),
-            "SPARK_WORKER_DIR": str(self.home / name / "work"),
-            "SPARK_LOCAL_DIRS": str(self.home / name / "local"),
-            "SPARK_PID_DIR": str(self.home / "pids"),
-        }
-        for key in ("SPARK_WORKER_DIR", "SPARK_LOCAL_DIRS"):
-            Path(env[key]).mkdir(parents=True, exist_ok=True)
-        return env
-
-    def __enter__(self) -> SparkStandalone:
-        try:
-            self._spawn(
-                "master",
-                [
-                    "org.apache.spark.deploy.master.Master",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                    "--webui-port",
-                    str(self.webui),
-                ],
-                self._env("master"),
-            )
-            for i in range(self.n_workers):
-                port, webui = self._worker_ports[2 * i], self._worker_ports[2 * i + 1]
-                name = f"worker-{i + 1}"
-                env = self._env(name)
-                args = [
-                    "org.apache.spark.deploy.worker.Worker",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--webui-port",
-                    str(webui),
-                    "--cores",
-                    str(self.CORES),
-                    "--memory",
-                    self.MEMORY,
-                    "--work-dir",
-                    env["SPARK_WORKER_DIR"],
-                    self.url,
-                ]
-                self.workers.append(self._spawn(name, args, env))
-            self._wait_alive()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    def status(self) -> dict[str, Any]:
-        """The master's /json/ (loopback web UI)."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.webui}/json/", timeout=5) as resp:
-            data: dict[str, Any] = json.load(resp)
-        return data
-
-    def alive_workers(self) -> int:
-        return sum(1 for w in self.status().get("workers", []) if w.get("state") == "ALIVE")
-
-    def applications(self) -> list[dict[str, Any]]:
-        """Every application the master knows of, completed or active, with the facts worth keeping."""
-        data = self.status()
-        keep = ("id", "name", "state", "cores", "memoryperslave", "memoryperexecutor", "duration")
-        return [
-            {k: app[k] for k in keep if k in app}
-            for app in [*data.get("completedapps", []), *data.get("activeapps", [])]
-        ]
-
-    def _wait_alive(self) -> None:
-        deadline = time.monotonic() + self.timeout
-        alive, last = 0, ""
-        while time.monotonic() < deadline:
-            dead = [p.args for p in self.procs if p.poll() is not None]
-            if dead:
-                raise RuntimeError(f"spark-class exited early: {dead}; see {self.home / 'logs'}")
-            try:
-                alive = self.alive_workers()
-            except OSError as exc:  # the web UI is not up yet
-                last = str(exc)
-            else:
-                if alive >= self.n_workers:
-                    return
-            time.sleep(0.5)
-        raise RuntimeError(
-            f"{alive} of {self.n_workers} Spark workers ALIVE after {self.timeout:.0f} s ({last}); "
-            f"see {self.home / 'logs'}"
-        )
-
-    def stop(self) -> None:
-        """Workers first (they stop their executors), then the master; each by PID / its own group."""
-        for proc in reversed(self.procs):
-            stop_process(proc, group=True)
 
 
 # ---------------------------------------------------------------------------------- copy limit

@@ -61,6 +61,8 @@ for _flow in CONFIG.flows:
             conf=dict(_spec.copy.conf),
             env_vars=dict(_spec.copy.env_vars),
             name=_spec.copy.name,
+            deploy_mode=_spec.copy.deploy_mode,
+            java_class=_spec.copy.java_class,
             # On timeout Airflow calls on_kill, which kills the spark-submit process; nothing of the
             # attempt is committed (commit only runs after a successful copy; a window commits each
             # micro-batch only once its copy succeeded).

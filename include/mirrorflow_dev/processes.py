@@ -1,10 +1,14 @@
 """Loopback ports and processes, for the local servers of ``mirrorflow_dev``: free ports to bind,
-and whether a process (by PID, never by name) still runs."""
+whether a process (by PID, never by name) still runs, and stopping one started here."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 
@@ -60,3 +64,50 @@ def wait_gone(pid: int, timeout: float) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+def stop_process(proc: subprocess.Popen[bytes], group: bool, timeout: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL after ``timeout``: to the PID, or to its process group (own session)."""
+
+    def send(sig: signal.Signals) -> None:
+        try:
+            if group:
+                os.killpg(proc.pid, sig)
+            else:
+                os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    if proc.poll() is None:
+        send(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            send(signal.SIGKILL)
+            proc.wait(10)
+    if group:  # children of the group (e.g. spark-submit's JVM) may outlive the leader
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        send(signal.SIGTERM)
+        time.sleep(5)
+        send(signal.SIGKILL)
+
+
+def start_logged(
+    cmd: Sequence[str], log: Path, env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a command in its own session (so its whole group can be stopped) with output to ``log``,
+    in ``cwd`` (default: the log's folder)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            list(cmd),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=None if env is None else dict(env),
+            cwd=cwd or log.parent,
+            start_new_session=True,
+        )

@@ -134,4 +134,6 @@ def _submit(config: MirrorConfig, flow: FlowConfig, script: str, run_id: str) ->
         name=spec.name,
         application_args=list(spec.application_args),
         env_vars=dict(spec.env_vars),
+        deploy_mode=spec.deploy_mode,
+        java_class=spec.java_class,
     ).submit(spec.application)

@@ -174,6 +174,7 @@ CONFIG_CASES = [
         "primary->backup.mirrorflow.shedule",
         "primary->backup.mirrorflow.shedule: unknown mirrorflow setting; known settings: "
         "mirrorflow.schedule, mirrorflow.max.records.per.partition, mirrorflow.spark.conn.id, "
+        "mirrorflow.spark.deploy.mode, "
         "mirrorflow.copy.timeout.seconds, mirrorflow.task.retries, mirrorflow.on.source.data.loss, "
         "mirrorflow.alert.lag.max.records, mirrorflow.alert.heartbeat.age.max.seconds, "
         "mirrorflow.alert.notifier, mirrorflow.mode, mirrorflow.dr.window.seconds, "

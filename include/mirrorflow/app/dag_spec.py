@@ -39,15 +39,24 @@ COPY_CONF_DEFAULTS: Mapping[str, str] = {
 START_DATE = datetime(2024, 1, 1)
 
 
+# spark-submit refuses Python applications in cluster deploy mode on a standalone master but runs JVM
+# ones there. Spark's PythonRunner, the JVM main class that YARN and Kubernetes run for a Python
+# driver, is one: a job in cluster mode is submitted as PythonRunner from the jar that holds it.
+PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
+
+
 @dataclass(frozen=True)
 class SparkJobSpec:
-    """Keyword arguments of a SparkSubmitOperator (or SparkSubmitHook) running one of ``jobs/``."""
+    """Keyword arguments of a SparkSubmitOperator (or SparkSubmitHook) running one of ``jobs/``.
+    ``java_class`` is None for a Python application."""
 
     application: str
     application_args: tuple[str, ...]
     conf: Mapping[str, str]
     env_vars: Mapping[str, str]
     name: str
+    deploy_mode: str
+    java_class: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,12 +97,36 @@ def spark_job_spec(
     defaults: Mapping[str, str] = SPARK_CONF_DEFAULTS,
 ) -> SparkJobSpec:
     """spark-submit arguments of one of ``jobs/`` for a run of the flow: the flow's Spark settings,
-    and this Python (with mirrorflow installed) for the driver and the workers."""
+    and this Python (with mirrorflow installed) for the driver and the workers.
+
+    In cluster deploy mode the driver runs on a cluster node, which needs this Python, pyspark and
+    mirrorflow at the same paths (one image for Airflow and Spark) and the config file at the same
+    path; everything a run's steps hand each other travels through the offsets database."""
     python = sys.executable
+    job_args = ("--config", str(config.path), "--flow", flow.name, "--run-id", run_id)
+    conf = {**defaults, **flow.settings.spark_conf}
+    if flow.settings.spark_deploy_mode == "cluster":
+        return SparkJobSpec(
+            application=str(_python_runner_jar()),
+            # PythonRunner's arguments: the Python file, its extra Python files (none), the job's own.
+            application_args=(job_path(script), "", *job_args),
+            conf={
+                "spark.pyspark.python": python,
+                "spark.pyspark.driver.python": python,
+                # Airflow follows a standalone cluster's driver through the master's REST server.
+                "spark.master.rest.enabled": "true",
+                **conf,
+            },
+            # A standalone master takes no environment for a driver: the Python is set by conf.
+            env_vars={},
+            name=name,
+            deploy_mode="cluster",
+            java_class=PYTHON_RUNNER,
+        )
     return SparkJobSpec(
         application=job_path(script),
-        application_args=("--config", str(config.path), "--flow", flow.name, "--run-id", run_id),
-        conf={**defaults, **flow.settings.spark_conf},
+        application_args=job_args,
+        conf=conf,
         env_vars={
             "PYSPARK_PYTHON": python,
             "PYSPARK_DRIVER_PYTHON": python,
@@ -101,7 +134,20 @@ def spark_job_spec(
             "PATH": os.pathsep.join([str(Path(python).parent), os.environ.get("PATH", "")]),
         },
         name=name,
+        deploy_mode="client",
     )
+
+
+def _python_runner_jar() -> Path:
+    """Spark's core jar in the pyspark installed here (looked up without importing pyspark)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("pyspark is not installed; cluster deploy mode submits with its spark-submit")
+    jars = Path(next(iter(spec.submodule_search_locations))) / "jars"
+    found = sorted(jars.glob("spark-core_*.jar"))
+    if len(found) != 1:
+        raise ConfigError(f"expected one spark-core jar in {jars}, found {len(found)}; reinstall pyspark")
+    return found[0]
 
 
 @dataclass(frozen=True)

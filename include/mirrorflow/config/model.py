@@ -66,6 +66,8 @@ CONFIG_PROPERTIES_EXCLUDE_DEFAULT: tuple[str, ...] = (
 )
 MAX_RECORDS_PER_PARTITION_DEFAULT = 1_000_000
 SPARK_CONN_ID_DEFAULT = "spark_default"
+# Where a flow's Spark drivers run: the first is the default.
+SPARK_DEPLOY_MODES = ("client", "cluster")
 # What a run does when source records it has not mirrored yet were deleted: the first is the default.
 ON_SOURCE_DATA_LOSS = "mirrorflow.on.source.data.loss"
 ON_SOURCE_DATA_LOSS_CHOICES = ("fail", "skip")
@@ -79,6 +81,7 @@ _PROJECT_PREFIX = "mirrorflow."
 _SCHEDULE = "mirrorflow.schedule"
 _MAX_RECORDS_PER_PARTITION = "mirrorflow.max.records.per.partition"
 _SPARK_CONN_ID = "mirrorflow.spark.conn.id"
+_SPARK_DEPLOY_MODE = "mirrorflow.spark.deploy.mode"
 _COPY_TIMEOUT = "mirrorflow.copy.timeout.seconds"
 _TASK_RETRIES = "mirrorflow.task.retries"
 _SPARK_CONF_PREFIX = "mirrorflow.spark.conf."
@@ -91,6 +94,7 @@ _FLOW_SETTINGS = (
     _SCHEDULE,
     _MAX_RECORDS_PER_PARTITION,
     _SPARK_CONN_ID,
+    _SPARK_DEPLOY_MODE,
     _COPY_TIMEOUT,
     _TASK_RETRIES,
     ON_SOURCE_DATA_LOSS,
@@ -135,7 +139,9 @@ class MirrorSettings:
     ``schedule`` None means manual runs only; ``max_records_per_partition`` > 0 bounds one run;
     ``spark_conn_id`` names the Airflow connection whose host is the Spark master (``local[*]``,
     ``spark://host:7077``, ``yarn``, ``k8s://...``): Airflow's SparkSubmitOperator takes the master
-    only from a connection. ``spark_conf`` comes from ``mirrorflow.spark.conf.<spark key>``.
+    only from a connection. ``spark_deploy_mode`` is where the Spark driver runs: ``client`` (in the
+    Airflow task) or ``cluster`` (on the cluster; it overrides the connection's ``deploy-mode``).
+    ``spark_conf`` comes from ``mirrorflow.spark.conf.<spark key>``.
     A copy attempt is stopped (its Spark job killed) after ``copy_timeout_seconds``; every task is
     retried ``task_retries`` times. ``on_source_data_loss`` is ``fail`` (a run whose next source
     records were deleted before they were mirrored fails, naming them) or ``skip`` (it continues
@@ -148,6 +154,7 @@ class MirrorSettings:
     schedule: str | None = None
     max_records_per_partition: int = MAX_RECORDS_PER_PARTITION_DEFAULT
     spark_conn_id: str = SPARK_CONN_ID_DEFAULT
+    spark_deploy_mode: str = SPARK_DEPLOY_MODES[0]
     spark_conf: Mapping[str, str] = field(default_factory=PropertyView)
     copy_timeout_seconds: int = COPY_TIMEOUT_SECONDS_DEFAULT
     task_retries: int = TASK_RETRIES_DEFAULT
@@ -471,6 +478,13 @@ def _flow_config(
             ("config.properties.exclude", CONFIG_PROPERTIES_EXCLUDE_DEFAULT),
         )
     }
+    deploy_mode_conf = f"{_SPARK_CONF_PREFIX}spark.submit.deployMode"
+    if props.get(deploy_mode_conf) is not None:
+        # spark-submit's --deploy-mode, which the flow's DAG always passes, would override it.
+        raise ConfigError(
+            f"the deploy mode is set by {_SPARK_DEPLOY_MODE} (client or cluster); remove this key",
+            key=props.written_as(deploy_mode_conf),
+        )
     # Validated here so that a bad pattern is reported under the key as written (flow prefix).
     for key, patterns in lists.items():
         compile_patterns(patterns, props.written_as(key))
@@ -516,6 +530,7 @@ def _flow_config(
                 _MAX_RECORDS_PER_PARTITION, MAX_RECORDS_PER_PARTITION_DEFAULT
             ),
             spark_conn_id=props.get_required(_SPARK_CONN_ID, SPARK_CONN_ID_DEFAULT),
+            spark_deploy_mode=props.get_choice(_SPARK_DEPLOY_MODE, SPARK_DEPLOY_MODES),
             spark_conf=props.stripped(_SPARK_CONF_PREFIX),
             copy_timeout_seconds=props.get_positive_int(_COPY_TIMEOUT, COPY_TIMEOUT_SECONDS_DEFAULT),
             task_retries=props.get_positive_int(_TASK_RETRIES, TASK_RETRIES_DEFAULT, zero_allowed=True),

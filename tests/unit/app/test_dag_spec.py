@@ -3,6 +3,7 @@ MIRROR_JVM_CACHE, with errors that say what to set."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,53 @@ def test_a_dr_flow_runs_the_window_job() -> None:
     assert Path(window.application).name == "mirror_dr.py"
     assert window.name == "mirror primary->backup DR"
     assert window.application_args[-2:] == ("--run-id", "run-1")
+
+
+def test_in_client_mode_the_driver_is_the_job_itself_with_this_python() -> None:
+    config = parse_config(ONE_FLOW, env={})
+    (flow,) = config.flows
+    copy = flow_dag_spec(config, flow, "run-1").copy
+    assert (copy.deploy_mode, copy.java_class) == ("client", None)
+    assert copy.application == job_path("mirror_copy.py")
+    assert copy.application_args == ("--config", str(config.path), "--flow", flow.name, "--run-id", "run-1")
+    assert (copy.env_vars["PYSPARK_PYTHON"], copy.env_vars["PYSPARK_DRIVER_PYTHON"]) == (
+        sys.executable,
+        sys.executable,
+    )
+
+
+def test_in_cluster_mode_sparks_python_runner_runs_the_job_and_the_python_is_set_by_conf() -> None:
+    config = parse_config(ONE_FLOW + "mirrorflow.spark.deploy.mode = Cluster\n", env={})
+    (flow,) = config.flows
+    copy = flow_dag_spec(config, flow, "run-1").copy
+    assert (copy.deploy_mode, copy.java_class) == ("cluster", "org.apache.spark.deploy.PythonRunner")
+    assert Path(copy.application).name.startswith("spark-core_")
+    assert Path(copy.application).parent.name == "jars" and Path(copy.application).is_file()
+    assert copy.application_args == (
+        job_path("mirror_copy.py"), "", "--config", str(config.path), "--flow", flow.name, "--run-id", "run-1"
+    )  # fmt: skip
+    assert copy.env_vars == {}
+    assert {k: copy.conf[k] for k in ("spark.pyspark.python", "spark.pyspark.driver.python")} == {
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+    }
+    assert copy.conf["spark.master.rest.enabled"] == "true"
+
+
+def test_the_deploy_mode_is_a_setting_of_its_own() -> None:
+    with pytest.raises(ConfigError) as wrong:
+        parse_config(ONE_FLOW + "mirrorflow.spark.deploy.mode = yarn\n", env={})
+    assert "mirrorflow.spark.deploy.mode" in str(wrong.value) and "expected client or cluster" in str(
+        wrong.value
+    )
+    with pytest.raises(ConfigError) as conf:
+        parse_config(
+            ONE_FLOW + "primary->backup.mirrorflow.spark.conf.spark.submit.deployMode = cluster\n", env={}
+        )
+    assert str(conf.value).startswith(
+        "primary->backup.mirrorflow.spark.conf.spark.submit.deployMode: the deploy mode is set by "
+        "mirrorflow.spark.deploy.mode (client or cluster); remove this key"
+    )
 
 
 def test_a_job_the_package_lacks_is_an_error() -> None:

@@ -181,7 +181,7 @@ def test_defaults() -> None:
         "unclean.leader.election.enable",
         "min.insync.replicas",
     )
-    assert flow.settings == MirrorSettings(None, 1_000_000, "spark_default", MappingProxyType({}))
+    assert flow.settings == MirrorSettings(None, 1_000_000, "spark_default", "client", MappingProxyType({}))
 
 
 def test_values_are_trimmed_like_kafka() -> None:
@@ -417,7 +417,7 @@ def test_validation_messages_say_what_to_do() -> None:
         ),
         BASE + "mirrorflow.max.records = 5\n": (
             "mirrorflow.max.records: unknown mirrorflow setting; known settings: mirrorflow.schedule, "
-            "mirrorflow.max.records.per.partition, mirrorflow.spark.conn.id, "
+            "mirrorflow.max.records.per.partition, mirrorflow.spark.conn.id, mirrorflow.spark.deploy.mode, "
             "mirrorflow.copy.timeout.seconds, mirrorflow.task.retries, mirrorflow.on.source.data.loss, "
             "mirrorflow.alert.lag.max.records, mirrorflow.alert.heartbeat.age.max.seconds, "
             "mirrorflow.alert.notifier, mirrorflow.mode, mirrorflow.dr.window.seconds, "
@@ -581,7 +581,7 @@ def test_shipped_config_has_exactly_primary_to_backup() -> None:
     assert flow.target.bootstrap_servers == "127.0.0.1:29092"
     assert flow.topics == (".*",)
     assert flow.replication_factor == 1
-    assert flow.settings == MirrorSettings(None, 1_000_000, "spark_default", MappingProxyType({}))
+    assert flow.settings == MirrorSettings(None, 1_000_000, "spark_default", "client", MappingProxyType({}))
 
 
 @pytest.mark.parametrize(
