@@ -90,5 +90,9 @@ fi
 if [ ! -x /usr/bin/chromium ]; then
   apt_install "the status page's browser test" chromium
 fi
+# curl: Airflow's Spark provider polls a standalone cluster's driver with /usr/bin/curl (cluster mode test).
+if [ ! -x /usr/bin/curl ]; then
+  apt_install "following a Spark standalone driver in cluster deploy mode" curl
+fi
 echo "setup: ready (pyspark $PYSPARK_PIN, Kafka $KAFKA_VERSION, Spark Kafka connector $SPARK_VERSION," \
   "PostgreSQL server in $PG_BIN)"
