@@ -176,6 +176,29 @@ def test_expired_lock_is_taken_over(store: OffsetsStore, clock: FakeClock, db_ur
         store.acquire_lock(FLOW, "run-1", ttl_seconds=100)
 
 
+def test_a_run_waits_for_a_held_lock_up_to_its_bound(store: OffsetsStore, clock: FakeClock) -> None:
+    store.acquire_lock(FLOW, "run-1", ttl_seconds=3600)
+    naps: list[float] = []
+
+    def nap(seconds: float) -> None:
+        naps.append(seconds)
+        clock.advance(int(seconds))
+
+    with pytest.raises(FlowLockedError, match="locked by run run-1"):
+        store.acquire_lock(FLOW, "run-2", ttl_seconds=100, wait_seconds=3, sleep=nap)
+    assert naps == [1.0, 1.0, 1.0]  # looked again every second, for 3 s
+    assert store.lock_holder(FLOW) == "run-1"
+
+    def release_on_second_nap(seconds: float) -> None:
+        nap(seconds)
+        if len(naps) == 5:
+            store.release_lock(FLOW, "run-1")
+
+    store.acquire_lock(FLOW, "run-2", ttl_seconds=100, wait_seconds=60, sleep=release_on_second_nap)
+    assert naps == [1.0] * 5
+    assert store.lock_holder(FLOW) == "run-2"
+
+
 def test_release_only_by_holder(store: OffsetsStore) -> None:
     assert store.release_lock(FLOW, "run-1") is False
     store.acquire_lock(FLOW, "run-1", ttl_seconds=600)

@@ -156,7 +156,10 @@ def test_a_killed_airflow_run_leaves_its_lock_and_the_next_run_after_release_cop
     topic, remote, count = unique_name, f"primary.{unique_name}", 100_000
     create_topic(primary.bootstrap, topic, 2)
     sample_data.produce_samples(primary.bootstrap, topic, 2, 0, count)
-    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n")
+    config = write_config(
+        f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n"
+        "mirrorflow.lock.wait.seconds = 2\n"
+    )
     assert config.path is not None
     env = airflow_for(config)
     store = OffsetsStore(config.offsets_db_url)
@@ -190,6 +193,10 @@ def test_a_killed_airflow_run_leaves_its_lock_and_the_next_run_after_release_cop
     blocked = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
 
     assert blocked.returncode != 0
+    # The next run waited for the lock as long as the config says, then gave up naming its holder.
+    assert f"flow primary->backup is locked by run {dead_run}; waiting up to 2 s for it" in (
+        blocked.stdout + blocked.stderr
+    )
     assert f"flow primary->backup is locked by run {dead_run}" in blocked.stdout + blocked.stderr
     assert "python -m mirrorflow.store release-lock --flow 'primary->backup'" in (
         blocked.stdout + blocked.stderr

@@ -7,6 +7,7 @@ import json
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -80,6 +81,26 @@ def _backfill(airflow: LocalAirflow, *args: str) -> list[dict[str, Any]]:
     return list(runs["dag_runs"])
 
 
+def _failed_tasks(airflow: LocalAirflow, runs: list[dict[str, Any]]) -> str:
+    """The end of each failed task's log in ``runs``: what a red run's assertion shows."""
+    shown = []
+    for run in runs:
+        if run["state"] == "success":
+            continue
+        base = f"/api/v2/dags/{DAG}/dagRuns/{urllib.parse.quote(run['dag_run_id'], safe='')}/taskInstances"
+        try:
+            for ti in airflow.api("GET", base)["task_instances"]:
+                if ti["state"] in ("failed", "upstream_failed"):
+                    logs = airflow.api(
+                        "GET", f"{base}/{ti['task_id']}/logs/{ti['try_number']}?full_content=true"
+                    )
+                    text = json.dumps(logs.get("content", logs))[-3000:]
+                    shown.append(f"{run['dag_run_id']} {ti['task_id']} ({ti['state']}): {text}")
+        except (OSError, KeyError, ValueError) as exc:  # diagnostics only: never hide the failure itself
+            shown.append(f"{run['dag_run_id']}: its task logs could not be read ({exc!r})")
+    return "\n".join(shown)
+
+
 def test_a_backfill_copies_one_interval_per_run_and_a_rerun_copies_nothing(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],
@@ -105,7 +126,7 @@ def test_a_backfill_copies_one_interval_per_run_and_a_rerun_copies_nothing(
         runs = _backfill(airflow)
         assert [(r["logical_date"][:10], r["state"]) for r in runs] == [
             ("2025-03-02", "success"), ("2025-03-03", "success"), ("2025-03-04", "success"),
-        ]  # fmt: skip
+        ], _failed_tasks(airflow, runs)  # fmt: skip
         by_run = {r["dag_run_id"]: r["logical_date"][:10] for r in runs}
         for p in range(2):
             # Each run copied its own day, in day order: 5 records of the 1st, 4 of the 2nd, 3 of the 3rd.
@@ -116,7 +137,7 @@ def test_a_backfill_copies_one_interval_per_run_and_a_rerun_copies_nothing(
 
         # The same intervals again, completed runs included: every run succeeds and copies nothing.
         again = _backfill(airflow, "--reprocess-behavior", "completed")
-        assert [r["state"] for r in again] == ["success"] * 3
+        assert [r["state"] for r in again] == ["success"] * 3, _failed_tasks(airflow, again)
         assert len(store.batches(FLOW, topic)) == 6
         assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 2) == 24
         assert store.lock_holder(FLOW) is None

@@ -29,7 +29,11 @@ def test_a_second_concurrent_run_is_refused_and_cannot_commit(
     primary = kafka_clusters["primary"]
     create_topic(primary.bootstrap, unique_name, 1)
     sample_data.produce_samples(primary.bootstrap, unique_name, 1, 0, 10)
-    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {unique_name}\n")
+    # A run waits for a held lock (mirrorflow.lock.wait.seconds): none here, it is refused at once.
+    config = write_config(
+        f"primary->backup.enabled = true\nprimary->backup.topics = {unique_name}\n"
+        "mirrorflow.lock.wait.seconds = 0\n"
+    )
 
     runner.plan_run(config, FLOW, "run-1")
     with pytest.raises(FlowLockedError, match="locked by run run-1") as refused:

@@ -64,7 +64,7 @@ def take_lock(config: MirrorConfig, flow_name: str, run_id: str) -> None:
     flow = config.flow(flow_name)
     dr_settings_of(flow)
     with OffsetsStore(config.offsets_db_url) as store:
-        store.acquire_lock(flow.name, run_id, flow.lock_ttl_seconds)
+        runner.take_flow_lock(store, flow, run_id)
 
 
 class _Window:

@@ -78,8 +78,7 @@ def plan_run(
     with OffsetsStore(config.offsets_db_url) as store:
         with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
             check_topic_subset(flow, source, options)
-            # A crashed run's lock is taken over once it expires: after every copy attempt has timed out.
-            store.acquire_lock(flow.name, run_id, flow.lock_ttl_seconds)
+            take_flow_lock(store, flow, run_id)
             try:
                 # Before planning, so that this run mirrors the source's new heartbeat too.
                 emit_heartbeats(flow)
@@ -129,6 +128,21 @@ def plan_run(
             plan.max_records,
         )
         return plan
+
+
+def take_flow_lock(store: OffsetsStore, flow: FlowConfig, run_id: str) -> None:
+    """Take the flow's lock for ``run_id``, waiting up to ``mirrorflow.lock.wait.seconds`` while
+    another run holds it (the run before, still releasing it); a crashed run's lock is taken over
+    once it expires, after every copy attempt of that run has timed out."""
+    holder = store.lock_holder(flow.name)
+    if holder is not None and holder != run_id and flow.settings.lock_wait_seconds:
+        log.info(
+            "flow %s is locked by run %s; waiting up to %d s for it",
+            flow.name,
+            holder,
+            flow.settings.lock_wait_seconds,
+        )
+    store.acquire_lock(flow.name, run_id, flow.lock_ttl_seconds, flow.settings.lock_wait_seconds)
 
 
 def dry_run(config: MirrorConfig, flow_name: str, run_id: str, options: RunOptions) -> DryRun:

@@ -74,6 +74,7 @@ ON_SOURCE_DATA_LOSS_CHOICES = ("fail", "skip")
 COPY_TIMEOUT_SECONDS_DEFAULT = 6 * 3600
 TASK_RETRIES_DEFAULT = 2
 TASK_RETRY_DELAY_SECONDS = 30
+LOCK_WAIT_SECONDS_DEFAULT = 60
 # Time for the plan, commit, checkpoint and release tasks of a run, on top of its copy attempts.
 _RUN_OVERHEAD_SECONDS = 3600
 
@@ -84,6 +85,7 @@ _SPARK_CONN_ID = "mirrorflow.spark.conn.id"
 _SPARK_DEPLOY_MODE = "mirrorflow.spark.deploy.mode"
 _COPY_TIMEOUT = "mirrorflow.copy.timeout.seconds"
 _TASK_RETRIES = "mirrorflow.task.retries"
+_LOCK_WAIT = "mirrorflow.lock.wait.seconds"
 _SPARK_CONF_PREFIX = "mirrorflow.spark.conf."
 ALERT_LAG_MAX_RECORDS = "mirrorflow.alert.lag.max.records"
 ALERT_HEARTBEAT_AGE_MAX_SECONDS = "mirrorflow.alert.heartbeat.age.max.seconds"
@@ -97,6 +99,7 @@ _FLOW_SETTINGS = (
     _SPARK_DEPLOY_MODE,
     _COPY_TIMEOUT,
     _TASK_RETRIES,
+    _LOCK_WAIT,
     ON_SOURCE_DATA_LOSS,
     ALERT_LAG_MAX_RECORDS,
     ALERT_HEARTBEAT_AGE_MAX_SECONDS,
@@ -143,10 +146,12 @@ class MirrorSettings:
     Airflow task) or ``cluster`` (on the cluster; it overrides the connection's ``deploy-mode``).
     ``spark_conf`` comes from ``mirrorflow.spark.conf.<spark key>``.
     A copy attempt is stopped (its Spark job killed) after ``copy_timeout_seconds``; every task is
-    retried ``task_retries`` times. ``on_source_data_loss`` is ``fail`` (a run whose next source
-    records were deleted before they were mirrored fails, naming them) or ``skip`` (it continues
-    after them and records the gap). A run whose lag left on some partition exceeds
-    ``alert_lag_max_records``, or whose newest mirrored heartbeat is older than
+    retried ``task_retries`` times. A run that finds the flow locked by another run waits up to
+    ``lock_wait_seconds`` for it (the one before it still releasing), then fails.
+    ``on_source_data_loss`` is ``fail`` (a run whose next source records were deleted before they
+    were mirrored fails, naming them) or ``skip`` (it continues after them and records the gap).
+    A run whose lag left on some partition exceeds ``alert_lag_max_records``, or whose newest
+    mirrored heartbeat is older than
     ``alert_heartbeat_age_max_seconds``, fails its freshness task (None: no such alert), which calls
     ``alert_notifier`` (``module:attribute`` of an Airflow notifier or callback) when set.
     """
@@ -158,6 +163,7 @@ class MirrorSettings:
     spark_conf: Mapping[str, str] = field(default_factory=PropertyView)
     copy_timeout_seconds: int = COPY_TIMEOUT_SECONDS_DEFAULT
     task_retries: int = TASK_RETRIES_DEFAULT
+    lock_wait_seconds: int = LOCK_WAIT_SECONDS_DEFAULT
     on_source_data_loss: str = ON_SOURCE_DATA_LOSS_CHOICES[0]
     alert_lag_max_records: int | None = None
     alert_heartbeat_age_max_seconds: int | None = None
@@ -534,6 +540,9 @@ def _flow_config(
             spark_conf=props.stripped(_SPARK_CONF_PREFIX),
             copy_timeout_seconds=props.get_positive_int(_COPY_TIMEOUT, COPY_TIMEOUT_SECONDS_DEFAULT),
             task_retries=props.get_positive_int(_TASK_RETRIES, TASK_RETRIES_DEFAULT, zero_allowed=True),
+            lock_wait_seconds=props.get_positive_int(
+                _LOCK_WAIT, LOCK_WAIT_SECONDS_DEFAULT, zero_allowed=True
+            ),
             on_source_data_loss=props.get_choice(ON_SOURCE_DATA_LOSS, ON_SOURCE_DATA_LOSS_CHOICES),
             alert_lag_max_records=props.get_optional_int(ALERT_LAG_MAX_RECORDS, zero_allowed=True),
             alert_heartbeat_age_max_seconds=props.get_optional_int(ALERT_HEARTBEAT_AGE_MAX_SECONDS),

@@ -42,6 +42,7 @@ aggregates (``status_reads``) and the command line ``python -m mirrorflow.store`
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict
@@ -104,7 +105,10 @@ from mirrorflow.store.schema import (
     topics_table,
 )
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT_SECONDS", "OffsetsStore"]
+__all__ = ["DEFAULT_BUSY_TIMEOUT_SECONDS", "LOCK_POLL_SECONDS", "OffsetsStore"]
+
+# How often a run waiting for its flow's lock looks again.
+LOCK_POLL_SECONDS = 1.0
 
 
 def _utcnow() -> datetime:
@@ -147,14 +151,35 @@ class OffsetsStore:
 
     # ---------------------------------------------------------------------------------------- locks
 
-    def acquire_lock(self, flow: str, run_id: str, ttl_seconds: int) -> None:
+    def acquire_lock(
+        self,
+        flow: str,
+        run_id: str,
+        ttl_seconds: int,
+        wait_seconds: float = 0.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         """Take ``flow``'s lock for ``run_id`` until now + ``ttl_seconds``.
 
         Re-entrant: the run holding the lock (a retried task of the same run) refreshes its expiry.
-        A lock of another run is taken over only once expired; otherwise ``FlowLockedError``.
+        A lock of another run is taken over only once expired; while it is held, this looks again
+        every ``LOCK_POLL_SECONDS`` for up to ``wait_seconds`` (by the store's clock), then raises
+        ``FlowLockedError``.
         """
         if ttl_seconds <= 0:
             raise ValueError(f"ttl_seconds must be positive, got {ttl_seconds}")
+        deadline = self.now() + timedelta(seconds=wait_seconds)
+        while True:
+            try:
+                return self._take_lock(flow, run_id, ttl_seconds)
+            except FlowLockedError:
+                left = (deadline - self.now()).total_seconds()
+                if left <= 0:
+                    raise
+            sleep(min(LOCK_POLL_SECONDS, left))
+
+    def _take_lock(self, flow: str, run_id: str, ttl_seconds: int) -> None:
+        """One attempt of ``acquire_lock``."""
         locks = locks_table
         for _attempt in range(5):
             now = self.now()

@@ -418,7 +418,8 @@ def test_validation_messages_say_what_to_do() -> None:
         BASE + "mirrorflow.max.records = 5\n": (
             "mirrorflow.max.records: unknown mirrorflow setting; known settings: mirrorflow.schedule, "
             "mirrorflow.max.records.per.partition, mirrorflow.spark.conn.id, mirrorflow.spark.deploy.mode, "
-            "mirrorflow.copy.timeout.seconds, mirrorflow.task.retries, mirrorflow.on.source.data.loss, "
+            "mirrorflow.copy.timeout.seconds, mirrorflow.task.retries, mirrorflow.lock.wait.seconds, "
+            "mirrorflow.on.source.data.loss, "
             "mirrorflow.alert.lag.max.records, mirrorflow.alert.heartbeat.age.max.seconds, "
             "mirrorflow.alert.notifier, mirrorflow.mode, mirrorflow.dr.window.seconds, "
             "mirrorflow.dr.idle.wait.ms, "
