@@ -578,9 +578,8 @@ def _state_dir(top: Mapping[str, str], env: Mapping[str, str], base: Path) -> Pa
         return base / top[_STATE_DIR]
     raise ConfigError(
         f"no state folder: set {_STATE_DIR} (relative to the config file's folder) or env "
-        f"{ENV_STATE_DIR} to a folder the Airflow workers and the Spark driver share; it holds each "
-        "run's plan and result, the metrics files and, unless mirrorflow.offsets.db.url is set, the "
-        "SQLite offsets database"
+        f"{ENV_STATE_DIR} to a folder the Airflow workers share; it holds the metrics files, cutover and "
+        "failover reports and, unless mirrorflow.offsets.db.url is set, the SQLite offsets database"
     )
 
 

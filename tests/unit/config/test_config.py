@@ -487,9 +487,8 @@ def test_state_dir_must_be_named() -> None:
         parse_config(STATELESS, env=NO_ENV)
     assert str(caught.value) == (
         "no state folder: set mirrorflow.state.dir (relative to the config file's folder) or env "
-        "MIRROR_STATE_DIR to a folder the Airflow workers and the Spark driver share; it holds each "
-        "run's plan and result, the metrics files and, unless mirrorflow.offsets.db.url is set, the "
-        "SQLite offsets database"
+        "MIRROR_STATE_DIR to a folder the Airflow workers share; it holds the metrics files, cutover and "
+        "failover reports and, unless mirrorflow.offsets.db.url is set, the SQLite offsets database"
     )
 
 
