@@ -9,8 +9,8 @@ reference: ``${file:...}`` to a credentials file outside the Airflow home and th
 After ``airflow dags test`` ran plan -> copy (spark-submit) -> commit -> checkpoint -> release, the
 password is nowhere in what the run leaves behind or prints: the command's output (which holds the
 task logs, spark-submit's output included), every file under the Airflow home (its metadata DB, and
-so the XComs) and the state dir (plan and result files, metrics, the offsets database), nor in the
-XCom values and the offsets database's tables as read back.
+so the XComs) and the state dir (metrics, the offsets database with the run's plan and result), nor
+in the XCom values and the offsets database's tables as read back.
 """
 
 from __future__ import annotations

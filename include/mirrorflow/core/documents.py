@@ -1,9 +1,10 @@
-"""The JSON documents a run's steps hand each other through its folder (plan, copy result, verify
-plan and result), each with a format marker that is checked when it is read back.
+"""The JSON documents a run's steps hand each other through the offsets database (plan, copy result,
+window summary, verify plan and result: ``store.run_documents``), each with a format marker that is
+checked when it is read back.
 
 Invariant: a document is either read whole, with the marker its reader expects, or refused with a
-``PlanError`` naming the file, what is wrong and how to make it again: a step never acts on a half
-or foreign document.
+``PlanError`` naming the document, what is wrong and how to make it again: a step never acts on a
+half or foreign document.
 """
 
 from __future__ import annotations
