@@ -41,7 +41,6 @@ from mirrorflow_dev.local_spark import SparkStandalone
 from mirrorflow_dev.processes import start_logged, stop_process
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
-# spark-class ships with pyspark; the venv's bin/ has a copy that finds the same SPARK_HOME.
 LIMIT = "copy limit (Kafka perf tools, librdkafka producer)"
 OURS = "mirrorflow (one DAG run)"
 OURS_STANDALONE = "mirrorflow on Spark standalone (1 master, 2 workers)"

@@ -21,6 +21,7 @@ import pyspark
 from mirrorflow_dev import processes
 from mirrorflow_dev.processes import start_logged, stop_process
 
+# spark-class ships with pyspark; the venv's bin/ has a copy that finds the same SPARK_HOME.
 SPARK_CLASS = str(Path(sys.executable).parent / "spark-class")
 
 
@@ -50,10 +51,11 @@ class SparkStandalone:
         self.url = f"spark://127.0.0.1:{self.port}"
         # The master's REST server: spark-submit in cluster deploy mode submits, polls and kills there.
         self.rest_port = rest_port if rest else None
-        self.rest_url = f"spark://127.0.0.1:{rest_port}" if rest else None
-        self._master_opts = (
-            f"-Dspark.master.rest.enabled=true -Dspark.master.rest.port={rest_port}" if rest else ""
-        )
+
+    @property
+    def rest_url(self) -> str | None:
+        """The master's REST server as spark-submit's master URL; None when it is off."""
+        return None if self.rest_port is None else f"spark://127.0.0.1:{self.rest_port}"
 
     def _spawn(self, name: str, args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         proc = start_logged([SPARK_CLASS, *args], self.home / "logs" / f"{name}.out", env, cwd=self.home)
@@ -76,6 +78,14 @@ class SparkStandalone:
             Path(env[key]).mkdir(parents=True, exist_ok=True)
         return env
 
+    def _master_env(self) -> dict[str, str]:
+        env = self._env("master")
+        if self.rest_port is not None:
+            env["SPARK_MASTER_OPTS"] = (
+                f"-Dspark.master.rest.enabled=true -Dspark.master.rest.port={self.rest_port}"
+            )
+        return env
+
     def __enter__(self) -> SparkStandalone:
         try:
             self._spawn(
@@ -89,7 +99,7 @@ class SparkStandalone:
                     "--webui-port",
                     str(self.webui),
                 ],
-                {**self._env("master"), "SPARK_MASTER_OPTS": self._master_opts},
+                self._master_env(),
             )
             for i in range(self.n_workers):
                 port, webui = self._worker_ports[2 * i], self._worker_ports[2 * i + 1]

@@ -56,7 +56,6 @@ from mirrorflow.kafka.offset_syncs import emit_offset_syncs
 from mirrorflow.mm2.acl_rules import TopicAcl, missing_acls, target_acls
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import (
-    DocumentName,
     describe,
     find_document,
     prune_documents,
@@ -93,7 +92,12 @@ def plan_run(
                 store.anchor(flow.name, run_id, planned.anchors, planned.topics)
                 # A retried plan task's earlier copy outcome describes another plan.
                 save_document(
-                    store, flow.name, run_id, "plan", planned.plan.to_json(), supersedes=_COPY_OUTCOMES
+                    store,
+                    flow.name,
+                    run_id,
+                    "plan",
+                    planned.plan.to_json(),
+                    supersedes=("result", "copy_failed"),
                 )
                 if planned.plan.in_process:
                     execute_copy(config, flow, planned.plan, lambda: copy_in_process(flow, planned.plan))
@@ -554,9 +558,6 @@ def batches_for(plan: Plan, result: CopyResult) -> list[Batch]:
     if len(by_tp) != len(plan.partitions):
         raise PlanError("copy result holds partitions the plan does not; re-run the copy task")
     return batches
-
-
-_COPY_OUTCOMES: tuple[DocumentName, ...] = ("result", "copy_failed")
 
 
 def release_run(config: MirrorConfig, flow_name: str, run_id: str) -> bool:
