@@ -738,6 +738,19 @@ def test_after_a_takeover_only_the_new_holder_commits(
     ]
 
 
+def test_require_lock_names_the_run_that_lost_it(store: OffsetsStore, clock: FakeClock) -> None:
+    store.acquire_lock(FLOW, "run-1", ttl_seconds=600)
+    store.require_lock(FLOW, "run-1", "plan")
+    clock.advance(600)
+    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+
+    with pytest.raises(CommitConflictError, match=r"run run-1 cannot plan: .*\(run run-2 holds it since"):
+        store.require_lock(FLOW, "run-1", "plan")
+    store.release_lock(FLOW, "run-2")
+    with pytest.raises(CommitConflictError, match=r"run run-2 cannot plan: .*\(nobody holds it\)"):
+        store.require_lock(FLOW, "run-2", "plan")
+
+
 def _crash_in_commit(db_url: str, inside: Any) -> None:
     """Run-1 takes the lock, anchors and commits; its commit stops for good once it has moved
     progress and is about to log the batch, and waits there to be killed."""

@@ -133,7 +133,14 @@ class _Window:
         batch_id = f"{self.run_id}#{self.micro_batches}"
         with timed("plan"):
             planned = runner.plan_for(
-                flow, batch_id, DEFAULT_OPTIONS, self.source, self.target, self.topics, self.store
+                flow,
+                batch_id,
+                DEFAULT_OPTIONS,
+                self.source,
+                self.target,
+                self.topics,
+                self.store,
+                holder=self.run_id,
             )
             self.micro_batches += 1
             if planned.anchors or planned.topics:

@@ -46,6 +46,7 @@ from mirrorflow.errors import (
     ParamError,
     PlanError,
     SourceDataLostError,
+    TargetStateError,
     TransientError,
     error_class,
 )
@@ -84,7 +85,7 @@ def plan_run(
                 topics = ensure_remote_topics(flow, source, target, options.topics)
                 if flow.sync_topic_acls:
                     sync_acls(flow, source, target, topics.remote_names)
-                planned = plan_for(flow, run_id, options, source, target, topics, store)
+                planned = plan_for(flow, run_id, options, source, target, topics, store, holder=run_id)
                 # After planning: a plan refused for bad state leaves nothing behind, not even this.
                 planned = replace(
                     planned, plan=replace(planned.plan, writer=flow_writer(flow, target, store, run_id))
@@ -196,10 +197,31 @@ def plan_for(
     topics: RemoteTopics,
     store: OffsetsStore,
     absent: frozenset[tuple[str, int]] = frozenset(),
+    holder: str | None = None,
 ) -> PlannerOutput:
     """The planner's input read from both clusters and the offsets table, and its output (a plan
     still without its writer: ``flow_writer``). ``absent``: remote partitions that do not exist
-    yet (they end at offset 0)."""
+    yet (they end at offset 0). ``holder``: the run holding the flow's lock, if planning under it."""
+    try:
+        return _plan_for(flow, run_id, options, source, target, topics, store, absent)
+    except TargetStateError:
+        # A run whose lock was taken over meanwhile planned on a stale view of progress: the newer
+        # run's writes look like a foreign writer's. Say what really happened.
+        if holder is not None:
+            store.require_lock(flow.name, holder, "plan")
+        raise
+
+
+def _plan_for(
+    flow: FlowConfig,
+    run_id: str,
+    options: RunOptions,
+    source: ClusterAdmin,
+    target: ClusterAdmin,
+    topics: RemoteTopics,
+    store: OffsetsStore,
+    absent: frozenset[tuple[str, int]],
+) -> PlannerOutput:
     # Before either cluster's ends: offsets only grow, so a commit made meanwhile (by a run that took
     # a stalled run's lock over) can never look like a recreated source topic or a truncated remote one.
     progress = store.progress(flow.name)

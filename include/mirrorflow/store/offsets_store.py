@@ -246,6 +246,12 @@ class OffsetsStore:
         info = self.lock_info(flow)
         return None if info is None else info.run_id
 
+    def require_lock(self, flow: str, holder: str, action: str) -> None:
+        """Raise ``CommitConflictError`` saying ``holder`` cannot ``action`` unless it holds
+        ``flow``'s lock."""
+        with self._transaction(write=False) as conn:
+            self._check_lock(conn, flow, holder, action)
+
     def lock_info(self, flow: str) -> LockInfo | None:
         with self._transaction(write=False) as conn:
             return self._lock_row(conn, flow)
