@@ -5,7 +5,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # The dev tooling (include/mirrorflow_dev) is not part of the installed product: it is imported from here.
 export PYTHONPATH := $(CURDIR)/include$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: setup demo airflow test test-unit soak lint format bench kafka-up kafka-down kafka-status clean
+.PHONY: setup demo airflow test test-unit soak lint format readme-keys bench kafka-up kafka-down kafka-status clean
 
 setup:
 	@bash scripts/setup.sh
@@ -38,6 +38,10 @@ lint: setup
 format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# The README's table of MM2 keys, from the key table the config loader uses.
+readme-keys: setup
+	$(PY) -m mirrorflow_dev.readme_keys
 
 kafka-up: setup
 	@$(PY) -m mirrorflow_dev.local_kafka up

@@ -250,8 +250,13 @@ def test_no_enabled_flow_gives_no_dag_and_no_error(
             "mirrorflow.errors.ConfigError: backup->primary.mirrorflow.max.records.per.partition: "
             "expected a positive whole number, got '0'; set e.g. 1000000",
         ),
+        (
+            "primary->backup.topcis = orders",
+            "mirrorflow.errors.ConfigError: primary->backup.topcis: unknown key: not an MM2 flow setting "
+            "that MM2 or this product knows; did you mean `primary->backup.topics`?",
+        ),
     ],
-    ids=["unknown-alias", "bad-value"],
+    ids=["unknown-alias", "bad-value", "typo-in-topics"],
 )
 def test_invalid_config_is_an_import_error_naming_the_key(
     load_dags: Callable[[str], Any], closed_ports: dict[str, str], line: str, error_line: str

@@ -48,10 +48,13 @@ def dr_settings(props: PropertyView, flow: str) -> DrSettings | None:
     """The flow's DR settings, None for a flow in batch mode (which warns about DR keys set for it)."""
     mode = props.get_choice(MODE, MODES)
     if mode == "batch":
-        unused = [props.written_as(k) for k in (DR_WINDOW_SECONDS, DR_IDLE_WAIT_MS) if k in props]
+        intervals = [k for k, _ in (HEARTBEATS_INTERVAL, CHECKPOINTS_INTERVAL, REFRESH_TOPICS_INTERVAL,
+                                    SYNC_CONFIGS_INTERVAL, SYNC_ACLS_INTERVAL)]  # fmt: skip
+        unused = [props.written_as(k) for k in (DR_WINDOW_SECONDS, DR_IDLE_WAIT_MS, *intervals) if k in props]
         if unused:
             log.warning(
-                "flow %s runs in batch mode: %s has no effect (it applies with %s = dr)",
+                "flow %s runs in batch mode: %s has no effect (it applies with %s = dr; a batch run does "
+                "each step once)",
                 flow,
                 ", ".join(unused),
                 MODE,

@@ -23,6 +23,7 @@ from sqlalchemy.exc import ArgumentError
 
 from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, check_translatable, copy_ignored
 from mirrorflow.config.dr import DR_SETTINGS, DrSettings, dr_settings
+from mirrorflow.config.keys import DEPRECATED_ALIASES, PROJECT_PREFIX, KeyUse, classify
 from mirrorflow.config.properties import parse_properties
 from mirrorflow.config.property_view import PropertyView
 from mirrorflow.config.providers import resolve_references
@@ -78,7 +79,6 @@ LOCK_WAIT_SECONDS_DEFAULT = 60
 # Time for the plan, commit, checkpoint and release tasks of a run, on top of its copy attempts.
 _RUN_OVERHEAD_SECONDS = 3600
 
-_PROJECT_PREFIX = "mirrorflow."
 _SCHEDULE = "mirrorflow.schedule"
 _MAX_RECORDS_PER_PARTITION = "mirrorflow.max.records.per.partition"
 _SPARK_CONN_ID = "mirrorflow.spark.conn.id"
@@ -262,6 +262,8 @@ class MirrorConfig:
     flows: tuple[FlowConfig, ...]
     state_dir: Path
     offsets_db_url: str
+    # Every key of the file as written, with what this product does with it (``config.keys``).
+    keys: tuple[KeyUse, ...] = ()
 
     def flow(self, name: str) -> FlowConfig:
         """The enabled flow called ``name`` (``<source>-><target>``)."""
@@ -312,6 +314,13 @@ def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] 
     raw = resolve_references(parsed, env, base)
     aliases = _cluster_aliases(raw)
     top, by_cluster, by_flow = _split_scopes(raw, aliases)
+    enabled = [
+        (source, target)
+        for (source, target), overrides in by_flow.items()
+        # MM2: flows are disabled unless enabled, and only the flow's own key enables one.
+        if PropertyView.layered([(f"{source}{_FLOW_ARROW}{target}.", overrides)]).get_bool("enabled", False)
+    ]
+    keys = classify(top, by_cluster, by_flow, enabled)
 
     top_client = {k: v for k, v in top.items() if k == "security.protocol" or k.startswith(("ssl.", "sasl."))}
     cluster_layers = {
@@ -320,10 +329,8 @@ def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] 
     clusters = {alias: _cluster_config(alias, layers) for alias, layers in cluster_layers.items()}
 
     flows = [
-        _flow_config(source, target, cluster_layers, top, overrides)
-        for (source, target), overrides in by_flow.items()
-        # MM2: flows are disabled unless enabled, and only the flow's own key enables one.
-        if PropertyView.layered([(f"{source}{_FLOW_ARROW}{target}.", overrides)]).get_bool("enabled", False)
+        _flow_config(source, target, cluster_layers, top, by_flow[(source, target)])
+        for source, target in enabled
     ]
     _check_dag_ids(flows)
 
@@ -334,6 +341,7 @@ def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] 
         flows=tuple(flows),
         state_dir=state_dir,
         offsets_db_url=_offsets_db_url(top, env, state_dir),
+        keys=keys,
     )
 
 
@@ -367,7 +375,7 @@ def _split_scopes(
             found.setdefault((source, target), {})[setting] = value
         elif alias := _alias_of(key, aliases):
             setting = key[len(alias) + 1 :]
-            if setting.startswith(_PROJECT_PREFIX):
+            if setting.startswith(PROJECT_PREFIX):
                 raise ConfigError(
                     "mirrorflow settings are not per cluster; set them at top level or per flow "
                     f"(`<source>-><target>.{setting}`)",
@@ -405,7 +413,7 @@ def _parse_flow_key(key: str, aliases: Sequence[str]) -> tuple[str, str, str]:
 
 def _check_project_key(key: str, setting: str, *, top_level: bool) -> None:
     """Typo protection for ``mirrorflow.*``: unknown keys, and top-level-only keys set per flow."""
-    if not setting.startswith(_PROJECT_PREFIX):
+    if not setting.startswith(PROJECT_PREFIX):
         return
     is_spark_conf = setting.startswith(_SPARK_CONF_PREFIX) and len(setting) > len(_SPARK_CONF_PREFIX)
     if setting in _FLOW_SETTINGS or is_spark_conf:
@@ -474,6 +482,8 @@ def _flow_config(
     """The flow ``source->target`` from the clusters' layers, the top level and its own keys."""
     name = f"{source}{_FLOW_ARROW}{target}"
     props = PropertyView.layered([("", top), (f"{name}.", overrides)])
+    for old, new in DEPRECATED_ALIASES.items():
+        props = props.aliased(old, new)
     lists = {
         key: props.get_list(key, default)
         for key, default in (

@@ -79,6 +79,13 @@ class PropertyView(Mapping[str, str]):
         """These properties with ``other``'s on top (``other`` wins)."""
         return PropertyView({**self._entries, **other._entries})
 
+    def aliased(self, old: str, new: str) -> PropertyView:
+        """``old``'s value (as written under ``old``) as ``new``'s where only ``old`` is set: a
+        deprecated name, which the new name overrides where both are set (MM2's rule)."""
+        if old not in self._entries or new in self._entries:
+            return self
+        return PropertyView({**self._entries, new: self._entries[old]})
+
     def get_required(self, key: str, default: str) -> str:
         """The value, ``default`` when absent; an empty value is an error."""
         value = self.get(key, default)

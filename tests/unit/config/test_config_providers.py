@@ -66,10 +66,10 @@ def test_a_file_reference_inside_the_jaas_config_reaches_every_client_of_the_clu
 
 def test_a_relative_path_is_relative_to_the_config_files_folder(tmp_path: Path, creds: Path) -> None:
     config = load(
-        tmp_path, PROVIDERS + "primary.ssl.key.password = ${file:secrets/mirror.properties:password}\n"
+        tmp_path, PROVIDERS + "primary.sasl.jaas.config = ${file:secrets/mirror.properties:password}\n"
     )
 
-    assert config.clusters["primary"].client["ssl.key.password"] == SECRET
+    assert config.clusters["primary"].client["sasl.jaas.config"] == SECRET
 
 
 @pytest.mark.parametrize(
@@ -79,10 +79,10 @@ def test_an_env_reference_reads_the_variable_with_or_without_the_empty_path(
     tmp_path: Path, reference: str
 ) -> None:
     config = load(
-        tmp_path, PROVIDERS + f"primary.ssl.key.password = {reference}\n", env={"MIRROR_PW": SECRET}
+        tmp_path, PROVIDERS + f"primary.sasl.jaas.config = {reference}\n", env={"MIRROR_PW": SECRET}
     )
 
-    assert config.clusters["primary"].client["ssl.key.password"] == SECRET
+    assert config.clusters["primary"].client["sasl.jaas.config"] == SECRET
 
 
 def test_a_directory_reference_reads_a_whole_file_and_the_value_is_trimmed_as_kafka_does(
@@ -92,9 +92,9 @@ def test_a_directory_reference_reads_a_whole_file_and_the_value_is_trimmed_as_ka
     folder.mkdir()
     (folder / "password").write_text(f"{SECRET}\n")
 
-    config = load(tmp_path, PROVIDERS + f"primary.ssl.key.password = ${{dir:{folder}:password}}\n")
+    config = load(tmp_path, PROVIDERS + f"primary.sasl.jaas.config = ${{dir:{folder}:password}}\n")
 
-    assert config.clusters["primary"].client["ssl.key.password"] == SECRET
+    assert config.clusters["primary"].client["sasl.jaas.config"] == SECRET
 
 
 def test_references_resolve_in_any_key_and_a_resolved_value_is_never_resolved_again(
@@ -105,13 +105,13 @@ def test_references_resolve_in_any_key_and_a_resolved_value_is_never_resolved_ag
     config = load(
         tmp_path,
         PROVIDERS
-        + f"primary.ssl.key.password = ${{file:{creds}:password}}\n"
+        + f"primary.sasl.jaas.config = ${{file:{creds}:password}}\n"
         + "mirrorflow.offsets.db.url = postgresql+psycopg2://${file:secrets/mirror.properties:user}:"
         + "${env:DB_PW}@db:5432/mirror\n",
         env={"MIRROR_PW": "not read", "DB_PW": "pw"},
     )
 
-    assert config.clusters["primary"].client["ssl.key.password"] == "${env:MIRROR_PW}"
+    assert config.clusters["primary"].client["sasl.jaas.config"] == "${env:MIRROR_PW}"
     assert config.offsets_db_url == "postgresql+psycopg2://mirror:pw@db:5432/mirror"
 
 
@@ -127,43 +127,43 @@ def test_without_references_nothing_is_read_and_text_without_a_colon_is_no_refer
     ("text", "message"),
     [
         (
-            "primary.ssl.key.password = ${file:/nowhere/creds.properties:password}\n",
-            "primary.ssl.key.password: ${file:/nowhere/creds.properties:password}: the credentials file "
+            "primary.sasl.jaas.config = ${file:/nowhere/creds.properties:password}\n",
+            "primary.sasl.jaas.config: ${file:/nowhere/creds.properties:password}: the credentials file "
             "/nowhere/creds.properties does not exist",
         ),
         (
-            "primary.ssl.key.password = ${file:secrets/mirror.properties:pasword}\n",
-            "primary.ssl.key.password: ${file:secrets/mirror.properties:pasword}: the credentials file "
+            "primary.sasl.jaas.config = ${file:secrets/mirror.properties:pasword}\n",
+            "primary.sasl.jaas.config: ${file:secrets/mirror.properties:pasword}: the credentials file "
             "{tmp}/secrets/mirror.properties has no key 'pasword'",
         ),
         (
-            "primary.ssl.key.password = ${env:MIRROR_PW}\n",
-            "primary.ssl.key.password: ${env:MIRROR_PW}: environment variable MIRROR_PW is not set; set it "
+            "primary.sasl.jaas.config = ${env:MIRROR_PW}\n",
+            "primary.sasl.jaas.config: ${env:MIRROR_PW}: environment variable MIRROR_PW is not set; set it "
             "for every process that loads this config (Airflow's DAG processor and workers, and the Spark "
             "driver)",
         ),
         (
-            "primary.ssl.key.password = ${env:/etc:MIRROR_PW}\n",
-            "primary.ssl.key.password: ${env:/etc:MIRROR_PW}: EnvVarConfigProvider takes no path; write "
+            "primary.sasl.jaas.config = ${env:/etc:MIRROR_PW}\n",
+            "primary.sasl.jaas.config: ${env:/etc:MIRROR_PW}: EnvVarConfigProvider takes no path; write "
             "${env:MIRROR_PW}",
         ),
         (
-            "primary.ssl.key.password = ${file:password}\n",
-            "primary.ssl.key.password: ${file:password} has no path; write ${file:<path>:<key>}",
+            "primary.sasl.jaas.config = ${file:password}\n",
+            "primary.sasl.jaas.config: ${file:password} has no path; write ${file:<path>:<key>}",
         ),
         (
-            "primary.ssl.key.password = ${dir:{tmp}/nowhere:password}\n",
-            "primary.ssl.key.password: ${dir:{tmp}/nowhere:password}: the folder {tmp}/nowhere does not "
+            "primary.sasl.jaas.config = ${dir:{tmp}/nowhere:password}\n",
+            "primary.sasl.jaas.config: ${dir:{tmp}/nowhere:password}: the folder {tmp}/nowhere does not "
             "exist",
         ),
         (
-            "primary.ssl.key.password = ${dir:{tmp}:secrets/mirror.properties}\n",
-            "primary.ssl.key.password: ${dir:{tmp}:secrets/mirror.properties}: "
+            "primary.sasl.jaas.config = ${dir:{tmp}:secrets/mirror.properties}\n",
+            "primary.sasl.jaas.config: ${dir:{tmp}:secrets/mirror.properties}: "
             "'secrets/mirror.properties' is not a file name",
         ),
         (
-            "primary.ssl.key.password = ${vault:/secret/kafka:password}\n",
-            "primary.ssl.key.password: ${vault:/secret/kafka:password} refers to config provider 'vault', "
+            "primary.sasl.jaas.config = ${vault:/secret/kafka:password}\n",
+            "primary.sasl.jaas.config: ${vault:/secret/kafka:password} refers to config provider 'vault', "
             "which is not declared in config.providers (declared: file, env, dir); declare it with "
             "config.providers and config.providers.vault.class",
         ),
@@ -190,8 +190,8 @@ def test_an_unresolvable_reference_names_the_key_and_what_is_missing(
     ("text", "message"),
     [
         (
-            "primary.ssl.key.password = ${file:/etc/creds.properties:password}\n",
-            "primary.ssl.key.password: ${file:/etc/creds.properties:password} refers to config provider "
+            "primary.sasl.jaas.config = ${file:/etc/creds.properties:password}\n",
+            "primary.sasl.jaas.config: ${file:/etc/creds.properties:password} refers to config provider "
             "'file', which is not declared in config.providers (declared: none); declare it with "
             "config.providers and config.providers.file.class",
         ),
@@ -251,21 +251,21 @@ def test_allowed_paths_and_the_allowlist_pattern_restrict_what_may_be_read(
     allowed = load(
         tmp_path,
         restricted
-        + f"primary.ssl.key.password = ${{file:{creds}:password}}\n"
-        + "backup.ssl.key.password = ${env:MIRROR_PW}\n",
+        + f"primary.sasl.jaas.config = ${{file:{creds}:password}}\n"
+        + "backup.sasl.jaas.config = ${env:MIRROR_PW}\n",
         env,
     )
-    assert [allowed.clusters[a].client["ssl.key.password"] for a in ("primary", "backup")] == [SECRET, SECRET]
+    assert [allowed.clusters[a].client["sasl.jaas.config"] for a in ("primary", "backup")] == [SECRET, SECRET]
     assert load_error(
         tmp_path,
-        restricted + "primary.ssl.key.password = ${file:secrets/../other.properties:password}\n",
+        restricted + "primary.sasl.jaas.config = ${file:secrets/../other.properties:password}\n",
         env,
     ) == (
-        f"primary.ssl.key.password: ${{file:secrets/../other.properties:password}}: {other} is not under "
+        f"primary.sasl.jaas.config: ${{file:secrets/../other.properties:password}}: {other} is not under "
         "config.providers.file.param.allowed.paths"
     )
-    assert load_error(tmp_path, restricted + "primary.ssl.key.password = ${env:HOME_PW}\n", env) == (
-        "primary.ssl.key.password: ${env:HOME_PW}: environment variable HOME_PW does not match "
+    assert load_error(tmp_path, restricted + "primary.sasl.jaas.config = ${env:HOME_PW}\n", env) == (
+        "primary.sasl.jaas.config: ${env:HOME_PW}: environment variable HOME_PW does not match "
         "config.providers.env.param.allowlist.pattern"
     )
 
@@ -274,26 +274,26 @@ def test_errors_about_a_credentials_file_never_show_its_values(tmp_path: Path, c
     creds.write_text(f"password = {SECRET}\npassword = {SECRET}-2\n")
     reference = f"${{file:{creds}:password}}"
 
-    assert load_error(tmp_path, PROVIDERS + f"primary.ssl.key.password = {reference}\n") == (
-        f"primary.ssl.key.password: {reference}: password: duplicate key in {creds}: line 1 and line 2; "
+    assert load_error(tmp_path, PROVIDERS + f"primary.sasl.jaas.config = {reference}\n") == (
+        f"primary.sasl.jaas.config: {reference}: password: duplicate key in {creds}: line 1 and line 2; "
         "keep one of them (each key may appear only once)"
     )
     creds.write_bytes(f"password = {SECRET}\xff\n".encode("latin-1"))
-    assert load_error(tmp_path, PROVIDERS + f"primary.ssl.key.password = {reference}\n") == (
-        f"primary.ssl.key.password: {reference}: the credentials file {creds} is not UTF-8 text; save it "
+    assert load_error(tmp_path, PROVIDERS + f"primary.sasl.jaas.config = {reference}\n") == (
+        f"primary.sasl.jaas.config: {reference}: the credentials file {creds} is not UTF-8 text; save it "
         "as UTF-8"
     )
 
 
 def test_typed_settings_never_echo_the_value_of_a_key_that_holds_a_secret() -> None:
-    view = PropertyView({"ssl.key.password": (SECRET, "primary.ssl.key.password")})
+    view = PropertyView({"sasl.jaas.config": (SECRET, "primary.sasl.jaas.config")})
 
     for read in (
-        lambda: view.get_bool("ssl.key.password", False),
-        lambda: view.get_positive_int("ssl.key.password", 1),
-        lambda: view.get_choice("ssl.key.password", ("a", "b")),
+        lambda: view.get_bool("sasl.jaas.config", False),
+        lambda: view.get_positive_int("sasl.jaas.config", 1),
+        lambda: view.get_choice("sasl.jaas.config", ("a", "b")),
     ):
-        with pytest.raises(ConfigError, match=re.escape("primary.ssl.key.password: expected ")) as caught:
+        with pytest.raises(ConfigError, match=re.escape("primary.sasl.jaas.config: expected ")) as caught:
             read()
         assert SECRET not in str(caught.value) and "got ******" in str(caught.value)
 
@@ -304,8 +304,8 @@ def test_parse_config_reads_references_relative_to_the_current_directory_without
     monkeypatch.chdir(tmp_path)
 
     config = parse_config(
-        ONE_FLOW + PROVIDERS + "primary.ssl.key.password = ${file:secrets/mirror.properties:password}\n",
+        ONE_FLOW + PROVIDERS + "primary.sasl.jaas.config = ${file:secrets/mirror.properties:password}\n",
         env={},
     )
 
-    assert config.clusters["primary"].client["ssl.key.password"] == SECRET
+    assert config.clusters["primary"].client["sasl.jaas.config"] == SECRET

@@ -90,9 +90,12 @@ def test_bad_dr_values_name_the_key(text: str, key: str, message: str) -> None:
 
 def test_dr_keys_on_a_batch_flow_are_warned_about_by_name(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="mirrorflow.config.dr"):
-        flow = parse("primary->backup.mirrorflow.dr.window.seconds = 60\n")
+        flow = parse(
+            "primary->backup.mirrorflow.dr.window.seconds = 60\nemit.checkpoints.interval.seconds = 5\n"
+        )
     assert flow.dr is None
     assert caplog.messages == [
-        "flow primary->backup runs in batch mode: primary->backup.mirrorflow.dr.window.seconds has no "
-        "effect (it applies with mirrorflow.mode = dr)"
+        "flow primary->backup runs in batch mode: primary->backup.mirrorflow.dr.window.seconds, "
+        "emit.checkpoints.interval.seconds has no effect (it applies with mirrorflow.mode = dr; a batch run "
+        "does each step once)"
     ]

@@ -1,0 +1,95 @@
+"""``python -m mirrorflow check-config FILE``: what a config file means before any run. It prints each
+enabled flow with its resolved settings, what this product does with every key of the file
+(honoured, no effect, refused: ``mirrorflow.config.keys``), and, where the source cluster answers,
+the topics the flow would mirror now. Writes nothing anywhere."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from mirrorflow.app.remote_topics import select_topics
+from mirrorflow.config.keys import Treatment
+from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
+from mirrorflow.errors import ConfigError, MirrorError
+from mirrorflow.kafka.admin import ClusterAdmin
+
+
+def describe(config: MirrorConfig, out: TextIO, *, topics: bool) -> None:
+    """The report, without the cluster reads when ``topics`` is False."""
+    print(f"config {config.path}: clusters {', '.join(config.clusters)}", file=out)
+    print(f"state folder {config.state_dir}", file=out)
+    if not config.flows:
+        print("no enabled flow: enable one with `<source>-><target>.enabled = true`", file=out)
+    for flow in config.flows:
+        _flow(flow, out)
+        if topics:
+            _topics(flow, out)
+    print("keys:", file=out)
+    width = max(len(t.value) for t in Treatment)
+    for use in sorted(config.keys, key=lambda u: (list(Treatment).index(u.treatment), u.written)):
+        print(f"  {use.treatment.value:<{width}}  {use.written}: {use.note}", file=out)
+
+
+def _flow(flow: FlowConfig, out: TextIO) -> None:
+    settings, policy = flow.settings, flow.replication_policy
+    lines = {
+        "DAGs": ", ".join(flow.dag_ids),
+        "mode": f"dr, windows of {flow.dr.window_seconds} s" if flow.dr else "batch",
+        "source": f"{flow.source.alias} ({flow.source.bootstrap_servers})",
+        "target": f"{flow.target.alias} ({flow.target.bootstrap_servers})",
+        "topics": ", ".join(flow.topics),
+        "topics.exclude": ", ".join(flow.topics_exclude),
+        "groups": ", ".join(flow.groups),
+        "groups.exclude": ", ".join(flow.groups_exclude),
+        "remote topic of t": policy.format_remote_topic(flow.source.alias, "t"),
+        "replication.factor": str(flow.replication_factor),
+        "checkpoints, group offset sync, heartbeats, offset syncs": ", ".join(
+            "on" if on else "off"
+            for on in (
+                flow.emit_checkpoints,
+                flow.sync_group_offsets,
+                flow.emit_heartbeats,
+                flow.emit_offset_syncs,
+            )
+        ),
+        "topic configs, ACLs synced": ", ".join(
+            "yes" if on else "no" for on in (flow.sync_topic_configs, flow.sync_topic_acls)
+        ),
+        "schedule": settings.schedule or "none (manual runs)",
+        "Spark": f"connection {settings.spark_conn_id}, deploy mode {settings.spark_deploy_mode}",
+        "records per partition per run": str(settings.max_records_per_partition),
+        "on source data loss": settings.on_source_data_loss,
+    }
+    print(f"flow {flow.name}", file=out)
+    for name, value in lines.items():
+        print(f"  {name}: {value}", file=out)
+
+
+def _topics(flow: FlowConfig, out: TextIO) -> None:
+    try:
+        with ClusterAdmin(flow.source) as source:
+            selected = select_topics(flow, source)
+    except MirrorError as error:
+        print(f"  topics it would mirror now: unknown, {error}", file=out)
+        return
+    listed = ", ".join(f"{t} ({d.partitions} partitions)" for t, d in sorted(selected.items()))
+    print(f"  topics it would mirror now: {listed or 'none'}", file=out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mirrorflow check-config", description=__doc__)
+    parser.add_argument("file", help="the mm2.properties file")
+    parser.add_argument(
+        "--no-topics", action="store_true", help="do not ask the source clusters which topics they hold"
+    )
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.file)
+    except ConfigError as error:
+        print(f"invalid config: {error}", file=sys.stderr)
+        return 1
+    describe(config, sys.stdout, topics=not args.no_topics)
+    return 0
