@@ -37,7 +37,7 @@ from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.report import RunReport
 from mirrorflow_dev import local_kafka, processes, sample_data
 from mirrorflow_dev.devenv import airflow_env
-from mirrorflow_dev.kafka_security import SUPER_USER, ScramSecurity
+from mirrorflow_dev.kafka_security import SUPER_USER, BrokerSecurity, ScramSecurity
 from mirrorflow_dev.local_airflow import LocalAirflow, free_port
 from mirrorflow_dev.local_kafka import LocalCluster
 
@@ -164,7 +164,7 @@ def local_clusters(
     aliases: Sequence[str],
     root: Path,
     extra_properties: Mapping[str, str] | None = None,
-    security: ScramSecurity | None = None,
+    security: BrokerSecurity | None = None,
 ) -> Iterator[dict[str, LocalCluster]]:
     """Single-node clusters on free loopback ports, stopped by PID however the block ends.
     With ``security``, every cluster has its SASL users and authorizer (see ``ScramSecurity``)."""
@@ -282,7 +282,7 @@ MIRROR_HEARTBEAT_TARGET_ACLS = [
 ]
 
 
-def secured_admin(cluster: LocalCluster, security: ScramSecurity) -> KafkaAdminClient:
+def secured_admin(cluster: LocalCluster, security: BrokerSecurity) -> KafkaAdminClient:
     """An admin client logged in as the super user."""
     return KafkaAdminClient(bootstrap_servers=cluster.bootstrap, **security.kafka_python(SUPER_USER))
 
@@ -296,10 +296,10 @@ def create_acls(cluster: LocalCluster, security: ScramSecurity, acls: list[ACL])
         admin.close()
 
 
-def create_source_topic(
-    cluster: LocalCluster, security: ScramSecurity, name: str, partitions: int, configs: dict[str, str]
+def create_secured_topic(
+    cluster: LocalCluster, security: BrokerSecurity, name: str, partitions: int, configs: dict[str, str]
 ) -> None:
-    """Create a topic on the source as the super user, and grant the mirror what it needs on it."""
+    """Create a topic as the super user."""
     admin = secured_admin(cluster, security)
     try:
         admin.create_topics(
@@ -308,6 +308,13 @@ def create_source_topic(
         )
     finally:
         admin.close()
+
+
+def create_source_topic(
+    cluster: LocalCluster, security: ScramSecurity, name: str, partitions: int, configs: dict[str, str]
+) -> None:
+    """Create a topic on the source as the super user, and grant the mirror what it needs on it."""
+    create_secured_topic(cluster, security, name, partitions, configs)
     create_acls(cluster, security, mirror_source_topic_acls(name))
 
 
@@ -319,9 +326,11 @@ def secured_config(
     *,
     heartbeats: bool,
     extra: Sequence[str] = (),
+    per_cluster: Mapping[str, Mapping[str, str]] | None = None,
 ) -> MirrorConfig:
     """An mm2.properties in ``folder`` for the flow primary->backup of ``topic``, whose clients use
-    ``client_properties`` (MM2's keys, e.g. the mirror's login) on every cluster; ``extra`` lines last."""
+    ``client_properties`` (MM2's keys, e.g. the mirror's login) on every cluster, or ``per_cluster``'s
+    of their alias where given; ``extra`` lines last."""
     lines = [
         "clusters = primary, backup",
         "replication.factor = 1",
@@ -336,7 +345,8 @@ def secured_config(
     ]
     for alias, cluster in clusters.items():
         lines.append(f"{alias}.bootstrap.servers = {cluster.bootstrap}")
-        lines += [f"{alias}.{k} = {v}" for k, v in client_properties.items()]
+        props = (per_cluster or {}).get(alias, client_properties)
+        lines += [f"{alias}.{k} = {v}" for k, v in props.items()]
     path = folder / "mm2.properties"
     path.write_text("\n".join(lines) + "\n")
     return load_config(path, env={})

@@ -1,6 +1,7 @@
-"""Security for the local clusters: a throwaway certificate authority and broker certificates
-(``LocalTls``), and SASL/SCRAM users with an authorizer (``ScramSecurity``), for brokers started by
-``local_kafka`` and the clients that talk to them."""
+"""Security for the local clusters: a throwaway certificate authority with broker and client
+certificates (``LocalTls``), SASL users (SCRAM and PLAIN) with an authorizer (``ScramSecurity``), and
+client certificates required on an SSL listener (``MutualTls``), for brokers started by ``local_kafka``
+and the clients that talk to them."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
+PLAIN_MECHANISM = "PLAIN"
 SUPER_USER = "admin"
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 _SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -83,10 +86,14 @@ class LocalTls:
 
     ca_file: Path
     server_pem: bytes = field(repr=False)
+    # Client name -> its unencrypted private key (PKCS#8) and certificate chain, in PEM.
+    clients: Mapping[str, bytes] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def generate(cls, folder: Path, days: int = 7) -> LocalTls:
-        """A new CA and server key (EC P-256), valid for ``days``; writes ``folder/ca.pem``."""
+    def generate(cls, folder: Path, days: int = 7, clients: Sequence[str] = ()) -> LocalTls:
+        """A new CA and server key (EC P-256), valid for ``days``, and a client certificate (CN =
+        name, the broker's principal ``User:CN=<name>``) for each of ``clients``; writes
+        ``folder/ca.pem`` and each client's ``client_file``."""
         ca_key = ec.generate_private_key(ec.SECP256R1())
         ca_name = "mirrorflow throwaway test CA"
         ca = _certificate(
@@ -111,18 +118,66 @@ class LocalTls:
                 (x509.SubjectAlternativeName([x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))]), False),
                 (x509.BasicConstraints(ca=False, path_length=None), True),
                 (_key_usage(signs_certificates=False), True),
-                (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
+                # Client too: with client certificates required, the broker presents it to itself.
+                (
+                    x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                    False,
+                ),
             ],
             days,
         )
         ca_pem = ca.public_bytes(serialization.Encoding.PEM)
-        key_pem = server_key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
         folder.mkdir(parents=True, exist_ok=True)
         ca_file = folder / "ca.pem"
         ca_file.write_bytes(ca_pem)
-        return cls(ca_file.resolve(), key_pem + server.public_bytes(serialization.Encoding.PEM) + ca_pem)
+        client_pems = {}
+        for name in clients:
+            client_key = ec.generate_private_key(ec.SECP256R1())
+            client = _certificate(
+                name,
+                client_key.public_key(),
+                ca_name,
+                ca_key,
+                [
+                    (x509.BasicConstraints(ca=False, path_length=None), True),
+                    (_key_usage(signs_certificates=False), True),
+                    (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False),
+                ],
+                days,
+            )
+            client_pems[name] = _pem(client_key) + client.public_bytes(serialization.Encoding.PEM) + ca_pem
+        server_pem = _pem(server_key) + server.public_bytes(serialization.Encoding.PEM) + ca_pem
+        tls = cls(ca_file.resolve(), server_pem, client_pems)
+        for name in clients:
+            write_private(tls.client_file(name), client_pems[name])
+        return tls
+
+    def client_file(self, name: str) -> Path:
+        """The client's unencrypted key and certificate chain (Kafka's ``ssl.keystore.type=PEM``)."""
+        return self.ca_file.parent / "clients" / f"{name}.pem"
+
+    def client_pem(self, name: str, password: str) -> bytes:
+        """The client's key, encrypted with ``password`` (``ssl.key.password``), and its chain."""
+        key, chain = self._client(name)
+        encrypted = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(password.encode()),
+        )
+        return encrypted + b"".join(c.public_bytes(serialization.Encoding.PEM) for c in chain)
+
+    def client_pkcs12(self, name: str, password: str) -> bytes:
+        """The client's key and certificate in a PKCS12 store protected by ``password``."""
+        key, chain = self._client(name)
+        return pkcs12.serialize_key_and_certificates(
+            name.encode(), key, chain[0], chain[1:], serialization.BestAvailableEncryption(password.encode())
+        )
+
+    def _client(self, name: str) -> tuple[ec.EllipticCurvePrivateKey, list[x509.Certificate]]:
+        pem = self.clients[name]
+        key = serialization.load_pem_private_key(pem, None)
+        assert isinstance(key, ec.EllipticCurvePrivateKey)
+        return key, x509.load_pem_x509_certificates(pem)
 
     @staticmethod
     def keystore_file(home: Path) -> Path:
@@ -130,21 +185,31 @@ class LocalTls:
 
     def install(self, home: Path) -> None:
         """Write the server's key and certificate chain into ``home``, readable by the owner only."""
-        path = self.keystore_file(home)
-        path.parent.mkdir(mode=0o700, exist_ok=True)
-        # Created with its final mode: the key is never readable by others, not even for a moment.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(self.server_pem)
+        write_private(self.keystore_file(home), self.server_pem)
+
+
+def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` (a private key) to ``path``, readable by the owner only."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Created with its final mode: the key is never readable by others, not even for a moment.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
 
 
 @dataclass(frozen=True)
 class ScramSecurity:
     """SASL users, an authorizer and a super user for a local cluster, optionally behind TLS.
 
-    The client and inter-broker listener is SASL_PLAINTEXT with SCRAM-SHA-512, or SASL_SSL with
-    ``tls``; ``passwords`` (user -> password, ``admin`` included) are written to the metadata log
-    when the storage is formatted.
+    The client and inter-broker listener is SASL_PLAINTEXT with SCRAM-SHA-512 (and PLAIN, for clients:
+    the same users and passwords), or SASL_SSL with ``tls``; ``passwords`` (user -> password,
+    ``admin`` included) are written to the metadata log when the storage is formatted.
     The controller listener is SASL_PLAINTEXT with PLAIN and the single static user ``admin``: KRaft
     supports SCRAM on broker listeners only (KIP-900).
     ``admin`` is the only super user, and the broker itself logs in as ``admin``; no one can connect
@@ -184,9 +249,15 @@ class ScramSecurity:
             "advertised.listeners": f"{client},{controller}",
             "listener.security.protocol.map": f"CONTROLLER:SASL_PLAINTEXT,{protocol}:{protocol}",
             "inter.broker.listener.name": protocol,
-            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            "sasl.enabled.mechanisms": f"{SCRAM_MECHANISM},{PLAIN_MECHANISM}",
             "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
             f"listener.name.{protocol.lower()}.scram-sha-512.sasl.jaas.config": self.jaas_config(SUPER_USER),
+            # PLAIN's users are the JAAS entries of the listener.
+            f"listener.name.{protocol.lower()}.plain.sasl.jaas.config": (
+                f"{_PLAIN_LOGIN} required "
+                + " ".join(f'user_{user}="{password}"' for user, password in sorted(self.passwords.items()))
+                + ";"
+            ),
             "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
             "sasl.mechanism.controller.protocol": "PLAIN",
             # username/password: the broker's login to the controller; user_admin: the accepted one.
@@ -215,17 +286,18 @@ class ScramSecurity:
             for arg in ("--add-scram", f"{SCRAM_MECHANISM}=[name={user},password={password}]")
         ]
 
-    def jaas_config(self, user: str, password: str | None = None) -> str:
+    def jaas_config(self, user: str, password: str | None = None, mechanism: str = SCRAM_MECHANISM) -> str:
         """The JAAS login of ``user``; ``password`` replaces theirs, e.g. by a config provider reference."""
         secret = self.passwords[user] if password is None else password
-        return f'{_SCRAM_LOGIN} required username="{user}" password="{secret}";'
+        login = _PLAIN_LOGIN if mechanism == PLAIN_MECHANISM else _SCRAM_LOGIN
+        return f'{login} required username="{user}" password="{secret}";'
 
-    def client_properties(self, user: str) -> dict[str, str]:
+    def client_properties(self, user: str, mechanism: str = SCRAM_MECHANISM) -> dict[str, str]:
         """Java client properties (MM2's keys, without a cluster alias) that log in as ``user``."""
         props = {
             "security.protocol": self.protocol,
-            "sasl.mechanism": SCRAM_MECHANISM,
-            "sasl.jaas.config": self.jaas_config(user),
+            "sasl.mechanism": mechanism,
+            "sasl.jaas.config": self.jaas_config(user, mechanism=mechanism),
         }
         if self.tls is not None:
             props |= {"ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.tls.ca_file)}
@@ -242,3 +314,54 @@ class ScramSecurity:
         if self.tls is not None:
             conf["ssl_cafile"] = str(self.tls.ca_file)
         return conf
+
+
+@dataclass(frozen=True)
+class MutualTls:
+    """A cluster whose client and inter-broker listener is SSL with client certificates required
+    (``tls`` holds the clients'); a client is the principal ``User:CN=<name>``. No authorizer: who may
+    do what is ``ScramSecurity``'s business."""
+
+    tls: LocalTls = field(repr=False)
+    protocol = "SSL"
+
+    def server_properties(self, port: int, controller_port: int, home: Path) -> dict[str, str]:
+        client = f"SSL://127.0.0.1:{port}"
+        controller = f"CONTROLLER://127.0.0.1:{controller_port}"
+        return {
+            "listeners": f"{client},{controller}",
+            "advertised.listeners": f"{client},{controller}",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SSL:SSL",
+            "inter.broker.listener.name": "SSL",
+            "ssl.client.auth": "required",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(LocalTls.keystore_file(home)),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.tls.ca_file),
+        }
+
+    def format_args(self) -> list[str]:
+        return []
+
+    def client_properties(self, user: str) -> dict[str, str]:
+        """Java client properties presenting ``user``'s certificate (an unencrypted PEM keystore)."""
+        return {
+            "security.protocol": "SSL",
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.tls.ca_file),
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.tls.client_file(user)),
+        }
+
+    def kafka_python(self, user: str) -> dict[str, Any]:
+        client = str(self.tls.client_file(user))
+        return {
+            "security_protocol": "SSL",
+            "ssl_cafile": str(self.tls.ca_file),
+            "ssl_certfile": client,
+            "ssl_keyfile": client,
+        }
+
+
+# What secures a local cluster, if anything.
+BrokerSecurity = ScramSecurity | MutualTls

@@ -13,7 +13,7 @@ Clients connect over PLAINTEXT, unless the cluster is started with a ``ScramSecu
 log in with SASL/SCRAM-SHA-512 as users created at format time, and Kafka's StandardAuthorizer
 allows ``admin`` everything and any other user only what ACLs grant. A ``ScramSecurity`` with a
 ``LocalTls`` puts that login behind TLS (SASL_SSL); the cluster's private key is then in
-``home/tls/server.pem``.
+``home/tls/server.pem``. With a ``MutualTls`` clients connect over SSL and present a certificate.
 
 Invariants: brokers bind 127.0.0.1 only; every JVM gets -Xmx; a process is stopped by its PID only,
 and only after /proc/<pid>/cmdline proves it is the ``kafka.Kafka`` of that home (a reused PID
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from mirrorflow_dev import paths
-from mirrorflow_dev.kafka_security import SUPER_USER, ScramSecurity
+from mirrorflow_dev.kafka_security import SUPER_USER, BrokerSecurity
 from mirrorflow_dev.processes import port_in_use, process_alive, wait_gone
 
 log = logging.getLogger(__name__)
@@ -229,7 +229,7 @@ def server_properties(
     controller_port: int,
     home: Path,
     extra: Mapping[str, str] | None = None,
-    security: ScramSecurity | None = None,
+    security: BrokerSecurity | None = None,
 ) -> dict[str, str]:
     """Combined KRaft single-node settings of a cluster in ``home``, secured by ``security`` if given;
     ``extra`` overrides or adds keys last."""
@@ -389,7 +389,7 @@ def start_cluster(
     *,
     heap_mb: int = 512,
     extra_properties: Mapping[str, str] | None = None,
-    security: ScramSecurity | None = None,
+    security: BrokerSecurity | None = None,
     client_config: Mapping[str, Any] | None = None,
     timeout: float = 60.0,
 ) -> LocalCluster:

@@ -1,10 +1,16 @@
-"""No secret leaks: a whole flow through real Airflow on SASL_SSL clusters with an authorizer.
+"""Every client security mode, each in a whole flow through real Airflow, and no secret leaks.
 
-Clusters of this module's own: TLS (a throwaway CA generated here, the brokers' certificate for
-127.0.0.1) with SASL/SCRAM-SHA-512 on the client and inter-broker listener, and StandardAuthorizer.
-The mirror logs in as ``mirror`` with the least-privilege grants of ``test_topic_acls.py`` (copy,
-ACL sync, heartbeats, checkpoints), and its password, a random string, is in the config only by
-reference: ``${file:...}`` to a credentials file outside the Airflow home and the state dir.
+Clusters of each test's own, with TLS (a throwaway CA generated here, the brokers' certificate for
+127.0.0.1):
+
+- SASL_SSL with StandardAuthorizer: the mirror logs in to the source with SCRAM-SHA-512 and to the
+  target with PLAIN, as ``mirror`` with the least-privilege grants of ``test_topic_acls.py`` (copy,
+  ACL sync, heartbeats, checkpoints);
+- SSL with client certificates required (mutual TLS): the mirror presents its certificate from a PEM
+  keystore with an encrypted key to the source and from a PKCS12 store to the target.
+
+Every password, a random string, is in the config only by reference: ``${file:...}`` to a
+credentials file outside the Airflow home and the state dir.
 
 After ``airflow dags test`` ran plan -> copy (spark-submit) -> commit -> checkpoint -> release, the
 password is nowhere in what the run leaves behind or prints: the command's output (which holds the
@@ -16,6 +22,7 @@ in the XCom values and the offsets database's tables as read back.
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +37,7 @@ from mirror_helpers import (
     assert_same_records,
     commit_group,
     create_acls,
+    create_secured_topic,
     create_source_topic,
     local_clusters,
     migrated_airflow,
@@ -38,9 +46,17 @@ from mirror_helpers import (
 
 from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.clients import librdkafka_config
+from mirrorflow.config.model import MirrorConfig
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
-from mirrorflow_dev.kafka_security import SUPER_USER, LocalTls, ScramSecurity
+from mirrorflow_dev.kafka_security import (
+    PLAIN_MECHANISM,
+    SUPER_USER,
+    LocalTls,
+    MutualTls,
+    ScramSecurity,
+    write_private,
+)
 from mirrorflow_dev.local_kafka import LocalCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
@@ -85,7 +101,7 @@ def clusters(tmp_path: Path) -> Iterator[tuple[dict[str, LocalCluster], ScramSec
         yield started, security
 
 
-def test_a_dag_run_over_sasl_ssl_with_the_password_by_reference_leaks_it_nowhere(
+def test_a_dag_run_over_sasl_ssl_with_scram_and_plain_and_the_password_by_reference_leaks_it_nowhere(
     clusters: tuple[dict[str, LocalCluster], ScramSecurity], tmp_path: Path
 ) -> None:
     started, security = clusters
@@ -101,11 +117,20 @@ def test_a_dag_run_over_sasl_ssl_with_the_password_by_reference_leaks_it_nowhere
     creds = tmp_path / "secrets" / "mirror.properties"
     creds.parent.mkdir()
     creds.write_text(f"password = {password}\n")
-    client = {
-        **security.client_properties("mirror"),
-        "sasl.jaas.config": security.jaas_config("mirror", f"${{file:{creds}:password}}"),
+    reference = f"${{file:{creds}:password}}"
+    clients = {
+        "primary": {
+            **security.client_properties("mirror"),
+            "sasl.jaas.config": security.jaas_config("mirror", reference),
+        },
+        "backup": {
+            **security.client_properties("mirror", PLAIN_MECHANISM),
+            "sasl.jaas.config": security.jaas_config("mirror", reference, PLAIN_MECHANISM),
+        },
     }
-    config = secured_config(tmp_path, started, client, TOPIC, heartbeats=True, extra=PROVIDERS)
+    config = secured_config(
+        tmp_path, started, {}, TOPIC, heartbeats=True, extra=PROVIDERS, per_cluster=clients
+    )
     assert config.path is not None and password not in config.path.read_text()
     home = tmp_path / "airflow"
     env = migrated_airflow(home, config, tmp_path)
@@ -137,6 +162,13 @@ def test_a_dag_run_over_sasl_ssl_with_the_password_by_reference_leaks_it_nowhere
     state_files = sorted(path.name for path in config.state_dir.rglob("*") if path.is_file())
     assert state_files == sorted([*metrics, "offsets.db"])
 
+    _assert_nowhere(password, output, home, config, xcoms)
+
+
+def _assert_nowhere(
+    password: str, output: str, home: Path, config: MirrorConfig, xcoms: list[tuple[str, str, str]]
+) -> None:
+    """``password`` is not in the run's output, files, XComs and offsets database."""
     secret = password.encode()
     assert password not in output
     assert _holding(secret, home) == []
@@ -145,3 +177,66 @@ def test_a_dag_run_over_sasl_ssl_with_the_password_by_reference_leaks_it_nowhere
     offsets_db = config.state_dir / "offsets.db"
     assert config.offsets_db_url == f"sqlite:///{offsets_db}"
     assert password not in _sqlite_dump(offsets_db)
+
+
+def test_a_dag_run_over_mutual_tls_with_pem_and_pkcs12_keystores_leaks_their_passwords_nowhere(
+    tmp_path: Path,
+) -> None:
+    tls = LocalTls.generate(tmp_path / "tls", clients=(SUPER_USER, "mirror"))
+    security = MutualTls(tls)
+    key_password, store_password = secrets.token_urlsafe(18), secrets.token_urlsafe(18)
+    folder = tmp_path / "secrets"
+    write_private(folder / "mirror.pem", tls.client_pem("mirror", key_password))
+    write_private(folder / "mirror.p12", tls.client_pkcs12("mirror", store_password))
+    creds = folder / "mirror.properties"
+    write_private(creds, f"key = {key_password}\nstore = {store_password}\n".encode())
+    trust = {
+        "security.protocol": "SSL",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(tls.ca_file),
+    }
+    clients = {
+        "primary": {
+            **trust,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(folder / "mirror.pem"),
+            "ssl.key.password": f"${{file:{creds}:key}}",
+        },
+        "backup": {
+            **trust,
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(folder / "mirror.p12"),
+            "ssl.keystore.password": f"${{file:{creds}:store}}",
+        },
+    }
+    with local_clusters(("primary", "backup"), tmp_path / "kafka", security=security) as started:
+        primary, backup = started["primary"], started["backup"]
+        admin_conf = librdkafka_config(security.client_properties(SUPER_USER))
+        create_secured_topic(primary, security, TOPIC, 2, {})
+        producer = sample_data.producer(primary.bootstrap, admin_conf)
+        for partition in range(2):
+            sample_data.produce(
+                producer,
+                TOPIC,
+                partition,
+                (sample_data.sample_record(TOPIC, partition, i) for i in range(30)),
+            )
+        config = secured_config(
+            tmp_path, started, {}, TOPIC, heartbeats=False, extra=PROVIDERS, per_cluster=clients
+        )
+        home = tmp_path / "airflow"
+        env = migrated_airflow(home, config, tmp_path)
+
+        run = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
+
+        output = run.stdout + run.stderr
+        assert run.returncode == 0, output[-8000:]
+        assert (
+            assert_same_records(primary.bootstrap, TOPIC, backup.bootstrap, f"primary.{TOPIC}", 2, admin_conf)
+            == 60
+        )
+    xcoms = _xcoms(home / "airflow.db")
+    returned = {task: json.loads(value) for task, key, value in xcoms if key == "return_value"}
+    assert returned["commit"]["records"] == 60
+    for password in (key_password, store_password):
+        _assert_nowhere(password, output, home, config, xcoms)

@@ -10,9 +10,18 @@ never dropped.
 
 from __future__ import annotations
 
+import os
 import re
+import secrets
+import ssl
+import tempfile
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import pkcs12
 
 from mirrorflow.errors import ConfigError
 
@@ -23,7 +32,6 @@ _LIBRDKAFKA_SAME = frozenset(
         "client.id",
         "security.protocol",
         "sasl.mechanism",
-        "ssl.key.password",
         "acks",
         "linger.ms",
         "batch.size",
@@ -95,6 +103,92 @@ def _tls(
     return location, bool(algorithm)
 
 
+@dataclass(frozen=True)
+class ClientCertificate:
+    """The client certificate (mutual TLS) of Java's keystore settings: a ``PEM`` file holding the
+    private key and the certificate chain (``password``: the key's, ``ssl.key.password``) or a
+    ``PKCS12`` store (``password``: the store's)."""
+
+    location: str
+    kind: str
+    password: str | None = field(default=None, repr=False)
+
+
+def _certificate(
+    props: Mapping[str, str], written_as: Callable[[str], str] = _as_is
+) -> ClientCertificate | None:
+    """The client certificate, None without ``ssl.keystore.location``; errors name keys by
+    ``written_as``."""
+    location = props.get("ssl.keystore.location") or None
+    if location is None:
+        return None
+    kind = props.get("ssl.keystore.type", "JKS").upper()  # Java's default
+    store_password, key_password = props.get("ssl.keystore.password"), props.get("ssl.key.password")
+    if kind == "PEM":
+        if store_password:
+            raise ConfigError(
+                "a PEM keystore has no store password (Java refuses one too); put the private key's "
+                "password in ssl.key.password",
+                key=written_as("ssl.keystore.password"),
+            )
+        return ClientCertificate(location, kind, key_password or None)
+    if kind == "PKCS12":
+        if store_password and key_password and store_password != key_password:
+            raise ConfigError(
+                "the record copy and the librdkafka writers read a PKCS12 keystore with one password: "
+                "give its key the store's password (or remove this key)",
+                key=written_as("ssl.key.password"),
+            )
+        return ClientCertificate(location, kind, store_password or key_password or None)
+    kind_key = written_as("ssl.keystore.type") if "ssl.keystore.type" in props else "Java's default"
+    raise ConfigError(
+        f"{location} is a {kind} keystore ({kind_key}), which the record copy (kafka-python) and the "
+        "librdkafka writers cannot read; convert it to PKCS12 (`keytool -importkeystore -srckeystore "
+        f"{location} -destkeystore client.p12 -deststoretype PKCS12`), point this key at that file and "
+        "set ssl.keystore.type = PKCS12",
+        key=written_as("ssl.keystore.location"),
+    )
+
+
+def _pkcs12_context(
+    cert: ClientCertificate, ca_file: str | None, check_hostname: bool | None
+) -> ssl.SSLContext:
+    """An SSL context trusting ``ca_file`` (the system's CAs when None) that presents the PKCS12
+    store's certificate: kafka-python reads client certificates from PEM files only."""
+    context = ssl.create_default_context(cafile=ca_file)
+    context.check_hostname = check_hostname is not False
+    try:
+        key, certificate, chain = pkcs12.load_key_and_certificates(
+            Path(cert.location).read_bytes(), cert.password.encode() if cert.password else None
+        )
+    except (OSError, ValueError) as error:
+        raise ConfigError(
+            f"cannot read the PKCS12 keystore {cert.location} ({error}); check the file and "
+            "ssl.keystore.password",
+            key="ssl.keystore.location",
+        ) from error
+    if key is None or certificate is None:
+        raise ConfigError(
+            f"{cert.location} holds no private key and certificate", key="ssl.keystore.location"
+        )
+    # Python's ssl loads a certificate chain from a file only: a private one that lives for this call,
+    # its key encrypted with a password used once.
+    once = secrets.token_bytes(32)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(once),
+    ) + b"".join(c.public_bytes(serialization.Encoding.PEM) for c in (certificate, *chain))
+    fd, path = tempfile.mkstemp(suffix=".pem")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(pem)
+        context.load_cert_chain(path, password=once)
+    finally:
+        os.unlink(path)
+    return context
+
+
 # Producer tuning the record copy does not apply: it moves the source's record batches as they are
 # (their batching and compression kept), idempotent with acks=all. The small control-plane writes
 # (heartbeats, offset syncs, checkpoints) still take them.
@@ -107,6 +201,7 @@ def check_translatable(props: Mapping[str, str], written_as: Callable[[str], str
     """Raise ``ConfigError`` (naming keys by ``written_as``) for client settings that librdkafka and
     kafka-python cannot be given: called when the config is loaded, so that they fail it."""
     _tls(props, written_as)
+    _certificate(props, written_as)
 
 
 def copy_ignored(producer_props: Mapping[str, str], written_as: Callable[[str], str]) -> list[str]:
@@ -122,6 +217,15 @@ def librdkafka_config(props: Mapping[str, str]) -> dict[str, str]:
         conf["ssl.ca.location"] = ca_file
     if check_hostname is not None:
         conf["ssl.endpoint.identification.algorithm"] = "https" if check_hostname else "none"
+    cert = _certificate(props)
+    if cert is not None and cert.kind == "PEM":
+        conf["ssl.certificate.location"] = conf["ssl.key.location"] = cert.location
+        if cert.password:
+            conf["ssl.key.password"] = cert.password
+    elif cert is not None:
+        conf["ssl.keystore.location"] = cert.location
+        if cert.password:
+            conf["ssl.keystore.password"] = cert.password
     return conf
 
 
@@ -139,6 +243,13 @@ def kafka_python_config(props: Mapping[str, str]) -> dict[str, Any]:
         conf["ssl_cafile"] = ca_file
     if check_hostname is not None:
         conf["ssl_check_hostname"] = check_hostname
+    cert = _certificate(props)
+    if cert is not None and cert.kind == "PEM":
+        conf["ssl_certfile"] = conf["ssl_keyfile"] = cert.location
+        if cert.password:
+            conf["ssl_password"] = cert.password
+    elif cert is not None:
+        conf["ssl_context"] = _pkcs12_context(cert, ca_file, check_hostname)
     return conf
 
 

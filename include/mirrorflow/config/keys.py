@@ -333,10 +333,6 @@ _NO_GROUP = "the copy reads planned offset ranges, without a consumer group"
 _EXACTLY_ONCE = "every copy writes idempotently as the flow's one producer id, exactly once"
 _AS_BYTES = "records are copied as bytes"
 _OPENSSL = "TLS versions and ciphers are OpenSSL's defaults (TLS 1.2 or newer)"
-_NO_MTLS = (
-    "client certificates (mutual TLS) are not supported yet; authenticate with SASL (SCRAM or PLAIN) over "
-    "SSL instead"
-)
 _NO_OAUTH = (
     "SASL OAUTHBEARER and GSSAPI (Kerberos) are not supported; use SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN"
 )
@@ -405,16 +401,27 @@ CLIENT_KEYS: tuple[Key, ...] = (
     ),
     Key("metadata.max.age.ms", H, "the librdkafka writers", kind="int"),
     Key("socket.connection.setup.timeout.ms", H, "the librdkafka writers", kind="int"),
+    Key(
+        "ssl.keystore.location",
+        H,
+        "every client: the client certificate (mutual TLS), a PEM file of the private key and its "
+        "certificate chain, or a PKCS12 store; JKS is refused with the keytool command that converts it",
+    ),
+    Key("ssl.keystore.type", H, "`PEM` or `PKCS12`", "JKS"),
+    Key("ssl.keystore.password", H, "a PKCS12 store's password (a PEM keystore has none)"),
+    Key(
+        "ssl.key.password",
+        H,
+        "the password of a PEM keystore's private key (a PKCS12 store's key has the store's)",
+    ),
     *(
-        Key(k, R, _NO_MTLS)
-        for k in (
-            "ssl.keystore.location",
-            "ssl.keystore.type",
-            "ssl.keystore.password",
-            "ssl.keystore.key",
-            "ssl.keystore.certificate.chain",
-            "ssl.key.password",
+        Key(
+            k,
+            R,
+            "write the private key and its certificate chain to a PEM file and point "
+            "`ssl.keystore.location` at it (`ssl.keystore.type = PEM`)",
         )
+        for k in ("ssl.keystore.key", "ssl.keystore.certificate.chain")
     ),
     Key(
         "ssl.truststore.certificates",

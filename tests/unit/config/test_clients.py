@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import datetime
 import re
+import ssl
+from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import pkcs12
+from cryptography.x509.oid import NameOID
 
 from mirrorflow.config.clients import (
     check_translatable,
@@ -197,3 +205,114 @@ def test_tls_settings_the_python_clients_cannot_take_are_config_errors_naming_th
             translate(props)
     with pytest.raises(ConfigError, match=re.escape(message)):
         check_translatable(props, lambda key: f"primary.{key}")
+
+
+def _client_pkcs12(folder: Path, password: bytes) -> Path:
+    """A self-signed client certificate and its key in a PKCS12 store."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mirror")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    path = folder / "client.p12"
+    path.write_bytes(
+        pkcs12.serialize_key_and_certificates(
+            b"mirror", key, cert, None, serialization.BestAvailableEncryption(password)
+        )
+    )
+    return path
+
+
+def test_a_pem_keystore_is_the_certificate_and_key_file_of_both_python_clients() -> None:
+    props = {
+        **SASL_PROPS,
+        "security.protocol": "SSL",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": "/etc/kafka/client.pem",
+        "ssl.key.password": "k3y",
+    }
+
+    rdkafka, python = librdkafka_config(props), kafka_python_config(props)
+
+    assert (rdkafka["ssl.certificate.location"], rdkafka["ssl.key.location"]) == (
+        "/etc/kafka/client.pem",
+    ) * 2
+    assert rdkafka["ssl.key.password"] == "k3y"
+    assert (python["ssl_certfile"], python["ssl_keyfile"], python["ssl_password"]) == (
+        "/etc/kafka/client.pem",
+        "/etc/kafka/client.pem",
+        "k3y",
+    )
+
+
+def test_a_pkcs12_keystore_is_read_by_librdkafka_and_loaded_into_kafka_pythons_context(
+    tmp_path: Path,
+) -> None:
+    store = _client_pkcs12(tmp_path, b"st0re")
+    props = {
+        "bootstrap.servers": "p1:9092",
+        "security.protocol": "SSL",
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": str(store),
+        "ssl.keystore.password": "st0re",
+    }
+
+    rdkafka, python = librdkafka_config(props), kafka_python_config(props)
+
+    assert (rdkafka["ssl.keystore.location"], rdkafka["ssl.keystore.password"]) == (str(store), "st0re")
+    context = python["ssl_context"]
+    assert isinstance(context, ssl.SSLContext)
+    assert context.check_hostname and context.verify_mode == ssl.CERT_REQUIRED
+    # The short-lived PEM file it was loaded from is gone.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["client.p12"]
+    with pytest.raises(ConfigError, match=r"^ssl\.keystore\.location: cannot read the PKCS12 keystore"):
+        kafka_python_config({**props, "ssl.keystore.password": "wrong"})
+
+
+@pytest.mark.parametrize(
+    ("props", "key", "message"),
+    [
+        (
+            {"ssl.keystore.location": "/k.jks"},
+            "ssl.keystore.location",
+            "/k.jks is a JKS keystore (Java's default), which the record copy (kafka-python) and the "
+            "librdkafka writers cannot read; convert it to PKCS12 (`keytool -importkeystore -srckeystore "
+            "/k.jks -destkeystore client.p12 -deststoretype PKCS12`), point this key at that file and set "
+            "ssl.keystore.type = PKCS12",
+        ),
+        (
+            {"ssl.keystore.location": "/k.pem", "ssl.keystore.type": "PEM", "ssl.keystore.password": "x"},
+            "ssl.keystore.password",
+            "a PEM keystore has no store password (Java refuses one too); put the private key's password in "
+            "ssl.key.password",
+        ),
+        (
+            {
+                "ssl.keystore.location": "/k.p12",
+                "ssl.keystore.type": "PKCS12",
+                "ssl.keystore.password": "a",
+                "ssl.key.password": "b",
+            },
+            "ssl.key.password",
+            "the record copy and the librdkafka writers read a PKCS12 keystore with one password: give its "
+            "key the store's password (or remove this key)",
+        ),
+    ],
+    ids=["jks", "pem-with-store-password", "pkcs12-two-passwords"],
+)
+def test_keystores_the_python_clients_cannot_read_are_refused_naming_the_key(
+    props: dict[str, str], key: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        check_translatable(props, lambda k: f"primary.{k}")
+
+    assert caught.value.key == f"primary.{key}"
+    assert str(caught.value) == f"primary.{key}: {message}"

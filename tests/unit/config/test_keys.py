@@ -66,6 +66,8 @@ ACCEPTED = [
     ("primary.security.protocol = ssl", H),
     ("sasl.mechanism = SCRAM-SHA-512", H),
     ("ssl.truststore.type = PEM", H),
+    ("primary.ssl.keystore.type = PKCS12", H),
+    ("backup.ssl.key.password = k3y", H),
     ("primary.admin.request.timeout.ms = 5000", H),
     ("backup.producer.linger.ms = 5", H),
     ("primary->backup.target.producer.compression.type = zstd", H),
@@ -127,8 +129,8 @@ REFUSED = [
      "remove the key"),
     ("forwarding.admin.class = com.example.Admin", "forwarding.admin.class: the Python clients cannot load "
      "Java classes; remove the key"),
-    ("primary.ssl.keystore.location = /k.p12", "primary.ssl.keystore.location: client certificates (mutual "
-     "TLS) are not supported yet; authenticate with SASL (SCRAM or PLAIN) over SSL instead"),
+    ("primary.ssl.keystore.key = -----BEGIN", "primary.ssl.keystore.key: write the private key and its "
+     "certificate chain to a PEM file and point `ssl.keystore.location` at it (`ssl.keystore.type = PEM`)"),
     ("sasl.mechanism = OAUTHBEARER", "sasl.mechanism: OAUTHBEARER is not supported: SASL OAUTHBEARER and "
      "GSSAPI (Kerberos) are not supported; use SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN"),
     ("primary.sasl.kerberos.service.name = kafka", "primary.sasl.kerberos.service.name: SASL OAUTHBEARER and "

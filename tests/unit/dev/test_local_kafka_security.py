@@ -26,10 +26,14 @@ def test_the_listeners_become_sasl_with_an_authorizer_and_admin_as_the_only_supe
 
     secured = {k: v for k, v in props.items() if k not in server_properties(9092, 9093, HOME)}
     assert secured == {
-        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512,PLAIN",
         "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
         "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": (
             f'{SCRAM_LOGIN} username="admin" password="admin-pw";'
+        ),
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'user_admin="admin-pw" user_mirror="mirror-pw";'
         ),
         "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
         "sasl.mechanism.controller.protocol": "PLAIN",
@@ -140,6 +144,10 @@ def test_with_tls_the_client_listener_is_sasl_ssl_with_the_key_in_the_home_and_t
         "inter.broker.listener.name": "SASL_SSL",
         "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
             f'{SCRAM_LOGIN} username="admin" password="admin-pw";'
+        ),
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'user_admin="admin-pw" user_mirror="mirror-pw";'
         ),
         "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
         "listener.name.controller.plain.sasl.jaas.config": (
