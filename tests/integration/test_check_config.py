@@ -1,0 +1,60 @@
+"""``python -m mirrorflow check-config``: a config checked against the real session clusters, and a
+config with a typo refused, without a run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from mirror_helpers import create_topic
+
+from mirrorflow.config.model import MirrorConfig
+from mirrorflow_dev.local_kafka import LocalCluster
+
+pytestmark = pytest.mark.kafka
+
+
+def _check(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mirrorflow", "check-config", str(path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_check_config_lists_the_topics_each_flow_would_mirror_now(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    unique_name: str,
+) -> None:
+    create_topic(kafka_clusters["primary"].bootstrap, unique_name, 3)
+    create_topic(kafka_clusters["primary"].bootstrap, f"{unique_name}-skipped", 1)
+    config = write_config(
+        f"primary->backup.enabled = true\nprimary->backup.topics = {unique_name}\ntasks.max = 4"
+    )
+    assert config.path is not None
+
+    checked = _check(config.path)
+
+    assert checked.returncode == 0, checked.stderr
+    assert f"  topics it would mirror now: {unique_name} (3 partitions)\n" in checked.stdout
+    assert "  no effect  tasks.max: parallelism comes from Spark" in checked.stdout
+    assert "  honoured   primary->backup.topics: include regexes" in checked.stdout
+
+
+def test_check_config_refuses_a_typo_naming_the_key_and_the_suggestion(
+    write_config: Callable[[str], MirrorConfig],
+) -> None:
+    config = write_config("primary->backup.enabled = true")
+    assert config.path is not None
+    config.path.write_text(config.path.read_text() + "primary->backup.topcis = orders\n")
+
+    checked = _check(config.path)
+
+    assert (checked.returncode, checked.stdout) == (1, "")
+    assert checked.stderr == (
+        "invalid config: primary->backup.topcis: unknown key: not an MM2 flow setting that MM2 or this "
+        "product knows; did you mean `primary->backup.topics`?\n"
+    )
