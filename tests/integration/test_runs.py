@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from mirror_helpers import create_topic, run_flow
+from mirror_helpers import assert_same_records, create_topic, run_flow
 from pyspark.sql import SparkSession
 
 from mirrorflow.app import runner
@@ -50,3 +50,30 @@ def test_a_second_concurrent_run_is_refused_and_cannot_commit(
     assert [
         (b.run_id, b.source_start, b.source_end) for b in OffsetsStore(config.offsets_db_url).batches(FLOW)
     ] == [("run-3", 0, 10)]
+
+
+def test_records_over_a_megabyte_are_mirrored_where_the_topics_allow_them(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    spark: SparkSession,
+    unique_name: str,
+) -> None:
+    # The source topic takes messages of up to 4 MB; its remote topic gets the same config.
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    create_topic(primary.bootstrap, unique_name, 2, {"max.message.bytes": str(4 << 20)})
+    producer = sample_data.producer(primary.bootstrap, {"message.max.bytes": str(4 << 20)})
+    big = [bytes([i]) * ((3 << 20) // 2 + i) for i in range(3)]  # 1.5 MB and a little
+    for partition in range(2):
+        records = (
+            sample_data.Record(b"k%d" % i, v, (), sample_data.BASE_TIMESTAMP_MS + i)
+            for i, v in enumerate(big)
+        )
+        sample_data.produce(producer, unique_name, partition, records)
+    config = write_config(
+        f"{FLOW}.enabled = true\n{FLOW}.topics = {unique_name}\nbackup.producer.max.request.size = {5 << 20}"
+    )
+
+    run_flow(config, FLOW, "big", spark)
+
+    remote = f"primary.{unique_name}"
+    assert assert_same_records(primary.bootstrap, unique_name, backup.bootstrap, remote, 2) == 6

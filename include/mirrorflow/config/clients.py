@@ -44,6 +44,9 @@ _LIBRDKAFKA_SAME = frozenset(
     }
 )
 
+# Java client keys librdkafka knows under another name.
+_LIBRDKAFKA_RENAMED = {"max.request.size": "message.max.bytes"}
+
 # Spark's Kafka source refuses these consumer settings (it manages them itself).
 _SPARK_MANAGED = frozenset(
     {
@@ -211,6 +214,7 @@ def copy_ignored(producer_props: Mapping[str, str], written_as: Callable[[str], 
 
 def librdkafka_config(props: Mapping[str, str]) -> dict[str, str]:
     conf = {k: v for k, v in props.items() if k in _LIBRDKAFKA_SAME}
+    conf.update({_LIBRDKAFKA_RENAMED[k]: v for k, v in props.items() if k in _LIBRDKAFKA_RENAMED})
     conf.update({f"sasl.{k}": v for k, v in _jaas_credentials(props).items()})
     ca_file, check_hostname = _tls(props)
     if ca_file is not None:

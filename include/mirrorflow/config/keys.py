@@ -399,6 +399,14 @@ CLIENT_KEYS: tuple[Key, ...] = (
             "retry.backoff.ms",
         )
     ),
+    Key(
+        "max.request.size",
+        H,
+        "the librdkafka writers (their `message.max.bytes`); the record copy sends the source's batches as "
+        "they are, each within the remote topic's `max.message.bytes` (synced from the source)",
+        "1048576",
+        "pos",
+    ),
     Key("metadata.max.age.ms", H, "the librdkafka writers", kind="int"),
     Key("socket.connection.setup.timeout.ms", H, "the librdkafka writers", kind="int"),
     Key(

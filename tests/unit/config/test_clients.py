@@ -73,9 +73,11 @@ def test_librdkafka_config_passes_known_keys_and_drops_java_only_ones() -> None:
         "ssl.endpoint.identification.algorithm": "https",
         "key.serializer": "org.apache.kafka.common.serialization.ByteArraySerializer",
         "max.in.flight.requests.per.connection": "1",
+        "max.request.size": "5242880",
     }
 
     assert librdkafka_config(props) == {
+        "message.max.bytes": "5242880",
         "bootstrap.servers": "p1:9092,p2:9093",
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "SCRAM-SHA-512",
