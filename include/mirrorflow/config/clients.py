@@ -108,32 +108,56 @@ def _tls(
 
 @dataclass(frozen=True)
 class ClientCertificate:
-    """The client certificate (mutual TLS) of Java's keystore settings: a ``PEM`` file holding the
-    private key and the certificate chain (``password``: the key's, ``ssl.key.password``) or a
-    ``PKCS12`` store (``password``: the store's)."""
+    """The client certificate (mutual TLS) of Java's keystore settings: a ``PEM`` keystore, a file
+    (``location``) or inline (``key_pem`` and ``chain_pem``, Java's ``ssl.keystore.key`` and
+    ``ssl.keystore.certificate.chain``) holding the private key and its certificate chain
+    (``password``: the key's, ``ssl.key.password``), or a ``PKCS12`` store file (``password``: the
+    store's)."""
 
-    location: str
+    location: str | None
     kind: str
     password: str | None = field(default=None, repr=False)
+    key_pem: str | None = field(default=None, repr=False)
+    chain_pem: str | None = None
 
 
 def _certificate(
     props: Mapping[str, str], written_as: Callable[[str], str] = _as_is
 ) -> ClientCertificate | None:
-    """The client certificate, None without ``ssl.keystore.location``; errors name keys by
-    ``written_as``."""
+    """The client certificate, None without one; errors name keys by ``written_as``."""
     location = props.get("ssl.keystore.location") or None
-    if location is None:
+    key_pem, chain_pem = (
+        props.get("ssl.keystore.key") or None,
+        props.get("ssl.keystore.certificate.chain") or None,
+    )
+    if location is None and key_pem is None and chain_pem is None:
         return None
     kind = props.get("ssl.keystore.type", "JKS").upper()  # Java's default
     store_password, key_password = props.get("ssl.keystore.password"), props.get("ssl.key.password")
-    if kind == "PEM":
-        if store_password:
+    if kind == "PEM" and store_password:
+        raise ConfigError(
+            "a PEM keystore has no store password (Java refuses one too); put the private key's "
+            "password in ssl.key.password",
+            key=written_as("ssl.keystore.password"),
+        )
+    if key_pem is not None or chain_pem is not None:
+        # Java's rules for a keystore given inline.
+        written = written_as("ssl.keystore.key" if key_pem else "ssl.keystore.certificate.chain")
+        if location is not None or kind != "PEM":
             raise ConfigError(
-                "a PEM keystore has no store password (Java refuses one too); put the private key's "
-                "password in ssl.key.password",
-                key=written_as("ssl.keystore.password"),
+                "an inline keystore (ssl.keystore.key and ssl.keystore.certificate.chain) takes "
+                "ssl.keystore.type = PEM and no ssl.keystore.location",
+                key=written,
             )
+        if key_pem is None or chain_pem is None:
+            missing = "ssl.keystore.certificate.chain" if key_pem else "ssl.keystore.key"
+            raise ConfigError(
+                "an inline keystore needs ssl.keystore.key and ssl.keystore.certificate.chain; set "
+                + missing,
+                key=written,
+            )
+        return ClientCertificate(None, kind, key_password or None, key_pem, chain_pem)
+    if kind == "PEM":
         return ClientCertificate(location, kind, key_password or None)
     if kind == "PKCS12":
         if store_password and key_password and store_password != key_password:
@@ -153,13 +177,36 @@ def _certificate(
     )
 
 
-def _pkcs12_context(
-    cert: ClientCertificate, ca_file: str | None, check_hostname: bool | None
-) -> ssl.SSLContext:
-    """An SSL context trusting ``ca_file`` (the system's CAs when None) that presents the PKCS12
-    store's certificate: kafka-python reads client certificates from PEM files only."""
+def _ssl_context(cert: ClientCertificate, ca_file: str | None, check_hostname: bool | None) -> ssl.SSLContext:
+    """An SSL context trusting ``ca_file`` (the system's CAs when None) that presents a certificate
+    kafka-python cannot take as files: a PKCS12 store's or an inline one."""
     context = ssl.create_default_context(cafile=ca_file)
     context.check_hostname = check_hostname is not False
+    if cert.kind == "PKCS12":
+        pem, password = _pkcs12_pem(cert)
+    else:
+        pem = f"{cert.key_pem}\n{cert.chain_pem}\n".encode()
+        password = cert.password.encode() if cert.password else None
+    # Python's ssl loads a certificate chain from a file only: a private one that lives for this call.
+    fd, path = tempfile.mkstemp(suffix=".pem")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(pem)
+        context.load_cert_chain(path, password=password)
+    except ssl.SSLError as error:
+        raise ConfigError(
+            f"cannot load the client certificate ({error}); check ssl.keystore.key, "
+            "ssl.keystore.certificate.chain and ssl.key.password",
+            key="ssl.keystore.key",
+        ) from error
+    finally:
+        os.unlink(path)
+    return context
+
+
+def _pkcs12_pem(cert: ClientCertificate) -> tuple[bytes, bytes]:
+    """The store's key, encrypted with a password used once, and its chain, in PEM; and that password."""
+    assert cert.location is not None
     try:
         key, certificate, chain = pkcs12.load_key_and_certificates(
             Path(cert.location).read_bytes(), cert.password.encode() if cert.password else None
@@ -174,22 +221,13 @@ def _pkcs12_context(
         raise ConfigError(
             f"{cert.location} holds no private key and certificate", key="ssl.keystore.location"
         )
-    # Python's ssl loads a certificate chain from a file only: a private one that lives for this call,
-    # its key encrypted with a password used once.
     once = secrets.token_bytes(32)
     pem = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
         serialization.BestAvailableEncryption(once),
     ) + b"".join(c.public_bytes(serialization.Encoding.PEM) for c in (certificate, *chain))
-    fd, path = tempfile.mkstemp(suffix=".pem")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(pem)
-        context.load_cert_chain(path, password=once)
-    finally:
-        os.unlink(path)
-    return context
+    return pem, once
 
 
 # Producer tuning the record copy does not apply: it moves the source's record batches as they are
@@ -223,7 +261,10 @@ def librdkafka_config(props: Mapping[str, str]) -> dict[str, str]:
         conf["ssl.endpoint.identification.algorithm"] = "https" if check_hostname else "none"
     cert = _certificate(props)
     if cert is not None and cert.kind == "PEM":
-        conf["ssl.certificate.location"] = conf["ssl.key.location"] = cert.location
+        if cert.location is not None:
+            conf["ssl.certificate.location"] = conf["ssl.key.location"] = cert.location
+        else:
+            conf["ssl.key.pem"], conf["ssl.certificate.pem"] = cert.key_pem or "", cert.chain_pem or ""
         if cert.password:
             conf["ssl.key.password"] = cert.password
     elif cert is not None:
@@ -248,12 +289,12 @@ def kafka_python_config(props: Mapping[str, str]) -> dict[str, Any]:
     if check_hostname is not None:
         conf["ssl_check_hostname"] = check_hostname
     cert = _certificate(props)
-    if cert is not None and cert.kind == "PEM":
+    if cert is not None and cert.location is not None and cert.kind == "PEM":
         conf["ssl_certfile"] = conf["ssl_keyfile"] = cert.location
         if cert.password:
             conf["ssl_password"] = cert.password
     elif cert is not None:
-        conf["ssl_context"] = _pkcs12_context(cert, ca_file, check_hostname)
+        conf["ssl_context"] = _ssl_context(cert, ca_file, check_hostname)
     return conf
 
 

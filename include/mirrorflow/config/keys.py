@@ -422,14 +422,13 @@ CLIENT_KEYS: tuple[Key, ...] = (
         H,
         "the password of a PEM keystore's private key (a PKCS12 store's key has the store's)",
     ),
-    *(
-        Key(
-            k,
-            R,
-            "write the private key and its certificate chain to a PEM file and point "
-            "`ssl.keystore.location` at it (`ssl.keystore.type = PEM`)",
-        )
-        for k in ("ssl.keystore.key", "ssl.keystore.certificate.chain")
+    Key(
+        "ssl.keystore.key", H, "the client certificate's private key inline, in PEM (ssl.keystore.type = PEM)"
+    ),
+    Key(
+        "ssl.keystore.certificate.chain",
+        H,
+        "the client certificate's chain inline, in PEM (with ssl.keystore.key)",
     ),
     Key(
         "ssl.truststore.certificates",

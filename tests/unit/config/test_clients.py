@@ -209,8 +209,7 @@ def test_tls_settings_the_python_clients_cannot_take_are_config_errors_naming_th
         check_translatable(props, lambda key: f"primary.{key}")
 
 
-def _client_pkcs12(folder: Path, password: bytes) -> Path:
-    """A self-signed client certificate and its key in a PKCS12 store."""
+def _self_signed() -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mirror")])
     now = datetime.datetime.now(datetime.UTC)
@@ -224,6 +223,12 @@ def _client_pkcs12(folder: Path, password: bytes) -> Path:
         .not_valid_after(now + datetime.timedelta(days=1))
         .sign(key, hashes.SHA256())
     )
+    return key, cert
+
+
+def _client_pkcs12(folder: Path, password: bytes) -> Path:
+    """A self-signed client certificate and its key in a PKCS12 store."""
+    key, cert = _self_signed()
     path = folder / "client.p12"
     path.write_bytes(
         pkcs12.serialize_key_and_certificates(
@@ -318,3 +323,32 @@ def test_keystores_the_python_clients_cannot_read_are_refused_naming_the_key(
 
     assert caught.value.key == f"primary.{key}"
     assert str(caught.value) == f"primary.{key}: {message}"
+
+
+def test_an_inline_pem_keystore_reaches_librdkafka_as_strings_and_kafka_python_as_a_context() -> None:
+    key, cert = _self_signed()
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"k3y"),
+    ).decode()
+    chain_pem = cert.public_bytes(serialization.Encoding.PEM).decode()
+    props = {
+        "bootstrap.servers": "p1:9092",
+        "security.protocol": "SSL",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.key": key_pem,
+        "ssl.keystore.certificate.chain": chain_pem,
+        "ssl.key.password": "k3y",
+    }
+
+    rdkafka, python = librdkafka_config(props), kafka_python_config(props)
+
+    assert (rdkafka["ssl.key.pem"], rdkafka["ssl.certificate.pem"], rdkafka["ssl.key.password"]) == (
+        key_pem,
+        chain_pem,
+        "k3y",
+    )
+    assert isinstance(python["ssl_context"], ssl.SSLContext)
+    with pytest.raises(ConfigError, match=r"^ssl\.keystore\.key: cannot load the client certificate"):
+        kafka_python_config({**props, "ssl.key.password": "wrong"})

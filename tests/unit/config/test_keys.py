@@ -129,8 +129,11 @@ REFUSED = [
      "remove the key"),
     ("forwarding.admin.class = com.example.Admin", "forwarding.admin.class: the Python clients cannot load "
      "Java classes; remove the key"),
-    ("primary.ssl.keystore.key = -----BEGIN", "primary.ssl.keystore.key: write the private key and its "
-     "certificate chain to a PEM file and point `ssl.keystore.location` at it (`ssl.keystore.type = PEM`)"),
+    ("primary.ssl.keystore.key = -----BEGIN", "primary.ssl.keystore.key: an inline keystore "
+     "(ssl.keystore.key and ssl.keystore.certificate.chain) takes ssl.keystore.type = PEM and no ssl.keystore.location"),
+    ("primary.ssl.keystore.type = PEM\nprimary.ssl.keystore.key = -----BEGIN", "primary.ssl.keystore.key: an "
+     "inline keystore needs ssl.keystore.key and ssl.keystore.certificate.chain; set "
+     "ssl.keystore.certificate.chain"),
     ("sasl.mechanism = OAUTHBEARER", "sasl.mechanism: OAUTHBEARER is not supported: SASL OAUTHBEARER and "
      "GSSAPI (Kerberos) are not supported; use SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN"),
     ("primary.sasl.kerberos.service.name = kafka", "primary.sasl.kerberos.service.name: SASL OAUTHBEARER and "
