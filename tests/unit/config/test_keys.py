@@ -130,7 +130,8 @@ REFUSED = [
     ("forwarding.admin.class = com.example.Admin", "forwarding.admin.class: the Python clients cannot load "
      "Java classes; remove the key"),
     ("primary.ssl.keystore.key = -----BEGIN", "primary.ssl.keystore.key: an inline keystore "
-     "(ssl.keystore.key and ssl.keystore.certificate.chain) takes ssl.keystore.type = PEM and no ssl.keystore.location"),
+     "(ssl.keystore.key and ssl.keystore.certificate.chain) takes ssl.keystore.type = PEM and no "
+     "ssl.keystore.location"),
     ("primary.ssl.keystore.type = PEM\nprimary.ssl.keystore.key = -----BEGIN", "primary.ssl.keystore.key: an "
      "inline keystore needs ssl.keystore.key and ssl.keystore.certificate.chain; set "
      "ssl.keystore.certificate.chain"),
