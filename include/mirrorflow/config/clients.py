@@ -182,6 +182,7 @@ def _ssl_context(cert: ClientCertificate, ca_file: str | None, check_hostname: b
     kafka-python cannot take as files: a PKCS12 store's or an inline one."""
     context = ssl.create_default_context(cafile=ca_file)
     context.check_hostname = check_hostname is not False
+    password: bytes | None
     if cert.kind == "PKCS12":
         pem, password = _pkcs12_pem(cert)
     else:
@@ -267,7 +268,7 @@ def librdkafka_config(props: Mapping[str, str]) -> dict[str, str]:
             conf["ssl.key.pem"], conf["ssl.certificate.pem"] = cert.key_pem or "", cert.chain_pem or ""
         if cert.password:
             conf["ssl.key.password"] = cert.password
-    elif cert is not None:
+    elif cert is not None and cert.location is not None:
         conf["ssl.keystore.location"] = cert.location
         if cert.password:
             conf["ssl.keystore.password"] = cert.password
