@@ -6,13 +6,16 @@ the topics the flow would mirror now. Writes nothing anywhere."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 from mirrorflow.app.remote_topics import select_topics
 from mirrorflow.config.keys import Treatment
 from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
+from mirrorflow.config.strimzi import secrets_folder, to_properties
 from mirrorflow.errors import ConfigError, MirrorError
 from mirrorflow.kafka.admin import ClusterAdmin
 
@@ -92,4 +95,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"invalid config: {error}", file=sys.stderr)
         return 1
     describe(config, sys.stdout, topics=not args.no_topics)
+    return 0
+
+
+def strimzi_main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m mirrorflow strimzi-to-properties",
+        description="Print the mm2.properties a Strimzi KafkaMirrorMaker2 resource means.",
+    )
+    parser.add_argument("file", help="the KafkaMirrorMaker2 YAML")
+    parser.add_argument(
+        "--secrets", help="the folder of Kubernetes secrets, one folder per secret (default: env "
+        "MIRROR_SECRETS_DIR, else secrets/ beside the file)"
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    path = Path(args.file).absolute()
+    secrets = Path(args.secrets).absolute() if args.secrets else secrets_folder(path.parent, os.environ)
+    try:
+        print(to_properties(path.read_text(encoding="utf-8"), str(path), secrets), end="")
+    except (ConfigError, OSError) as error:
+        print(f"invalid resource: {error}", file=sys.stderr)
+        return 1
     return 0

@@ -665,11 +665,18 @@ _MEANT = {
 }
 
 
+def closest(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate ``name`` was probably meant to be, if any."""
+    if name in _MEANT:
+        return _MEANT[name]
+    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
 def _unknown(written: str, name: str, candidates: Iterable[str], what: str) -> None:
     """``name``: the key without its scope's and client kind's prefixes, as ``candidates`` are."""
-    close = [_MEANT[name]] if name in _MEANT else []
-    close = close or difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.75)
-    hint = f"; did you mean `{written[: len(written) - len(name)]}{close[0]}`?" if close else ""
+    close = closest(name, candidates)
+    hint = f"; did you mean `{written[: len(written) - len(name)]}{close}`?" if close else ""
     raise ConfigError(f"unknown key: not {what} that MM2 or this product knows{hint}", key=written)
 
 

@@ -27,6 +27,7 @@ from mirrorflow.config.keys import DEPRECATED_ALIASES, PROJECT_PREFIX, KeyUse, c
 from mirrorflow.config.properties import parse_properties
 from mirrorflow.config.property_view import PropertyView
 from mirrorflow.config.providers import resolve_references
+from mirrorflow.config.strimzi import is_strimzi, secrets_folder, to_properties
 from mirrorflow.errors import ConfigError
 from mirrorflow.mm2.filters import (
     GROUPS_DEFAULT,
@@ -304,10 +305,13 @@ def load_config(
 
 
 def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] = os.environ) -> MirrorConfig:
-    """Parse and validate the text of an mm2.properties file; ``path`` is used in messages and as the
-    base of relative paths in it (the current directory when None).
+    """Parse and validate the text of an mm2.properties file, or of a Strimzi ``KafkaMirrorMaker2``
+    (a ``.yaml`` file, or one of that ``kind``: ``config.strimzi``); ``path`` is used in messages and
+    as the base of relative paths in it (the current directory when None).
     """
     base = path.absolute().parent if path else Path.cwd()
+    if is_strimzi(text, path):
+        text = to_properties(text, str(path or "<string>"), secrets_folder(base, env))
     # Kafka's ConfigDef trims every value; java.util.Properties keeps trailing whitespace.
     parsed = {key: value.strip() for key, value in parse_properties(text, str(path or "<string>")).items()}
     # MM2's config providers: ${file:...}, ${env:...} and ${directory:...} become what they refer to.
