@@ -156,6 +156,12 @@ class LocalTls:
         """The client's unencrypted key and certificate chain (Kafka's ``ssl.keystore.type=PEM``)."""
         return self.ca_file.parent / "clients" / f"{name}.pem"
 
+    def client_key_and_chain(self, name: str) -> tuple[bytes, bytes]:
+        """The client's unencrypted key and its certificate chain, in PEM, apart (a Strimzi user's
+        secret holds them as two files)."""
+        key, chain = self._client(name)
+        return _pem(key), b"".join(c.public_bytes(serialization.Encoding.PEM) for c in chain)
+
     def client_pem(self, name: str, password: str) -> bytes:
         """The client's key, encrypted with ``password`` (``ssl.key.password``), and its chain."""
         key, chain = self._client(name)

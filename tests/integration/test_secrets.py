@@ -7,7 +7,9 @@ Clusters of each test's own, with TLS (a throwaway CA generated here, the broker
   target with PLAIN, as ``mirror`` with the least-privilege grants of ``test_topic_acls.py`` (copy,
   ACL sync, heartbeats, checkpoints);
 - SSL with client certificates required (mutual TLS): the mirror presents its certificate from a PEM
-  keystore with an encrypted key to the source and from a PKCS12 store to the target.
+  keystore with an encrypted key to the source and from a PKCS12 store to the target; then, on the
+  same clusters, the config is the articles' Strimzi ``KafkaMirrorMaker2`` with TLS client
+  authentication (``tests/strimzi/tls-auth.yaml``), whose key and certificate are files of secrets.
 
 Every password, a random string, is in the config only by reference: ``${file:...}`` to a
 credentials file outside the Airflow home and the state dir.
@@ -46,7 +48,7 @@ from mirror_helpers import (
 
 from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.clients import librdkafka_config
-from mirrorflow.config.model import MirrorConfig
+from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.kafka_security import (
@@ -58,6 +60,7 @@ from mirrorflow_dev.kafka_security import (
     write_private,
 )
 from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.paths import REPO_ROOT
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
 
@@ -179,7 +182,7 @@ def _assert_nowhere(
     assert password not in _sqlite_dump(offsets_db)
 
 
-def test_a_dag_run_over_mutual_tls_with_pem_and_pkcs12_keystores_leaks_their_passwords_nowhere(
+def test_dag_runs_over_mutual_tls_with_pem_pkcs12_and_strimzi_keystores_leak_their_secrets_nowhere(
     tmp_path: Path,
 ) -> None:
     tls = LocalTls.generate(tmp_path / "tls", clients=(SUPER_USER, "mirror"))
@@ -235,8 +238,49 @@ def test_a_dag_run_over_mutual_tls_with_pem_and_pkcs12_keystores_leaks_their_pas
             assert_same_records(primary.bootstrap, TOPIC, backup.bootstrap, f"primary.{TOPIC}", 2, admin_conf)
             == 60
         )
+        # The article's Strimzi spec with TLS client authentication, on the same clusters: the user's
+        # key and certificate are two files of a secret, read inline.
+        spec = _strimzi_spec(tmp_path / "strimzi", tls, primary.bootstrap, backup.bootstrap)
+        strimzi = load_config(spec, env={"MIRROR_STATE_DIR": str(tmp_path / "strimzi-state")})
+        strimzi_home = tmp_path / "strimzi-airflow"
+        strimzi_run = airflow(
+            migrated_airflow(strimzi_home, strimzi, tmp_path),
+            tmp_path,
+            "dags",
+            "test",
+            "mirror_my_cluster_source_to_my_cluster_target",
+        )
+        strimzi_output = strimzi_run.stdout + strimzi_run.stderr
+        assert strimzi_run.returncode == 0, strimzi_output[-8000:]
+        remote = f"my-cluster-source.{TOPIC}"
+        assert assert_same_records(primary.bootstrap, TOPIC, backup.bootstrap, remote, 2, admin_conf) == 60
     xcoms = _xcoms(home / "airflow.db")
     returned = {task: json.loads(value) for task, key, value in xcoms if key == "return_value"}
     assert returned["commit"]["records"] == 60
     for password in (key_password, store_password):
         _assert_nowhere(password, output, home, config, xcoms)
+    # Nor is the Strimzi user's private key anywhere the second run leaves behind.
+    private_key = tls.client_key_and_chain("mirror")[0].decode().splitlines()[1]
+    _assert_nowhere(private_key, strimzi_output, strimzi_home, strimzi, _xcoms(strimzi_home / "airflow.db"))
+
+
+def _strimzi_spec(folder: Path, tls: LocalTls, source: str, target: str) -> Path:
+    """``tests/strimzi/tls-auth.yaml`` for these clusters and TOPIC, its secrets in ``folder/secrets``
+    as Kubernetes mounts them: a folder per secret, a file per key."""
+    key, chain = tls.client_key_and_chain("mirror")
+    secrets = folder / "secrets"
+    for side in ("source", "target"):
+        write_private(secrets / f"my-user-{side}" / f"{side}.key", key)
+        write_private(secrets / f"my-user-{side}" / f"{side}.crt", chain)
+        write_private(secrets / f"my-cluster-{side}-cluster-ca-cert" / "ca.crt", tls.ca_file.read_bytes())
+    text = (REPO_ROOT / "tests" / "strimzi" / "tls-auth.yaml").read_text()
+    for old, new in (
+        ("my-cluster-source-kafka-bootstrap:9093", source),
+        ("my-cluster-target-kafka-bootstrap:9093", target),
+        ('topicsPattern: "orders.*"', f'topicsPattern: "{TOPIC}"'),
+    ):
+        assert old in text
+        text = text.replace(old, new)
+    spec = folder / "mirror-maker.yaml"
+    spec.write_text(text)
+    return spec
