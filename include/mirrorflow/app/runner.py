@@ -202,26 +202,6 @@ def plan_for(
     """The planner's input read from both clusters and the offsets table, and its output (a plan
     still without its writer: ``flow_writer``). ``absent``: remote partitions that do not exist
     yet (they end at offset 0). ``holder``: the run holding the flow's lock, if planning under it."""
-    try:
-        return _plan_for(flow, run_id, options, source, target, topics, store, absent)
-    except TargetStateError:
-        # A run whose lock was taken over meanwhile planned on a stale view of progress: the newer
-        # run's writes look like a foreign writer's. Say what really happened.
-        if holder is not None:
-            store.require_lock(flow.name, holder, "plan")
-        raise
-
-
-def _plan_for(
-    flow: FlowConfig,
-    run_id: str,
-    options: RunOptions,
-    source: ClusterAdmin,
-    target: ClusterAdmin,
-    topics: RemoteTopics,
-    store: OffsetsStore,
-    absent: frozenset[tuple[str, int]],
-) -> PlannerOutput:
     # Before either cluster's ends: offsets only grow, so a commit made meanwhile (by a run that took
     # a stalled run's lock over) can never look like a recreated source topic or a truncated remote one.
     progress = store.progress(flow.name)
@@ -253,12 +233,19 @@ def _plan_for(
         starts=_start_offsets(source, options, new, ends),
         bounds=_bounds(flow, source, options, tps),
     )
-    copied_past_gap = {
-        (g.topic, g.partition): _copied_past_gap(flow, g, topics.remote_names[g.topic], ends)
-        for g in find_gaps(inp)
-        if g.target_end > g.target_start
-    }
-    planned = make_plan(replace(inp, copied_past_gap=copied_past_gap))
+    try:
+        copied_past_gap = {
+            (g.topic, g.partition): _copied_past_gap(flow, g, topics.remote_names[g.topic], ends)
+            for g in find_gaps(inp)
+            if g.target_end > g.target_start
+        }
+        planned = make_plan(replace(inp, copied_past_gap=copied_past_gap))
+    except TargetStateError:
+        # A run whose lock was taken over meanwhile planned on a stale view of progress: the newer
+        # run's writes look like a foreign writer's. Say what really happened.
+        if holder is not None:
+            store.require_lock(flow.name, holder, "plan")
+        raise
     return replace(planned, plan=replace(planned.plan, narrowed=bool(options.topics)))
 
 

@@ -8,6 +8,7 @@ import io
 import logging
 
 import pytest
+from config_texts import ONE_FLOW
 
 from mirrorflow.app.check_config import describe
 from mirrorflow.config.keys import Treatment
@@ -15,18 +16,11 @@ from mirrorflow.config.model import MirrorConfig, parse_config
 from mirrorflow.errors import ConfigError
 from mirrorflow_dev.readme_keys import README, with_table
 
-BASE = """\
-clusters = primary, backup
-primary.bootstrap.servers = p1:9092
-backup.bootstrap.servers = b1:9092
-primary->backup.enabled = true
-mirrorflow.state.dir = /var/lib/mirrorflow
-"""
 H, N = Treatment.HONOURED, Treatment.NO_EFFECT
 
 
 def load(line: str) -> MirrorConfig:
-    return parse_config(BASE + line + "\n", env={})
+    return parse_config(ONE_FLOW + line + "\n", env={})
 
 
 ACCEPTED = [
