@@ -1,5 +1,6 @@
 """The configuration keys of Kafka's Java clients (consumer, producer and admin of kafka-clients 4.3,
-``ConsumerConfig.configNames()`` and the others): every client setting an MM2 config may hold.
+``ConsumerConfig.configNames()`` and the others, and the two of 3.9 that 4.0 removed): every client
+setting an MM2 config may hold.
 ``mirrorflow.config.keys`` says what this product does with each."""
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ def _names(text: str) -> frozenset[str]:
 
 JAVA_CLIENT_KEYS = _names(
     """
-    acks allow.auto.create.topics auto.commit.interval.ms auto.offset.reset batch.size
+    acks allow.auto.create.topics auto.commit.interval.ms auto.include.jmx.reporter auto.offset.reset
+    batch.size
     bootstrap.controllers bootstrap.servers buffer.memory check.crcs client.dns.lookup client.id
     client.rack compression.gzip.level compression.lz4.level compression.type compression.zstd.level
     config.providers connections.max.idle.ms default.api.timeout.ms delivery.timeout.ms
     enable.auto.commit enable.idempotence enable.metrics.push exclude.internal.topics fetch.max.bytes
     fetch.max.wait.ms fetch.min.bytes group.id group.instance.id group.protocol group.remote.assignor
-    heartbeat.interval.ms interceptor.classes internal.throw.on.fetch.stable.offset.unsupported
+    heartbeat.interval.ms interceptor.classes internal.leave.group.on.close
+    internal.throw.on.fetch.stable.offset.unsupported
     isolation.level key.deserializer key.serializer linger.ms max.block.ms
     max.in.flight.requests.per.connection max.partition.fetch.bytes max.poll.interval.ms
     max.poll.records max.request.size metadata.max.age.ms metadata.max.idle.ms
