@@ -20,6 +20,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mirrorflow.config.java_clients import CONNECT_WORKER_KEYS, JAVA_CLIENT_KEYS
+from mirrorflow.config.property_view import checked_bool, checked_whole_number, shown
 from mirrorflow.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -515,7 +516,6 @@ _FLOW_CLIENT_PREFIXES = tuple(
     f"{side}.{kind}." for side in ("source", "target") for kind in ("cluster", *[r[:-1] for r in _ROLES])
 )
 _TOP_LEVEL_CLIENT = re.compile(r"security\.protocol|ssl\..*|sasl\..*")
-_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 def client_key(name: str) -> Key | None:
@@ -639,23 +639,18 @@ def _use(written: str, value: str, rule: Key, check: bool = True) -> KeyUse:
         raise ConfigError(rule.note, key=written)
     if not check:
         return KeyUse(written, rule.treatment, rule.note)
-    if rule.kind == "bool" and value.lower() not in ("true", "false"):
-        raise ConfigError(f"expected true or false, got {_shown(written, value)}", key=written)
-    if rule.kind in ("int", "pos") and not (_INTEGER.fullmatch(value) and int(value) >= (rule.kind == "pos")):
-        kind = "positive whole number" if rule.kind == "pos" else "whole number of at least 0"
-        example = f"; set e.g. {rule.default}" if rule.default else ""
-        raise ConfigError(f"expected a {kind}, got {_shown(written, value)}{example}", key=written)
+    if rule.kind == "bool":
+        checked_bool(written, value)
+    if rule.kind in ("int", "pos"):
+        example = int(rule.default) if rule.default else None
+        checked_whole_number(written, value, zero_allowed=rule.kind == "int", example=example)
     # Java reads the protocol in any case, the mechanism as written.
     chosen = value.upper() if rule.name == "security.protocol" else value
     if rule.choices and chosen not in rule.choices:
         if rule.name in ("sasl.mechanism",):
             raise ConfigError(f"{value} is not supported: {_NO_OAUTH}", key=written)
-        raise ConfigError(f"expected {' or '.join(rule.choices)}, got {_shown(written, value)}", key=written)
+        raise ConfigError(f"expected {' or '.join(rule.choices)}, got {shown(written, value)}", key=written)
     return KeyUse(written, rule.treatment, rule.note)
-
-
-def _shown(written: str, value: str) -> str:
-    return "******" if re.search(r"password|secret|jaas", written, re.IGNORECASE) else repr(value)
 
 
 def _rule(key: str, table: Sequence[Key]) -> Key | None:

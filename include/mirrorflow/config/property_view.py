@@ -16,6 +16,29 @@ _LIST_SEPARATOR = re.compile(r"\s*,\s*")
 _SECRET_KEY = re.compile(r"password|secret|jaas\.config|keystore\.key", re.IGNORECASE)
 
 
+def shown(key: str, value: str) -> str:
+    """A value as error messages show it: masked, as in a view's repr(), where the key holds a secret."""
+    return "******" if _SECRET_KEY.search(key) else repr(value)
+
+
+def checked_bool(written: str, value: str) -> bool:
+    """``true`` or ``false`` in any case, as Kafka's ConfigDef; anything else is an error naming the
+    key as ``written``."""
+    if value.lower() not in ("true", "false"):
+        raise ConfigError(f"expected true or false, got {shown(written, value)}", key=written)
+    return value.lower() == "true"
+
+
+def checked_whole_number(written: str, value: str, *, zero_allowed: bool, example: int | None) -> int:
+    """A whole number of at least 1 (0 with ``zero_allowed``); anything else is an error naming the
+    key as ``written``, suggesting ``example`` if given."""
+    if not _INTEGER.fullmatch(value) or int(value) < (0 if zero_allowed else 1):
+        kind = "whole number of at least 0" if zero_allowed else "positive whole number"
+        suggestion = "" if example is None else f"; set e.g. {example}"
+        raise ConfigError(f"expected a {kind}, got {shown(written, value)}{suggestion}", key=written)
+    return int(value)
+
+
 class PropertyView(Mapping[str, str]):
     """Immutable effective properties of one scope, with typed accessors.
 
@@ -57,8 +80,7 @@ class PropertyView(Mapping[str, str]):
         return f"PropertyView({shown!r})"
 
     def _shown(self, key: str) -> str:
-        """The value as error messages show it: masked, as in repr(), where the key holds a secret."""
-        return "******" if _SECRET_KEY.search(key) else repr(self[key])
+        return shown(key, self[key])
 
     def written_as(self, key: str) -> str:
         """The key as written in the file; ``key`` itself when it was not written (a default)."""
@@ -96,22 +118,13 @@ class PropertyView(Mapping[str, str]):
     def get_bool(self, key: str, default: bool) -> bool:
         """``true`` or ``false`` in any case, as Kafka's ConfigDef (anything else is an error)."""
         value = self.get(key)
-        if value is None:
-            return default
-        if value.lower() not in ("true", "false"):
-            raise ConfigError(f"expected true or false, got {self._shown(key)}", key=self.written_as(key))
-        return value.lower() == "true"
+        return default if value is None else checked_bool(self.written_as(key), value)
 
     def get_positive_int(self, key: str, default: int, *, zero_allowed: bool = False) -> int:
         value = self.get(key)
         if value is None:
             return default
-        if not _INTEGER.fullmatch(value) or int(value) < (0 if zero_allowed else 1):
-            kind = "whole number of at least 0" if zero_allowed else "positive whole number"
-            raise ConfigError(
-                f"expected a {kind}, got {self._shown(key)}; set e.g. {default}", key=self.written_as(key)
-            )
-        return int(value)
+        return checked_whole_number(self.written_as(key), value, zero_allowed=zero_allowed, example=default)
 
     def get_optional_int(self, key: str, *, zero_allowed: bool = False) -> int | None:
         """A whole number (at least 1, or 0 with ``zero_allowed``), or None when absent or empty."""
