@@ -160,7 +160,7 @@ class LocalTls:
         """The client's unencrypted key and its certificate chain, in PEM, apart (a Strimzi user's
         secret holds them as two files)."""
         key, chain = self._client(name)
-        return _pem(key), b"".join(c.public_bytes(serialization.Encoding.PEM) for c in chain)
+        return _pem(key), _chain_pem(chain)
 
     def client_pem(self, name: str, password: str) -> bytes:
         """The client's key, encrypted with ``password`` (``ssl.key.password``), and its chain."""
@@ -170,7 +170,7 @@ class LocalTls:
             serialization.PrivateFormat.PKCS8,
             serialization.BestAvailableEncryption(password.encode()),
         )
-        return encrypted + b"".join(c.public_bytes(serialization.Encoding.PEM) for c in chain)
+        return encrypted + _chain_pem(chain)
 
     def client_pkcs12(self, name: str, password: str) -> bytes:
         """The client's key and certificate in a PKCS12 store protected by ``password``."""
@@ -185,6 +185,16 @@ class LocalTls:
         assert isinstance(key, ec.EllipticCurvePrivateKey)
         return key, x509.load_pem_x509_certificates(pem)
 
+    def broker_properties(self, home: Path) -> dict[str, str]:
+        """The TLS settings of a broker in ``home``: its key (``install``) and what its own
+        inter-broker client trusts."""
+        return {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(LocalTls.keystore_file(home)),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca_file),
+        }
+
     @staticmethod
     def keystore_file(home: Path) -> Path:
         return home / "tls" / "server.pem"
@@ -198,6 +208,10 @@ def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
+
+
+def _chain_pem(chain: Sequence[x509.Certificate]) -> bytes:
+    return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in chain)
 
 
 def write_private(path: Path, data: bytes) -> None:
@@ -275,13 +289,7 @@ class ScramSecurity:
             "super.users": f"User:{SUPER_USER}",
         }
         if self.tls is not None:
-            props |= {
-                "ssl.keystore.type": "PEM",
-                "ssl.keystore.location": str(LocalTls.keystore_file(home)),
-                # What the broker's own inter-broker client trusts.
-                "ssl.truststore.type": "PEM",
-                "ssl.truststore.location": str(self.tls.ca_file),
-            }
+            props |= self.tls.broker_properties(home)
         return props
 
     def format_args(self) -> list[str]:
@@ -340,10 +348,7 @@ class MutualTls:
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SSL:SSL",
             "inter.broker.listener.name": "SSL",
             "ssl.client.auth": "required",
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(LocalTls.keystore_file(home)),
-            "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": str(self.tls.ca_file),
+            **self.tls.broker_properties(home),
         }
 
     def format_args(self) -> list[str]:

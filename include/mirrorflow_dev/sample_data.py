@@ -70,9 +70,17 @@ def produce(p: Producer, topic: str, partition: int, records: Iterable[Record]) 
         raise TransientError(f"records to {topic}-{partition} were not all delivered")
 
 
-def produce_samples(bootstrap: str, topic: str, partitions: int, start: int, count: int) -> None:
-    """Append records ``start .. start+count-1`` of the sample sequence to every partition."""
-    p = producer(bootstrap)
+def produce_samples(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    start: int,
+    count: int,
+    extra: Mapping[str, str] | None = None,
+) -> None:
+    """Append records ``start .. start+count-1`` of the sample sequence to every partition.
+    ``extra``: more librdkafka settings, e.g. a SASL login."""
+    p = producer(bootstrap, extra)
     for partition in range(partitions):
         produce(
             p, topic, partition, (sample_record(topic, partition, i) for i in range(start, start + count))

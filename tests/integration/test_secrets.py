@@ -112,10 +112,7 @@ def test_a_dag_run_over_sasl_ssl_with_scram_and_plain_and_the_password_by_refere
     password = security.passwords["mirror"]
     admin_conf = librdkafka_config(security.client_properties(SUPER_USER))
     create_source_topic(primary, security, TOPIC, 3, {})
-    producer = sample_data.producer(primary.bootstrap, admin_conf)
-    for partition in range(3):
-        records = (sample_data.sample_record(TOPIC, partition, i) for i in range(40))
-        sample_data.produce(producer, TOPIC, partition, records)
+    sample_data.produce_samples(primary.bootstrap, TOPIC, 3, 0, 40, admin_conf)
     commit_group(primary.bootstrap, "billing", {(TOPIC, 0): 25, (TOPIC, 2): 40}, admin_conf)
     creds = tmp_path / "secrets" / "mirror.properties"
     creds.parent.mkdir()
@@ -139,10 +136,8 @@ def test_a_dag_run_over_sasl_ssl_with_scram_and_plain_and_the_password_by_refere
     env = migrated_airflow(home, config, tmp_path)
     assert not [name for name, value in env.items() if password in value]
 
-    run = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
+    output = _dag_test(env, tmp_path, "mirror_primary_to_backup")
 
-    output = run.stdout + run.stderr
-    assert run.returncode == 0, output[-8000:]
     assert (
         assert_same_records(primary.bootstrap, TOPIC, backup.bootstrap, f"primary.{TOPIC}", 3, admin_conf)
         == 120
@@ -166,6 +161,14 @@ def test_a_dag_run_over_sasl_ssl_with_scram_and_plain_and_the_password_by_refere
     assert state_files == sorted([*metrics, "offsets.db"])
 
     _assert_nowhere(password, output, home, config, xcoms)
+
+
+def _dag_test(env: dict[str, str], cwd: Path, dag_id: str) -> str:
+    """`airflow dags test` of ``dag_id``, which must succeed; returns what it printed."""
+    run = airflow(env, cwd, "dags", "test", dag_id)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-8000:]
+    return output
 
 
 def _assert_nowhere(
@@ -216,24 +219,15 @@ def test_dag_runs_over_mutual_tls_with_pem_pkcs12_and_strimzi_keystores_leak_the
         primary, backup = started["primary"], started["backup"]
         admin_conf = librdkafka_config(security.client_properties(SUPER_USER))
         create_secured_topic(primary, security, TOPIC, 2, {})
-        producer = sample_data.producer(primary.bootstrap, admin_conf)
-        for partition in range(2):
-            sample_data.produce(
-                producer,
-                TOPIC,
-                partition,
-                (sample_data.sample_record(TOPIC, partition, i) for i in range(30)),
-            )
+        sample_data.produce_samples(primary.bootstrap, TOPIC, 2, 0, 30, admin_conf)
         config = secured_config(
             tmp_path, started, {}, TOPIC, heartbeats=False, extra=PROVIDERS, per_cluster=clients
         )
         home = tmp_path / "airflow"
         env = migrated_airflow(home, config, tmp_path)
 
-        run = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
+        output = _dag_test(env, tmp_path, "mirror_primary_to_backup")
 
-        output = run.stdout + run.stderr
-        assert run.returncode == 0, output[-8000:]
         assert (
             assert_same_records(primary.bootstrap, TOPIC, backup.bootstrap, f"primary.{TOPIC}", 2, admin_conf)
             == 60
@@ -243,15 +237,11 @@ def test_dag_runs_over_mutual_tls_with_pem_pkcs12_and_strimzi_keystores_leak_the
         spec = _strimzi_spec(tmp_path / "strimzi", tls, primary.bootstrap, backup.bootstrap)
         strimzi = load_config(spec, env={"MIRROR_STATE_DIR": str(tmp_path / "strimzi-state")})
         strimzi_home = tmp_path / "strimzi-airflow"
-        strimzi_run = airflow(
+        strimzi_output = _dag_test(
             migrated_airflow(strimzi_home, strimzi, tmp_path),
             tmp_path,
-            "dags",
-            "test",
             "mirror_my_cluster_source_to_my_cluster_target",
         )
-        strimzi_output = strimzi_run.stdout + strimzi_run.stderr
-        assert strimzi_run.returncode == 0, strimzi_output[-8000:]
         remote = f"my-cluster-source.{TOPIC}"
         assert assert_same_records(primary.bootstrap, TOPIC, backup.bootstrap, remote, 2, admin_conf) == 60
     xcoms = _xcoms(home / "airflow.db")

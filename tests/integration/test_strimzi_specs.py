@@ -24,14 +24,7 @@ def test_the_articles_minimal_spec_mirrors(
 ) -> None:
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
     create_topic(primary.bootstrap, unique_name, 2)
-    producer = sample_data.producer(primary.bootstrap)
-    for partition in range(2):
-        sample_data.produce(
-            producer,
-            unique_name,
-            partition,
-            (sample_data.sample_record(unique_name, partition, i) for i in range(25)),
-        )
+    sample_data.produce_samples(primary.bootstrap, unique_name, 2, 0, 25)
     text = (REPO_ROOT / "tests" / "strimzi" / "minimal.yaml").read_text()
     for old, new in (
         ("my-cluster-source-kafka-bootstrap:9092", primary.bootstrap),

@@ -124,7 +124,7 @@ class _Converter:
         if "target" in spec:
             target = _mapping(spec["target"], "spec.target")
             self._fields(target, "spec.target", _TARGET)
-            target_alias = _alias(target, "spec.target")
+            target_alias = _required(target, "alias", "spec.target")
             clusters[target_alias] = (target, "spec.target")
             for field in sorted(set(target) - _CLUSTER):
                 log.warning("no effect here: spec.target.%s (the Connect group's own settings)", field)
@@ -132,7 +132,7 @@ class _Converter:
             where = f"spec.clusters[{i}]"
             cluster = _mapping(cluster, where)
             self._fields(cluster, where, _CLUSTER)
-            alias = _alias(cluster, where)
+            alias = _required(cluster, "alias", where)
             if alias in clusters:
                 raise ConfigError(f"cluster {alias!r} is listed twice; keep one", key=f"{where}.alias")
             clusters[alias] = (cluster, where)
@@ -144,7 +144,7 @@ class _Converter:
             if "source" in mirror:
                 source_cluster = _mapping(mirror["source"], f"{where}.source")
                 self._fields(source_cluster, f"{where}.source", _CLUSTER)
-                source = _alias(source_cluster, f"{where}.source")
+                source = _required(source_cluster, "alias", f"{where}.source")
                 clusters.setdefault(source, (source_cluster, f"{where}.source"))
             else:
                 source = _required(mirror, "sourceCluster", where)
@@ -337,10 +337,6 @@ def _required(value: Mapping[str, Any], field: str, where: str) -> str:
     if value.get(field) in (None, ""):
         raise ConfigError(f"{field} is required here", key=f"{where}.{field}")
     return str(value[field])
-
-
-def _alias(cluster: Mapping[str, Any], where: str) -> str:
-    return _required(cluster, "alias", where)
 
 
 def _text(value: Any, where: str) -> str:
