@@ -281,7 +281,7 @@ def measure(
                 config,
                 flow,
                 plan,
-                lambda: copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer),
+                lambda: copy_plan(spark.sparkContext, flow, plan),
             )
 
         results.append(timed("(ii) record batches as bytes (ours)", ours, f"primary.{SOURCE}"))

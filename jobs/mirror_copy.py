@@ -31,11 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     # whose start-up costs seconds.
     sc = SparkContext.getOrCreate(SparkConf().setAppName(f"mirror {flow.name} {args.run_id}"))
     try:
-        print(
-            execute_copy(
-                config, flow, plan, lambda: copy_plan(sc, plan, flow.source.consumer, flow.target.producer)
-            )
-        )
+        print(execute_copy(config, flow, plan, lambda: copy_plan(sc, flow, plan)))
     finally:
         sc.stop()
 

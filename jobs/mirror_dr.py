@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
             config,
             flow.name,
             args.run_id,
-            lambda plan: copy_plan(sc, plan, flow.source.consumer, flow.target.producer),
+            lambda plan: copy_plan(sc, flow, plan),
         )
     finally:
         sc.stop()

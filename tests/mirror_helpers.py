@@ -52,7 +52,7 @@ def run_flow(config: MirrorConfig, flow_name: str, run_id: str, spark: SparkSess
                 config,
                 flow,
                 plan,
-                lambda: copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer),
+                lambda: copy_plan(spark.sparkContext, flow, plan),
             )
         return runner.commit_run(config, flow.name, run_id).report
     finally:

@@ -73,6 +73,14 @@ class SourceTopicRecreatedError(TargetStateError):
     and remote topic belong to the old topic, so nothing of the new one may be copied on top."""
 
 
+class TransformError(MirrorError):
+    """A flow's transform raised, or broke its contract, on a record (named in the message)."""
+
+
+class PartitionsFailedError(MirrorError):
+    """A run committed every partition but those that failed on their own errors (named)."""
+
+
 class AuthorizationError(MirrorError):
     """A cluster refused the mirror's login an operation it needs (see the README's grants)."""
 

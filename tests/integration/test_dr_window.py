@@ -35,7 +35,7 @@ def _dr_config(write_config: Callable[[str], MirrorConfig], topic: str, window_s
 
 def _spark_copy(spark: SparkSession, config: MirrorConfig) -> Callable[[Plan], CopyResult]:
     flow = config.flow(FLOW)
-    return lambda plan: copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer)
+    return lambda plan: copy_plan(spark.sparkContext, flow, plan)
 
 
 def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(

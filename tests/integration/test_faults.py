@@ -254,7 +254,7 @@ def test_a_killed_copy_or_commit_then_carrying_on_leaves_every_record_exactly_on
             if kill.stage == "copy":
                 _kill_copy(kill, config, plan, targets, tmp_path / "spark-submit.log")
             else:
-                result = copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer)
+                result = copy_plan(spark.sparkContext, flow, plan)
                 runner.execute_copy(config, flow, plan, lambda: result)
                 _kill_commit(kill, config, "run-1")
                 _assert_progress_all_or_nothing(config, plan)
@@ -264,9 +264,7 @@ def test_a_killed_copy_or_commit_then_carrying_on_leaves_every_record_exactly_on
                         config,
                         flow,
                         plan,
-                        lambda: copy_plan(
-                            spark.sparkContext, plan, flow.source.consumer, flow.target.producer
-                        ),
+                        lambda: copy_plan(spark.sparkContext, flow, plan),
                     )
                 runner.commit_run(config, FLOW, "run-1")
         finally:
@@ -381,10 +379,10 @@ def test_a_broker_fault_during_the_copy_loses_and_duplicates_nothing(
         injector = threading.Thread(target=inject)
         injector.start()
         try:
-            result = copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer)
+            result = copy_plan(spark.sparkContext, flow, plan)
         except Exception:  # the attempt failed: Airflow retries the same plan
             injector.join()
-            result = copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer)
+            result = copy_plan(spark.sparkContext, flow, plan)
         injector.join()
         runner.execute_copy(config, flow, plan, lambda: result)
         runner.commit_run(config, FLOW, "run-1")

@@ -17,7 +17,7 @@ from mirror_helpers import assert_same_records, create_topic
 
 from mirrorflow.app import runner
 from mirrorflow.config.model import MirrorConfig
-from mirrorflow.copy.batch_copy import copy_partitions
+from mirrorflow.copy.batch_copy import CopySettings, copy_partitions
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -33,11 +33,11 @@ _OLD_COPY = """
 import sys
 from mirrorflow.app import runner
 from mirrorflow.config.model import load_config
-from mirrorflow.copy.batch_copy import copy_partitions
+from mirrorflow.copy.batch_copy import CopySettings, copy_partitions
 config = load_config(sys.argv[1])
 flow = config.flow(sys.argv[2])
 plan = runner.load_plan(config, flow, sys.argv[3])
-copy_partitions(plan.partitions, flow.source.consumer, flow.target.producer, plan.writer)
+copy_partitions(plan.partitions, CopySettings.of(flow), plan.writer)
 """
 
 
@@ -84,7 +84,7 @@ def test_a_copy_stopped_mid_write_and_resumed_after_a_newer_one_took_over_append
 
         # The newer copy of the same plan reads back what the old one wrote and writes the rest.
         flow = config.flow(FLOW)
-        (result,) = copy_partitions(plan.partitions, flow.source.consumer, flow.target.producer, plan.writer)
+        (result,) = copy_partitions(plan.partitions, CopySettings.of(flow), plan.writer)
         assert (result.records, result.skipped) == (RECORDS, stopped_at)
     finally:
         os.kill(old.pid, signal.SIGCONT)

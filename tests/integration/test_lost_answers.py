@@ -23,7 +23,7 @@ from mirror_helpers import assert_same_records, create_topic
 
 from mirrorflow.app import runner
 from mirrorflow.config.model import MirrorConfig
-from mirrorflow.copy.batch_copy import copy_partitions, copy_result
+from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 
@@ -73,12 +73,11 @@ def test_a_batch_whose_answer_is_lost_is_on_the_target_exactly_once(
     plan = runner.plan_run(config, FLOW, "run-1")
     try:
         monkeypatch.setattr(KafkaNetClient, "send", send)
-        source, target = dict(flow.source.consumer), dict(flow.target.producer)
         runner.execute_copy(
             config,
             flow,
             plan,
-            lambda: copy_result(plan, copy_partitions(plan.partitions, source, target, plan.writer)),
+            lambda: copy_result(plan, copy_partitions(plan.partitions, CopySettings.of(flow), plan.writer)),
         )
         monkeypatch.undo()
         runner.commit_run(config, FLOW, "run-1")

@@ -141,7 +141,7 @@ def test_copies_an_interrupted_attempt_left_are_neither_duplicated_nor_taken_for
     sample_data.produce_samples(primary, topic, 1, 10, 10)
     # Run 2 copies records 10-19 and dies before its commit; then the source deletes up to 15.
     plan = runner.plan_run(config, FLOW, "run-2")
-    copy_plan(spark.sparkContext, plan, config.flow(FLOW).source.consumer, config.flow(FLOW).target.producer)
+    copy_plan(spark.sparkContext, config.flow(FLOW), plan)
     runner.release_run(config, FLOW, "run-2")
     delete_records(primary, {(topic, 0): 15})
     sample_data.produce_samples(primary, topic, 1, 20, 5)
@@ -170,7 +170,7 @@ def test_records_deleted_between_plan_and_copy_fail_the_run_at_commit_naming_the
         config,
         flow,
         plan,
-        lambda: copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer),
+        lambda: copy_plan(spark.sparkContext, flow, plan),
     )
     assert noted.startswith("copy of primary->backup stopped: flow primary->backup run run-1: planned source")
     with pytest.raises(SourceDataLostError) as caught:

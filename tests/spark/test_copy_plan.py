@@ -62,7 +62,7 @@ def _partition_count(cluster: LocalCluster, topic: str) -> int:
 
 def _copy(config: MirrorConfig, plan: Plan, spark: SparkSession) -> CopyResult:
     flow = config.flow(FLOW)
-    return copy_plan(spark.sparkContext, plan, flow.source.consumer, flow.target.producer)
+    return copy_plan(spark.sparkContext, flow, plan)
 
 
 def _commit(config: MirrorConfig, run_id: str, result: CopyResult) -> RunReport:

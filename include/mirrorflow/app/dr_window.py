@@ -29,7 +29,7 @@ from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS
 from mirrorflow.core.plan import CopyResult, Plan, Writer
 from mirrorflow.core.recovery import mirrored_as_of
-from mirrorflow.core.report import PartitionReport, build_report
+from mirrorflow.core.report import FailedPartition, PartitionReport, RunReport, build_report
 from mirrorflow.core.window import StepTimes, Timers, WindowSummary
 from mirrorflow.errors import ConfigError, MirrorError, SourceDataLostError, TransientError, error_class
 from mirrorflow.kafka.admin import ClusterAdmin
@@ -107,6 +107,9 @@ class _Window:
         # Per partition, the figures of the micro-batches since the metrics history was last written.
         self.unrecorded: dict[tuple[str, int], PartitionReport] = {}
         self.last_batch_id: str | None = None
+        # Partitions that failed on their own errors (isolate): left out of the window's later
+        # micro-batches, and the window fails at its end.
+        self.failed: dict[tuple[str, int], FailedPartition] = {}
         # When progress was last logged, with the step times, micro-batches and records then: the
         # first progress line (and settling) comes a progress interval after the window starts.
         self.progress: tuple[float, dict[str, float], int, int] = (clock(), {}, 0, 0)
@@ -146,6 +149,11 @@ class _Window:
             if planned.anchors or planned.topics:
                 self.store.anchor(flow.name, self.run_id, planned.anchors, planned.topics)
         plan = planned.plan
+        if self.failed:
+            plan = replace(
+                plan,
+                partitions=tuple(p for p in plan.partitions if (p.topic, p.partition) not in self.failed),
+            )
         written = 0
         if plan.partitions or plan.gaps:
             if self.flow_writer is None:
@@ -171,6 +179,9 @@ class _Window:
                     metrics=False,
                 )
                 runner.write_source_metrics(self.config, flow, self.store, report, self.heartbeat_age())
+            for failed in report.failed:
+                log.warning("flow %s: partition left out for the rest of the window: %s", flow.name, failed)
+                self.failed[(failed.topic, failed.partition)] = failed
             written = sum(p.written for p in report.partitions)
             self.records += sum(p.records for p in report.partitions)
             self.bytes += sum(p.bytes for p in report.partitions)
@@ -262,6 +273,9 @@ class _Window:
             except MirrorError as failed:
                 return failed
             if clock() >= ends:
+                if error is None and self.failed:
+                    report = RunReport(flow.name, self.run_id, (), failed=tuple(self.failed.values()))
+                    return runner.partitions_failed(flow, self.run_id, report)
                 return error
             if not written and error is None:
                 with self.steps.timed("idle"):

@@ -7,12 +7,11 @@ at all), is reported stale, naming every lagging partition: DR staleness is neve
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
 from mirrorflow.config.model import ALERT_NOTIFIER, MirrorSettings
-from mirrorflow.errors import ConfigError
+from mirrorflow.config.property_view import load_reference
 
 TopicPartition = tuple[str, int]
 
@@ -51,19 +50,4 @@ def resolve_notifier(settings: MirrorSettings) -> Any:
     reference = settings.alert_notifier
     if reference is None:
         return None
-    module_name, _, attribute = reference.partition(":")
-    try:
-        found: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(
-            f"cannot load {reference!r}: {exc}; put its module on the PYTHONPATH of every Airflow "
-            "component (e.g. in plugins/ or include/)",
-            key=ALERT_NOTIFIER,
-        ) from exc
-    if not callable(found):
-        raise ConfigError(
-            f"{reference!r} is not callable: expected a notifier or callback", key=ALERT_NOTIFIER
-        )
-    return found
+    return load_reference(reference, ALERT_NOTIFIER)

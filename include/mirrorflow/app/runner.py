@@ -23,9 +23,9 @@ from pathlib import Path
 from mirrorflow.app.dry_run import DryRun, dry_run_of
 from mirrorflow.app.remote_topics import RemoteTopics, ensure_remote_topics, remote_topic_changes
 from mirrorflow.app.run_folder import metrics_file, write_atomically
-from mirrorflow.config.model import ON_SOURCE_DATA_LOSS, FlowConfig, MirrorConfig
+from mirrorflow.config.model import ON_PARTITION_ERROR, ON_SOURCE_DATA_LOSS, FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS, RunOptions
-from mirrorflow.copy.batch_copy import allocate_writer, copy_partitions, copy_result
+from mirrorflow.copy.batch_copy import CopySettings, allocate_writer, copy_partitions, copy_result
 from mirrorflow.copy.range_reader import record_digests
 from mirrorflow.core.metrics import PartitionMetrics, source_metrics_text
 from mirrorflow.core.plan import CopyResult, Plan, SourceGap, Writer, offset_range
@@ -44,6 +44,7 @@ from mirrorflow.core.report import PartitionReport, RunReport, build_report
 from mirrorflow.errors import (
     MirrorError,
     ParamError,
+    PartitionsFailedError,
     PlanError,
     SourceDataLostError,
     TargetStateError,
@@ -412,7 +413,19 @@ def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> Committed:
         )
         path = write_source_metrics(config, flow, store, report, age)
         log.info("metrics of flow %s in %s", flow.name, path)
-        return Committed(report, age)
+    if report.failed:
+        raise partitions_failed(flow, run_id, report)
+    return Committed(report, age)
+
+
+def partitions_failed(flow: FlowConfig, run_id: str, report: RunReport) -> PartitionsFailedError:
+    """The error of a run that committed all but the partitions that failed on their own errors."""
+    listed = "; ".join(str(f) for f in report.failed)
+    return PartitionsFailedError(
+        f"flow {flow.name} run {run_id}: {len(report.failed)} partitions failed and were left for the next "
+        f"run ({ON_PARTITION_ERROR} = isolate), every other partition was committed. {listed}. Fix what "
+        "each error names; the next run copies the failed partitions' records again, nothing twice"
+    )
 
 
 def commit_copied(
@@ -441,6 +454,7 @@ def commit_copied(
         plan.gaps,
         holder=holder,
         mirrored_as_of=mirrored_as_of(plan, report),
+        failed=report.failed,
     )
     # After the commit: a retried commit task commits nothing twice and rewrites the same syncs.
     syncs = emit_offset_syncs(flow, batches, writer)
@@ -534,7 +548,8 @@ def _source_metrics(
 
 
 def batches_for(plan: Plan, result: CopyResult) -> list[Batch]:
-    """The batch log rows for a result; refuses a result that does not match its plan exactly."""
+    """The batch log rows for a result (none for a partition that failed alone); refuses a result
+    that does not match its plan exactly."""
     if (result.flow, result.run_id) != (plan.flow, plan.run_id):
         raise PlanError(
             f"copy result is for flow {result.flow!r} run {result.run_id!r}, the plan for flow {plan.flow!r} "
@@ -550,6 +565,8 @@ def batches_for(plan: Plan, result: CopyResult) -> list[Batch]:
             raise PlanError(
                 f"copy result does not match the plan for {p.topic}-{p.partition}; re-run the copy task"
             )
+        if r.failure is not None:
+            continue
         batches.append(
             Batch(
                 topic=p.topic,
@@ -588,6 +605,4 @@ def release_run(config: MirrorConfig, flow_name: str, run_id: str) -> bool:
 def copy_in_process(flow: FlowConfig, plan: Plan) -> CopyResult:
     """A plan of heartbeats only, copied here as the Spark job would copy it: starting Spark costs
     seconds, and a run whose only new records are the heartbeat it just emitted would pay that."""
-    return copy_result(
-        plan, copy_partitions(plan.partitions, flow.source.consumer, flow.target.producer, plan.writer)
-    )
+    return copy_result(plan, copy_partitions(plan.partitions, CopySettings.of(flow), plan.writer))

@@ -72,9 +72,8 @@ def _dr(what: str) -> str:
 
 _NO_REST = "no Connect worker or REST server runs: Airflow schedules the flows"
 _STATE = "progress lives in the offsets table (mirrorflow.offsets.db.url), not in Connect's topics"
-_TRANSFORMS = (
-    "records are copied as they are: Connect transforms and predicates are not supported; remove the key"
-)
+_TRANSFORMS = "see Transforms: Connect's Filter, DropHeaders and InsertHeader, python hooks"
+_PREDICATES = "see Transforms: Connect's HasHeaderKey, TopicNameMatches and RecordIsTombstone"
 _JAVA_CLASS = "the Python clients cannot load Java classes; remove the key"
 _DEPRECATED = "deprecated name of"
 
@@ -317,10 +316,10 @@ FLOW_KEYS: tuple[Key, ...] = (
         "headers are copied as bytes (MM2's default); remove the key",
         harmless=("org.apache.kafka.connect.converters.ByteArrayConverter",),
     ),
-    Key("transforms", R, _TRANSFORMS),
-    Key("transforms.*", R, _TRANSFORMS),
-    Key("predicates", R, _TRANSFORMS),
-    Key("predicates.*", R, _TRANSFORMS),
+    Key("transforms", H, _TRANSFORMS),
+    Key("transforms.*", H, _TRANSFORMS),
+    Key("predicates", H, _PREDICATES),
+    Key("predicates.*", H, _PREDICATES),
 )
 
 # Deprecated names MM2 3.x still reads (KIP-629; removed in MM2 4.0), with MM2's rule: the new name

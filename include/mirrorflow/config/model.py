@@ -28,6 +28,7 @@ from mirrorflow.config.properties import parse_properties
 from mirrorflow.config.property_view import PropertyView
 from mirrorflow.config.providers import resolve_references
 from mirrorflow.config.strimzi import is_strimzi, secrets_folder, to_properties
+from mirrorflow.config.transforms import TransformConfig, transforms_of
 from mirrorflow.errors import ConfigError
 from mirrorflow.mm2.filters import (
     GROUPS_DEFAULT,
@@ -73,6 +74,9 @@ SPARK_DEPLOY_MODES = ("client", "cluster")
 # What a run does when source records it has not mirrored yet were deleted: the first is the default.
 ON_SOURCE_DATA_LOSS = "mirrorflow.on.source.data.loss"
 ON_SOURCE_DATA_LOSS_CHOICES = ("fail", "skip")
+# What a run does when one partition meets an error a retry would meet again: the first is the default.
+ON_PARTITION_ERROR = "mirrorflow.on.partition.error"
+ON_PARTITION_ERROR_CHOICES = ("fail", "isolate")
 COPY_TIMEOUT_SECONDS_DEFAULT = 6 * 3600
 TASK_RETRIES_DEFAULT = 2
 TASK_RETRY_DELAY_SECONDS = 30
@@ -102,6 +106,7 @@ _FLOW_SETTINGS = (
     _TASK_RETRIES,
     _LOCK_WAIT,
     ON_SOURCE_DATA_LOSS,
+    ON_PARTITION_ERROR,
     ALERT_LAG_MAX_RECORDS,
     ALERT_HEARTBEAT_AGE_MAX_SECONDS,
     ALERT_NOTIFIER,
@@ -151,6 +156,10 @@ class MirrorSettings:
     ``lock_wait_seconds`` for it (the one before it still releasing), then fails.
     ``on_source_data_loss`` is ``fail`` (a run whose next source records were deleted before they
     were mirrored fails, naming them) or ``skip`` (it continues after them and records the gap).
+    ``on_partition_error`` is ``fail`` (a partition's error a retry would meet again, such as a
+    refused write, a record too large for the target or a failing transform, fails the whole run,
+    committing nothing) or ``isolate`` (the run commits every other partition, records the failed
+    one with its error, and fails at the end; the next run copies the failed range again).
     A run whose lag left on some partition exceeds ``alert_lag_max_records``, or whose newest
     mirrored heartbeat is older than
     ``alert_heartbeat_age_max_seconds``, fails its freshness task (None: no such alert), which calls
@@ -166,6 +175,7 @@ class MirrorSettings:
     task_retries: int = TASK_RETRIES_DEFAULT
     lock_wait_seconds: int = LOCK_WAIT_SECONDS_DEFAULT
     on_source_data_loss: str = ON_SOURCE_DATA_LOSS_CHOICES[0]
+    on_partition_error: str = ON_PARTITION_ERROR_CHOICES[0]
     alert_lag_max_records: int | None = None
     alert_heartbeat_age_max_seconds: int | None = None
     alert_notifier: str | None = None
@@ -201,6 +211,8 @@ class FlowConfig:
     heartbeats_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
     checkpoints_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
     settings: MirrorSettings = field(default_factory=MirrorSettings)
+    # The transforms applied to every mirrored record, in order (``config.transforms``).
+    transforms: tuple[TransformConfig, ...] = ()
     dr: DrSettings | None = None
     properties: Mapping[str, str] = field(default_factory=PropertyView)
     topic_filter: TopicFilter = field(init=False, repr=False, compare=False)
@@ -558,10 +570,12 @@ def _flow_config(
                 _LOCK_WAIT, LOCK_WAIT_SECONDS_DEFAULT, zero_allowed=True
             ),
             on_source_data_loss=props.get_choice(ON_SOURCE_DATA_LOSS, ON_SOURCE_DATA_LOSS_CHOICES),
+            on_partition_error=props.get_choice(ON_PARTITION_ERROR, ON_PARTITION_ERROR_CHOICES),
             alert_lag_max_records=props.get_optional_int(ALERT_LAG_MAX_RECORDS, zero_allowed=True),
             alert_heartbeat_age_max_seconds=props.get_optional_int(ALERT_HEARTBEAT_AGE_MAX_SECONDS),
             alert_notifier=props.get_reference(ALERT_NOTIFIER),
         ),
+        transforms=transforms_of(props),
         dr=dr_settings(props, name),
         properties=props,
     )

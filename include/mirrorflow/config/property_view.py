@@ -3,9 +3,11 @@ that name the key as written when a value is invalid, and with secrets masked in
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
+from typing import Any
 
 from mirrorflow.errors import ConfigError
 
@@ -37,6 +39,25 @@ def checked_whole_number(written: str, value: str, *, zero_allowed: bool, exampl
         suggestion = "" if example is None else f"; set e.g. {example}"
         raise ConfigError(f"expected a {kind}, got {shown(written, value)}{suggestion}", key=written)
     return int(value)
+
+
+def load_reference(reference: str, key: str) -> Any:
+    """The callable ``reference`` (``module.path:attribute``, as ``get_reference`` checked it)
+    names; one that cannot be imported or called is a ``ConfigError`` naming ``key``."""
+    module_name, _, attribute = reference.partition(":")
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"cannot load {reference!r}: {exc}; put its module on the PYTHONPATH of every Airflow "
+            "component and Spark executor (e.g. in plugins/ or include/, or spark.submit.pyFiles)",
+            key=key,
+        ) from exc
+    if not callable(found):
+        raise ConfigError(f"{reference!r} is not callable", key=key)
+    return found
 
 
 class PropertyView(Mapping[str, str]):

@@ -17,8 +17,15 @@ partitions from the source (Fetch, read_committed) and turns each batch into wha
   ``target end - target_start`` records already there are read back and compared with the planned
   ones (key, value, headers, timestamp): records written by anything else are never taken for
   ours; ours are skipped, never written twice.
+- A flow with transforms (``core.transforms``) copies every batch record by record: each planned
+  record goes through the chain, and what it returns is re-encoded; a dropped record is an offset
+  gap, a sync point of the result. Flows without transforms keep the batches as bytes.
 - Memory is bounded by ``_BUFFER_BYTES`` per task, whatever the backlog.
-- A failure fails the task with a classified error; the caller commits nothing for it.
+- A failure fails the task with a classified error; the caller commits nothing for it. With
+  ``isolate``, an error of one partition that a retry would meet again (a refused read or write, a
+  record the target refuses, a failing transform, someone else's records on its remote partition)
+  fails only that partition: its result carries the error, the others go on. Transient errors and
+  lost source data still fail the task.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +46,8 @@ from kafka.protocol.producer.transaction import InitProducerIdRequest
 from kafka.structs import TopicPartition
 
 from mirrorflow.config.clients import kafka_python_config
+from mirrorflow.config.model import FlowConfig
+from mirrorflow.config.transforms import TransformConfig
 from mirrorflow.copy.record_batches import (
     Fetched,
     SourceBatch,
@@ -48,8 +57,16 @@ from mirrorflow.copy.record_batches import (
     stamp,
 )
 from mirrorflow.core.metrics import Stats, Timestamps
-from mirrorflow.core.plan import CopyResult, PartitionPlan, PartitionResult, Plan, Writer
-from mirrorflow.errors import AuthorizationError, SourceDataLostError, TargetStateError, TransientError
+from mirrorflow.core.plan import CopyResult, PartitionFailure, PartitionPlan, PartitionResult, Plan, Writer
+from mirrorflow.core.transforms import Chain, Record
+from mirrorflow.errors import (
+    AuthorizationError,
+    MirrorError,
+    SourceDataLostError,
+    TargetStateError,
+    TransformError,
+    TransientError,
+)
 
 TP = tuple[str, int]
 
@@ -82,6 +99,10 @@ _WRITER_LOST = frozenset({47, 59})
 # Answers that leave open whether the batch was appended (no answer at all does too):
 # REQUEST_TIMED_OUT, NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS_AFTER_APPEND.
 _MAYBE_APPENDED = frozenset({7, 13, 20})
+# Answers a resent batch would get again: INVALID_TOPIC_EXCEPTION, INVALID_TIMESTAMP (the remote
+# topic's message.timestamp.*.max.ms), UNSUPPORTED_FOR_MESSAGE_FORMAT, POLICY_VIOLATION,
+# UNSUPPORTED_COMPRESSION_TYPE, INVALID_RECORD.
+_REFUSED_BATCH = frozenset({17, 32, 43, 44, 76, 87})
 
 
 class _Cluster:
@@ -175,6 +196,8 @@ class _Fetch(Fetched):
     committed on the broker (the last stable offset, or the high watermark reading uncommitted)."""
 
     stable_end: int = 0
+    # A partition's error a retry would meet again (transient ones are raised).
+    error: MirrorError | None = None
 
 
 def fetch(cluster: _Cluster, positions: Mapping[TP, int], isolation: int) -> dict[TP, _Fetch]:
@@ -219,7 +242,8 @@ def fetch(cluster: _Cluster, positions: Mapping[TP, int], isolation: int) -> dic
             for p in t.partitions:
                 tp = (t.topic, p.partition_index)
                 if p.error_code:
-                    fetched_error(cluster, tp, positions[tp], p.error_code)
+                    fetched[tp] = _Fetch(error=fetched_error(cluster, tp, positions[tp], p.error_code))
+                    continue
                 aborted = [(a.producer_id, a.first_offset) for a in p.aborted_transactions or ()]
                 got = committed_batches(bytes(p.records or b""), aborted if isolation else ())
                 stable = p.last_stable_offset if isolation and p.last_stable_offset >= 0 else p.high_watermark
@@ -227,14 +251,16 @@ def fetch(cluster: _Cluster, positions: Mapping[TP, int], isolation: int) -> dic
     return fetched
 
 
-def fetched_error(cluster: _Cluster, tp: TP, position: int, code: int) -> None:
+def fetched_error(cluster: _Cluster, tp: TP, position: int, code: int) -> MirrorError:
+    """The error of a partition's part of a fetch, if a retry would meet it again; transient ones
+    are raised."""
     if code == _OUT_OF_RANGE:
-        raise SourceDataLostError(
+        return SourceDataLostError(
             f"offset {position} of {tp[0]}-{tp[1]} is no longer on the {cluster.side} cluster (deleted by "
             "retention, or the topic was recreated)"
         )
     if code in _REFUSED:
-        raise AuthorizationError(
+        return AuthorizationError(
             f"the {cluster.side} cluster refused the mirror's login reading {tp[0]}-{tp[1]}: "
             f"{_error(code)}. Grant it READ on the mirrored topics (README: Secured clusters); nothing "
             "was committed."
@@ -253,6 +279,8 @@ def read_records(
     deadline = time.monotonic() + _TIMEOUT_S
     while position < end and len(records) < limit:
         got = fetch(cluster, {tp: position}, isolation)[tp]
+        if got.error is not None:
+            raise got.error
         for batch in got.batches:
             records += [r for r in batch.records() if position <= r.offset < end]
         if got.next_offset is None:
@@ -296,6 +324,8 @@ class _Partition:
     pending: deque[_Piece] = field(default_factory=deque)
     in_flight: bool = False
     failing_since: float = 0.0
+    # Set (isolate) when the partition met an error a retry would meet again: it copies no more.
+    failed: MirrorError | None = None
 
     @property
     def tp(self) -> TP:
@@ -329,6 +359,11 @@ class _Partition:
         return target
 
     def result(self) -> PartitionResult:
+        if self.failed is not None:
+            failure = PartitionFailure(type(self.failed).__name__, str(self.failed))
+            return PartitionResult(
+                self.plan.topic, self.plan.partition, 0, 0, 0, self.plan.target_start, failure=failure
+            )
         return PartitionResult(
             topic=self.plan.topic,
             partition=self.plan.partition,
@@ -377,11 +412,20 @@ class _Budget:
 class _Reader(threading.Thread):
     """Fetches the task's partitions and queues their pieces, in source order per partition."""
 
-    def __init__(self, source: _Cluster, parts: Sequence[_Partition], budget: _Budget) -> None:
+    def __init__(
+        self,
+        source: _Cluster,
+        parts: Sequence[_Partition],
+        budget: _Budget,
+        chain: Chain,
+        give_up: Callable[[_Partition, MirrorError], None],
+    ) -> None:
         super().__init__(name="mirror-reader", daemon=True)
         self.source = source
         self.parts = {p.tp: p for p in parts}
         self.budget = budget
+        self.chain = chain
+        self.give_up = give_up
         self.ready: deque[tuple[_Partition, _Piece]] = deque()
         self.error: BaseException | None = None
         self.finished = threading.Event()
@@ -399,14 +443,25 @@ class _Reader(threading.Thread):
     def _read(self) -> None:
         stalled_since: dict[TP, float] = {}
         while not self.budget.closed:
-            todo = {tp: p.position for tp, p in self.parts.items() if p.position < p.plan.source_end}
+            todo = {
+                tp: p.position
+                for tp, p in self.parts.items()
+                if p.failed is None and p.position < p.plan.source_end
+            }
             if not todo:
                 return
             for tp, got in fetch(self.source, todo, _READ_COMMITTED).items():
                 part = self.parts[tp]
                 received = _now_ms()
-                for batch in got.batches:
-                    self._queue(part, batch, received)
+                if got.error is not None:
+                    self.give_up(part, got.error)
+                    continue
+                try:
+                    for batch in got.batches:
+                        self._queue(part, batch, received)
+                except TransformError as exc:
+                    self.give_up(part, exc)
+                    continue
                 if got.next_offset is not None:
                     part.position = max(part.position, got.next_offset)
                     stalled_since.pop(tp, None)
@@ -426,11 +481,13 @@ class _Reader(threading.Thread):
             return
         if not part.first_received_ms:
             part.first_received_ms = received
-        if batch.passes(start, end):
+        if not self.chain and batch.passes(start, end):
             part.count(range(batch.base_offset, batch.last_offset + 1))
             pieces = [(bytearray(batch.data), batch.count, batch.timestamps())]
         else:
-            records = [r for r in batch.records() if start <= r.offset < end]
+            records = transformed(
+                self.chain, part.tp, [r for r in batch.records() if start <= r.offset < end]
+            )
             part.count([r.offset for r in records])
             pieces = [
                 (data, len(chunk), _timestamps(chunk)) for chunk, data in _encoded(records, batch.codec)
@@ -441,6 +498,17 @@ class _Reader(threading.Thread):
             if not self.budget.take(len(data)):
                 return
             self.ready.append((part, _Piece(data, count, timestamps, len(data))))
+
+
+def transformed(chain: Chain, tp: TP, records: list[SourceRecord]) -> list[SourceRecord]:
+    """What ``chain`` makes of one partition's ``records`` (the records themselves without
+    transforms)."""
+    if not chain or not records:
+        return records
+    out = chain.apply(
+        [Record(tp[0], tp[1], r.offset, r.timestamp, r.key, r.value, r.headers) for r in records]
+    )
+    return [SourceRecord(r.offset, r.timestamp, r.key, r.value, r.headers) for r in out]
 
 
 def _encoded(
@@ -471,9 +539,13 @@ class BatchCopy:
         source_props: Mapping[str, str],
         target_props: Mapping[str, str],
         writer: Writer | None = None,
+        transforms: Sequence[TransformConfig] = (),
+        isolate: bool = False,
     ) -> None:
         self.plans = plans
         self.writer = writer
+        self.isolate = isolate
+        self.chain = Chain(transforms)
         self.target = _Cluster(target_props, "target", {p.remote_topic for p in plans})
         try:
             self.source = _Cluster(source_props, "source", {p.topic for p in plans})
@@ -502,11 +574,14 @@ class BatchCopy:
                 )
             part = _Partition(plan, written, plan.source_start, prev_offset=plan.source_start - 1)
             if written:
-                self._check_written(part)
+                try:
+                    self._check_written(part)
+                except MirrorError as exc:
+                    self._give_up(part, exc)
             parts.append(part)
         writer = self.writer or new_writer(self.target)
         producer_id, epoch = writer.producer_id, writer.producer_epoch
-        reader = _Reader(self.source, parts, self.budget)
+        reader = _Reader(self.source, parts, self.budget, self.chain, self._give_up)
         reader.start()
         try:
             self._write(reader, parts, producer_id, epoch)
@@ -516,15 +591,35 @@ class BatchCopy:
         # One request per broker for every partition's end, not one per partition.
         ends = end_offsets(self.target, [part.remote for part in parts])
         for part in parts:
-            self._check_result(part, ends[part.remote])
+            if part.failed is None:
+                try:
+                    self._check_result(part, ends[part.remote])
+                except MirrorError as exc:
+                    self._give_up(part, exc)
         return [p.result() for p in parts]
+
+    def _give_up(self, part: _Partition, error: MirrorError) -> None:
+        """Fail the partition alone (``isolate``) on an error a retry would meet again; anything
+        else, or without ``isolate``, fails the task."""
+        if not self.isolate or isinstance(error, (TransientError, SourceDataLostError)):
+            raise error
+        if part.failed is None:
+            part.failed = error
+
+    def _drop_failed(self, parts: Sequence[_Partition]) -> None:
+        """What a failed partition still had to write is dropped (its request in flight answers
+        first)."""
+        for part in parts:
+            if part.failed is not None and not part.in_flight:
+                while part.pending:
+                    self.budget.give(part.pending.popleft().budgeted)
 
     def _check_written(self, part: _Partition) -> None:
         """The ``already_written`` records after the planned target start must be the first planned
         records; the source position then moves past them."""
         plan = part.plan
         n = part.already_written
-        source = read_records(self.source, part.tp, plan.source_start, plan.source_end, _READ_COMMITTED, n)
+        source = self._planned_records(part, n)
         target = read_records(
             self.target, part.remote, plan.target_start, plan.target_start + n, _READ_UNCOMMITTED, n
         )
@@ -542,6 +637,21 @@ class BatchCopy:
                 )
         part.count([r.offset for r in source])
         part.position = source[-1].offset + 1
+
+    def _planned_records(self, part: _Partition, n: int) -> list[SourceRecord]:
+        """The first ``n`` records the plan writes for the partition (after the transforms)."""
+        plan = part.plan
+        records: list[SourceRecord] = []
+        position = plan.source_start
+        while len(records) < n and position < plan.source_end:
+            read = read_records(
+                self.source, part.tp, position, plan.source_end, _READ_COMMITTED, n - len(records)
+            )
+            if not read:
+                break
+            records += transformed(self.chain, part.tp, read)
+            position = read[-1].offset + 1
+        return records[:n]
 
     def _write(self, reader: _Reader, parts: Sequence[_Partition], producer_id: int, epoch: int) -> None:
         in_flight: dict[int, tuple[Any, list[_Partition]]] = {}
@@ -569,7 +679,8 @@ class BatchCopy:
             while reader.ready:
                 part, piece = reader.ready.popleft()
                 part.pending.append(piece)
-            idle = [p for p in parts if p.pending and not p.in_flight]
+            self._drop_failed(parts)
+            idle = [p for p in parts if p.pending and not p.in_flight and p.failed is None]
             for node, owned in self.target.by_leader(p.remote for p in idle).items():
                 if node in in_flight:
                     continue
@@ -626,10 +737,15 @@ class BatchCopy:
         for tp, part in by_tp.items():
             part.in_flight = False
             code = codes.get(tp)
+            if part.failed is not None:
+                continue
             if code in (0, _DUPLICATE_SEQUENCE):
                 self._acked(part, now)
                 continue
-            self._failed(part, code, future.exception if code is None else None)
+            try:
+                self._failed(part, code, future.exception if code is None else None)
+            except MirrorError as exc:
+                self._give_up(part, exc)
 
     def _acked(self, part: _Partition, now: int) -> None:
         piece = part.pending.popleft()
@@ -659,6 +775,12 @@ class BatchCopy:
         if code in _TOO_LARGE:
             self._split(part, where)
             return
+        if code in _REFUSED_BATCH:
+            raise TargetStateError(
+                f"the target refused a batch for {where}: {_error(code)} ({for_code(code).description}) "
+                "Nothing of that partition was committed; change the remote topic (or the broker) to accept "
+                "the source's records, then run the flow again"
+            )
         if not part.failing_since:
             part.failing_since = time.monotonic()
         reason = _error(code) if code is not None else repr(exception)
@@ -701,7 +823,7 @@ class BatchCopy:
 
     def _split(self, part: _Partition, where: str) -> None:
         """The head batch re-encoded as batches of half its size, in its place."""
-        piece = part.pending.popleft()
+        piece = part.pending[0]
         batch = SourceBatch.parse(memoryview(piece.data))
         records = batch.records()
         if len(records) < 2:
@@ -715,6 +837,7 @@ class BatchCopy:
             for chunk, data in _encoded(records, batch.codec, len(piece.data) // 2)
         ]
         halves[0].budgeted = piece.budgeted
+        part.pending.popleft()
         part.pending.extendleft(reversed(halves))
 
     def _check_result(self, part: _Partition, end: int) -> None:
@@ -776,17 +899,37 @@ def _refused_write(detail: str) -> AuthorizationError:
     )
 
 
+@dataclass(frozen=True)
+class CopySettings:
+    """What a copy needs of its flow, as plain values that travel to Spark's executors: the
+    source's consumer and the target's producer settings, the transforms, and whether a partition's
+    own error fails only that partition (``mirrorflow.on.partition.error = isolate``)."""
+
+    source: dict[str, str]
+    target: dict[str, str]
+    transforms: tuple[TransformConfig, ...] = ()
+    isolate: bool = False
+
+    @classmethod
+    def of(cls, flow: FlowConfig) -> CopySettings:
+        return cls(
+            dict(flow.source.consumer),
+            dict(flow.target.producer),
+            flow.transforms,
+            flow.settings.on_partition_error == "isolate",
+        )
+
+
 def copy_partitions(
-    plans: Sequence[PartitionPlan],
-    source_props: Mapping[str, str],
-    target_props: Mapping[str, str],
-    writer: Writer | None,
+    plans: Sequence[PartitionPlan], settings: CopySettings, writer: Writer | None
 ) -> list[PartitionResult]:
     """Copy one group of planned partitions (one Spark task's) as ``writer`` (``None``: a fresh
     producer id, which fences nothing); one result per planned partition."""
     if not plans:
         return []
-    with BatchCopy(plans, source_props, target_props, writer) as copy:
+    with BatchCopy(
+        plans, settings.source, settings.target, writer, settings.transforms, settings.isolate
+    ) as copy:
         return copy.run()
 
 

@@ -12,33 +12,29 @@ pyspark.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 
 from py4j.protocol import Py4JJavaError
 from pyspark import SparkContext
 from pyspark.errors.exceptions.captured import CapturedException
 
-from mirrorflow.copy.batch_copy import copy_partitions, copy_result
+from mirrorflow.config.model import FlowConfig
+from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
 from mirrorflow.core.plan import CopyResult, PartitionPlan, PartitionResult, Plan
 from mirrorflow.errors import AuthorizationError, MirrorError, SourceDataLostError, error_class
 
 
-def copy_plan(
-    sc: SparkContext,
-    plan: Plan,
-    source_consumer_props: Mapping[str, str],
-    target_producer_props: Mapping[str, str],
-) -> CopyResult:
-    """Copy every planned partition; each planned partition gets one result."""
+def copy_plan(sc: SparkContext, flow: FlowConfig, plan: Plan) -> CopyResult:
+    """Copy every planned partition of ``flow``; each planned partition gets one result."""
     if not plan.partitions:
         return CopyResult(plan.flow, plan.run_id, ())
 
-    # Plain dicts travel to the Spark tasks (the config's own mappings do not pickle).
-    source, target, writer = dict(source_consumer_props), dict(target_producer_props), plan.writer
+    # Plain values travel to the Spark tasks (the config's own mappings do not pickle).
+    settings, writer = CopySettings.of(flow), plan.writer
 
     def copy(groups: Iterable[tuple[PartitionPlan, ...]]) -> Iterator[PartitionResult]:
         for group in groups:
-            yield from copy_partitions(group, source, target, writer)
+            yield from copy_partitions(group, settings, writer)
 
     groups = plan.task_groups(plan.task_count(sc.defaultParallelism))
     try:

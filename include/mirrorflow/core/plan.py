@@ -212,6 +212,15 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class PartitionFailure:
+    """Why one partition of a copy failed alone (``mirrorflow.on.partition.error = isolate``): the
+    error's class name (``mirrorflow.errors``) and message."""
+
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
 class PartitionResult:
     """What the copy did for one planned partition.
 
@@ -221,7 +230,8 @@ class PartitionResult:
     for each record whose source offset is not the previous one plus one (the first record counts
     against ``source_start``): between sync points the mapping is arithmetic. ``record_age`` and
     ``replication_latency`` cover the records this attempt wrote (see ``mirrorflow.core.metrics``), over
-    ``write_ms`` from the first one received to the last one acknowledged.
+    ``write_ms`` from the first one received to the last one acknowledged. A result with a
+    ``failure`` copied nothing that may be committed: its counts are 0.
     """
 
     topic: str
@@ -234,6 +244,7 @@ class PartitionResult:
     record_age: Stats = field(default_factory=Stats)
     replication_latency: Stats = field(default_factory=Stats)
     write_ms: int = 0
+    failure: PartitionFailure | None = None
 
     @property
     def target_end(self) -> int:
@@ -272,6 +283,7 @@ class CopyResult:
                         "sync_points": tuple(tuple(s) for s in p["sync_points"]),
                         "record_age": Stats(**p["record_age"]),
                         "replication_latency": Stats(**p["replication_latency"]),
+                        "failure": PartitionFailure(**p["failure"]) if p.get("failure") else None,
                     }
                 )
                 for p in raw["partitions"]

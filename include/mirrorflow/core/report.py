@@ -9,7 +9,7 @@ from functools import reduce
 from typing import Any
 
 from mirrorflow.core.metrics import Stats, rate
-from mirrorflow.core.plan import CopyResult, Plan, SourceGap
+from mirrorflow.core.plan import CopyResult, PartitionFailure, Plan, SourceGap
 
 
 @dataclass(frozen=True)
@@ -69,14 +69,30 @@ class TopicReport:
 
 
 @dataclass(frozen=True)
+class FailedPartition:
+    """A partition the run left uncommitted on its own error (``mirrorflow.on.partition.error =
+    isolate``)."""
+
+    topic: str
+    partition: int
+    remote_topic: str
+    failure: PartitionFailure
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}: {self.failure.kind}: {self.failure.message}"
+
+
+@dataclass(frozen=True)
 class RunReport:
     """``gaps``: source records deleted before they were mirrored, which the run skipped
-    (``mirrorflow.on.source.data.loss = skip``)."""
+    (``mirrorflow.on.source.data.loss = skip``); ``failed``: partitions left uncommitted on their
+    own errors, which still lag by everything planned."""
 
     flow: str
     run_id: str
     partitions: tuple[PartitionReport, ...]
     gaps: tuple[SourceGap, ...] = ()
+    failed: tuple[FailedPartition, ...] = ()
 
     @property
     def records(self) -> int:
@@ -115,6 +131,15 @@ class RunReport:
             "record_age_ms_max": age.max if age.count else None,
             "topics": [asdict(t) for t in self.topics],
             "gaps": [asdict(g) for g in self.gaps],
+            "failed_partitions": [
+                {
+                    "topic": f.topic,
+                    "partition": f.partition,
+                    "error": f.failure.kind,
+                    "message": f.failure.message,
+                }
+                for f in self.failed
+            ],
         }
 
     def table(self) -> str:
@@ -142,6 +167,9 @@ class RunReport:
         if self.gaps:
             lines.append("source records lost before they were mirrored, skipped:")
             lines.extend(f"  {g}" for g in self.gaps)
+        if self.failed:
+            lines.append("partitions that failed on their own, nothing of them committed:")
+            lines.extend(f"  {f}" for f in self.failed)
         return "\n".join(lines)
 
 
@@ -188,12 +216,15 @@ def build_report(plan: Plan, result: CopyResult) -> RunReport:
     planned = {(p.topic, p.partition): p for p in plan.partitions}
     copied = {(r.topic, r.partition): r for r in result.partitions}
     partitions = []
+    failed = []
     for s in sorted(plan.states, key=lambda s: (s.topic, s.partition)):
         p = planned.get((s.topic, s.partition))
-        if p is None:
+        r = copied[(s.topic, s.partition)] if p is not None else None
+        if r is not None and r.failure is not None:
+            failed.append(FailedPartition(s.topic, s.partition, s.remote_topic, r.failure))
+        if p is None or r is None or r.failure is not None:
             partitions.append(PartitionReport(s.topic, s.partition, s.remote_topic, lag=s.lag))
             continue
-        r = copied[(s.topic, s.partition)]
         partitions.append(
             PartitionReport(
                 s.topic,
@@ -208,4 +239,4 @@ def build_report(plan: Plan, result: CopyResult) -> RunReport:
                 r.write_ms,
             )
         )
-    return RunReport(plan.flow, plan.run_id, tuple(partitions), plan.gaps)
+    return RunReport(plan.flow, plan.run_id, tuple(partitions), plan.gaps, tuple(failed))

@@ -62,7 +62,7 @@ from mirrorflow.core.progress import (
     TopicIdentity,
 )
 from mirrorflow.core.recovery import HISTORY_RETENTION
-from mirrorflow.core.report import PartitionReport
+from mirrorflow.core.report import FailedPartition, PartitionReport
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
 from mirrorflow.store.batch_log import coalesce_window, commit_step
 from mirrorflow.store.database import (
@@ -75,6 +75,7 @@ from mirrorflow.store.database import (
     outages_transient,
     redact_url,
 )
+from mirrorflow.store.partition_errors import record_step
 from mirrorflow.store.read_model import EmittedCheckpoint, ProgressRecord
 from mirrorflow.store.recovery import advance_step
 from mirrorflow.store.retention import prune_history_step
@@ -100,6 +101,7 @@ from mirrorflow.store.schema import (
     checkpoints_table,
     gaps_table,
     locks_table,
+    partition_errors_table,
     partition_metrics_table,
     progress_table,
     topics_table,
@@ -345,6 +347,7 @@ class OffsetsStore:
         *,
         holder: str | None = None,
         mirrored_as_of: datetime | None = None,
+        failed: Sequence[FailedPartition] = (),
     ) -> int:
         """Commit the run's source ``gaps``, ``batches`` and partition ``metrics`` in one transaction,
         with the recovery point they prove (``mirrored_as_of``, see ``core.recovery``); return how
@@ -355,7 +358,9 @@ class OffsetsStore:
         batch, moves its partition's progress from exactly (``source_start``, ``target_start``) to
         (``source_end``, ``target_end``) and is added to ``mirror_gaps`` or the batch log. One already
         there with identical values, committed by the same run, is skipped (a retried commit).
-        Anything else raises ``CommitConflictError`` and commits nothing.
+        Anything else raises ``CommitConflictError`` and commits nothing. The ``failed`` partitions'
+        errors replace their earlier ones; the batches' partitions have none any more
+        (``store.partition_errors``).
         """
         seen: set[tuple[str, int, int]] = set()
         for batch in batches:
@@ -378,6 +383,7 @@ class OffsetsStore:
             for batch in batches:
                 committed += commit_step(conn, BATCH_LOG, batch_row(flow, run_id, batch, now))
             self._record_partition_metrics(conn, flow, run_id, metrics, now)
+            record_step(conn, flow, run_id, failed, [(b.topic, b.partition) for b in batches], now)
             if mirrored_as_of is not None:
                 advance_step(conn, flow, run_id, mirrored_as_of, now)
             return committed
@@ -498,7 +504,14 @@ class OffsetsStore:
                     f"{format_time(holder.acquired_at)}; its state of topic {topic} was not changed. Wait "
                     "for the run to finish, or release the lock of a dead run first (release-lock)."
                 )
-            tables = (progress_table, batches_table, gaps_table, topics_table, checkpoints_table)
+            tables = (
+                progress_table,
+                batches_table,
+                gaps_table,
+                topics_table,
+                checkpoints_table,
+                partition_errors_table,
+            )
             return sum(
                 conn.execute(delete(t).where(t.c.flow == flow, t.c.topic == topic)).rowcount for t in tables
             )

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from mirrorflow.core.progress import GroupPosition
 
-__all__ = ["EmittedCheckpoint", "PartitionLag", "ProgressRecord", "RunTotals"]
+__all__ = ["EmittedCheckpoint", "PartitionErrorRecord", "PartitionLag", "ProgressRecord", "RunTotals"]
 
 
 @dataclass(frozen=True)
@@ -54,3 +54,15 @@ class RunTotals:
     write_ms: int
     lag: int
     committed_at: datetime
+
+
+@dataclass(frozen=True)
+class PartitionErrorRecord:
+    """A partition the newest run of its flow left uncommitted on its own error, and when."""
+
+    topic: str
+    partition: int
+    run_id: str
+    error: str
+    message: str
+    failed_at: datetime

@@ -6,8 +6,9 @@ source topic a flow mirrors), ``mirror_checkpoints`` (the last checkpoint emitte
 and partition), ``mirror_partition_metrics`` and ``mirror_checkpoint_metrics`` (the metrics history),
 ``mirror_recovery`` (when each flow was last mirrored as a whole) with its per-minute history
 ``mirror_recovery_history``, ``mirror_writers`` (each flow's producer id on its target cluster),
-``mirror_run_documents`` (what a run's steps hand each other: plan, copy result, window summary) and
-``mirror_locks`` (one lock row per flow). ``OffsetsStore`` creates them on first use; what it
+``mirror_run_documents`` (what a run's steps hand each other: plan, copy result, window summary),
+``mirror_partition_errors`` (partitions whose last copy failed on their own error, until one commits)
+and ``mirror_locks`` (one lock row per flow). ``OffsetsStore`` creates them on first use; what it
 guarantees about their rows is in ``mirrorflow.store.offsets_store``.
 """
 
@@ -36,6 +37,7 @@ __all__ = [
     "gaps_table",
     "locks_table",
     "metadata",
+    "partition_errors_table",
     "partition_metrics_table",
     "progress_table",
     "recovery_history_table",
@@ -212,6 +214,19 @@ run_documents_table = Table(
     Column("body", Text, nullable=False),
     Column("written_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("flow", "run_id", "name"),
+)
+
+partition_errors_table = Table(
+    "mirror_partition_errors",
+    metadata,
+    Column("flow", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("run_id", _NAME, nullable=False),
+    Column("error", _NAME, nullable=False),
+    Column("message", Text, nullable=False),
+    Column("failed_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("flow", "topic", "partition"),
 )
 
 locks_table = Table(

@@ -13,11 +13,16 @@ from sqlalchemy import func, select
 
 from mirrorflow.core.recovery import RecoveryStep
 from mirrorflow.store.offsets_store import OffsetsStore
-from mirrorflow.store.read_model import PartitionLag, RunTotals
+from mirrorflow.store.read_model import PartitionErrorRecord, PartitionLag, RunTotals
 from mirrorflow.store.rows import as_utc
-from mirrorflow.store.schema import partition_metrics_table, recovery_history_table, recovery_table
+from mirrorflow.store.schema import (
+    partition_errors_table,
+    partition_metrics_table,
+    recovery_history_table,
+    recovery_table,
+)
 
-__all__ = ["newest_lags", "recovery_history", "recovery_point", "run_totals"]
+__all__ = ["failed_partitions", "newest_lags", "recovery_history", "recovery_point", "run_totals"]
 
 
 def newest_lags(store: OffsetsStore, flow: str) -> dict[tuple[str, int], PartitionLag]:
@@ -83,4 +88,16 @@ def recovery_history(store: OffsetsStore, flow: str, limit: int) -> list[Recover
     return [
         RecoveryStep(as_utc(row.minute), int(row.worst_ms) / 1000, as_utc(row.mirrored_as_of))
         for row in reversed(rows)
+    ]
+
+
+def failed_partitions(store: OffsetsStore, flow: str) -> list[PartitionErrorRecord]:
+    """The partitions of ``flow`` whose newest run failed them on their own error
+    (``store.partition_errors``), by topic and partition."""
+    e = partition_errors_table
+    with store.read() as conn:
+        rows = conn.execute(select(e).where(e.c.flow == flow).order_by(e.c.topic, e.c.partition)).all()
+    return [
+        PartitionErrorRecord(r.topic, int(r.partition), r.run_id, r.error, r.message, as_utc(r.failed_at))
+        for r in rows
     ]

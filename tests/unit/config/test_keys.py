@@ -114,10 +114,6 @@ REFUSED = [
      "`topics.exclude`) is supported; remove the key"),
     ("primary->backup.group.filter.class = com.example.Filter", "primary->backup.group.filter.class: only "
      "MM2's default filter (`groups`, `groups.exclude`) is supported; remove the key"),
-    ("transforms = mask", "transforms: records are copied as they are: Connect transforms and predicates are "
-     "not supported; remove the key"),
-    ("transforms.mask.type = org.apache.kafka.connect.transforms.MaskField$Value", "transforms.mask.type: "
-     "records are copied as they are: Connect transforms and predicates are not supported; remove the key"),
     ("value.converter = org.apache.kafka.connect.json.JsonConverter", "value.converter: records are copied "
      "as bytes (MM2's default); remove the key"),
     ("replication.policy.internal.topic.separator.enabled = false", "replication.policy.internal.topic."

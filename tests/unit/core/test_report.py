@@ -82,6 +82,7 @@ def test_as_dict_holds_the_totals_and_every_topic() -> None:
         "replication_latency_ms_max": 1000,
         "record_age_ms_max": 900,
         "gaps": [],
+        "failed_partitions": [],
         "topics": [
             {
                 "topic": "audit",

@@ -1,0 +1,49 @@
+"""Partitions whose last copy failed on their own error (``mirrorflow.on.partition.error =
+isolate``), in ``mirror_partition_errors``: one row per partition, written by the commit that left
+it uncommitted, deleted by the commit that copies it.
+
+Invariant: a row exists exactly while the partition's newest committed run failed it; the status
+page lists them (``status_reads.failed_partitions``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from sqlalchemy import Connection, delete, insert, tuple_
+
+from mirrorflow.core.report import FailedPartition
+from mirrorflow.store.schema import partition_errors_table
+
+__all__ = ["record_step"]
+
+
+def record_step(
+    conn: Connection,
+    flow: str,
+    run_id: str,
+    failed: Iterable[FailedPartition],
+    committed: Iterable[tuple[str, int]],
+    now: datetime,
+) -> None:
+    """Inside a commit: the ``committed`` partitions have no error any more, the ``failed`` ones
+    have this run's."""
+    e = partition_errors_table
+    done = [*committed, *((f.topic, f.partition) for f in failed)]
+    if done:
+        conn.execute(delete(e).where(e.c.flow == flow, tuple_(e.c.topic, e.c.partition).in_(done)))
+    rows = [
+        {
+            "flow": flow,
+            "topic": f.topic,
+            "partition": f.partition,
+            "run_id": run_id,
+            "error": f.failure.kind,
+            "message": f.failure.message,
+            "failed_at": now,
+        }
+        for f in failed
+    ]
+    if rows:
+        conn.execute(insert(e), rows)
