@@ -254,7 +254,15 @@ def render_page(
 def _flow_section(s: FlowStatus, now: datetime, partition_rows: int) -> str:
     lock = f"held by run {s.locked_by}" if s.locked_by else "free"
     checkpoints = _checkpoint_summary(s)
-    errors = [*s.errors, *(f"run {r.run_id}: {r.error}" for r in s.failed_runs)]
+    errors = [
+        *s.errors,
+        *(f"run {r.run_id}: {r.error}" for r in s.failed_runs),
+        *(
+            f"partition {f.topic}-{f.partition} failed in run {f.run_id} and waits for the next run: "
+            f"{f.error}: {f.message}"
+            for f in s.failed_partitions
+        ),
+    ]
     error_box = (
         '<div class="errors"><h3>Errors</h3><ul data-field="errors">'
         + "".join(f"<li>{_e(e)}</li>" for e in errors)
@@ -269,6 +277,7 @@ def _flow_section(s: FlowStatus, now: datetime, partition_rows: int) -> str:
         ("lag", "Lag (offsets)", f"{s.lag:,}"),
         ("freshness", "Freshness (heartbeat age)", s.freshness.text),
         ("gaps", "Gaps recorded", f"{len(s.gaps)}"),
+        ("failed-partitions", "Failed partitions", f"{len(s.failed_partitions)}"),
         ("checkpoints", "Checkpoints", checkpoints),
         ("lock", "Lock", lock),
     ]

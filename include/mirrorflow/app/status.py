@@ -43,10 +43,16 @@ from mirrorflow.errors import MirrorError
 from mirrorflow.kafka.heartbeats import freshness_seconds
 from mirrorflow.store.database import absent_sqlite_file
 from mirrorflow.store.offsets_store import OffsetsStore
-from mirrorflow.store.read_model import RunTotals
+from mirrorflow.store.read_model import PartitionErrorRecord, RunTotals
 from mirrorflow.store.rows import as_utc
 from mirrorflow.store.run_documents import describe, find_document, recent_documents
-from mirrorflow.store.status_reads import newest_lags, recovery_history, recovery_point, run_totals
+from mirrorflow.store.status_reads import (
+    failed_partitions,
+    newest_lags,
+    recovery_history,
+    recovery_point,
+    run_totals,
+)
 
 __all__ = [
     "HISTORY_LIMIT",
@@ -189,6 +195,8 @@ class FlowStatus:
     checkpoints: tuple[CheckpointStatus, ...]
     gaps: tuple[RecordedGap, ...]
     errors: tuple[str, ...] = field(default=())
+    # Partitions the newest run left uncommitted on their own errors (isolate).
+    failed_partitions: tuple[PartitionErrorRecord, ...] = field(default=())
     # Run folders holding a cutover report, newest first.
     cutover_reports: tuple[str, ...] = field(default=())
     recovery: RecoveryPoint = field(default=RecoveryPoint("unknown"))
@@ -350,6 +358,7 @@ def _read_flow(
     as_of = recovery_point(store, name)
     history = tuple(recovery_history(store, name, HISTORY_LIMIT))
     emitted = store.emitted_checkpoints(name)
+    failed = tuple(failed_partitions(store, name))
     lost: dict[tuple[str, int], int] = {}
     for g in gaps:
         lost[(g.topic, g.partition)] = lost.get((g.topic, g.partition), 0) + g.source_end - g.source_start
@@ -406,6 +415,7 @@ def _read_flow(
         checkpoints=checkpoints,
         gaps=gaps,
         errors=tuple(plan_errors),
+        failed_partitions=failed,
         # Not checked live yet: flow_statuses does, for every flow at once.
         recovery=RecoveryPoint("none yet")
         if as_of is None
