@@ -44,6 +44,18 @@ AIRFLOW = str(Path(sys.executable).parent / "airflow")
 LIMIT = "copy limit (Kafka perf tools, librdkafka producer)"
 OURS = "mirrorflow (one DAG run)"
 OURS_STANDALONE = "mirrorflow on Spark standalone (1 master, 2 workers)"
+# The workload with one header dropped on the way: Connect's DropHeaders, which MM2 and a flow of
+# ours both take as the flow's transforms (ours then copies record by record instead of as batches).
+DROPPED_HEADER = "origin"
+
+
+def drop_header_lines(flow: str) -> list[str]:
+    return [
+        f"{flow}.transforms = dropOrigin",
+        f"{flow}.transforms.dropOrigin.type = org.apache.kafka.connect.transforms.DropHeaders",
+        f"{flow}.transforms.dropOrigin.headers = {DROPPED_HEADER}",
+    ]
+
 
 LOG4J2 = """\
 status = warn
@@ -81,6 +93,8 @@ class Context:
     tasks_max: int
     timeout: float
     poll_interval: float
+    # Whether the contender drops DROPPED_HEADER (``source_digest`` then leaves it out too).
+    drop_header: bool = False
 
 
 def java_cmd(work: Path, heap_mb: int, log_name: str, main: str, *args: str) -> list[str]:
@@ -288,6 +302,7 @@ def mm2_properties(ctx: Context) -> str:
         # it in dedicated mode; <flow>.producer.* is set too, as the MM2 docs show it.
         *(f"target.producer.{k} = {v}" for k, v in tuning.items()),
         *(f"source->target.producer.{k} = {v}" for k, v in tuning.items()),
+        *(drop_header_lines("source->target") if ctx.drop_header else []),
     ]
     return "\n".join(lines) + "\n"
 
@@ -369,13 +384,18 @@ def flow_properties(
 
 def ours_properties(ctx: Context, state: Path) -> str:
     per_partition = max(ctx.source_ends.values()) + 1
-    return flow_properties(
+    flow = flow_properties(
         ctx.source_bootstrap,
         ctx.target_bootstrap,
         ", ".join(ctx.topics),
         state,
         per_partition,
         ctx.workload.producer,
+    )
+    return (
+        flow + "".join(f"{line}\n" for line in drop_header_lines("source->target"))
+        if ctx.drop_header
+        else flow
     )
 
 

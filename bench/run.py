@@ -1,7 +1,8 @@
 """mirrorflow vs MirrorMaker 2 vs Kafka's copy limit, on two local clusters started here.
 
     .venv/bin/python bench/run.py [--workload W1|W2|W3] [--records N]
-                                  [--contenders limit,mm2,ours,ours-standalone]
+                                  [--contenders limit,mm2,ours,ours-standalone,
+                                   mm2-drop-header,ours-drop-header]
     (or: make bench)
     .venv/bin/python bench/run.py --scenarios scale-topics,memory [--scale-topics 500] [--records N]
 
@@ -22,6 +23,9 @@
             with Spark in local[*] mode (the default `spark_default` connection);
    - ours-standalone: the same DAG runs against a Spark standalone cluster started here on loopback
             (1 master, 2 workers x 1 core / 1 GiB, from pyspark's spark-class; client deploy mode);
+   - mm2-drop-header, ours-drop-header (only when named): mm2 and ours with Connect's DropHeaders of the
+            workload's `origin` header as the flow's transforms (ours then copies record by record);
+            verified against the source fingerprint without that header;
    every copy is verified partition by partition against the source fingerprint;
 3. writes bench/results/<timestamp>.md and .json and prints the Markdown table.
 
@@ -89,7 +93,11 @@ CONTENDERS: dict[str, tuple[str, Callable[[Context], Result]]] = {
     "mm2": ("MirrorMaker 2 (dedicated mode)", contenders.mirror_maker),
     "ours": (contenders.OURS, contenders.ours),
     "ours-standalone": (contenders.OURS_STANDALONE, contenders.ours_standalone),
+    "mm2-drop-header": (f"MirrorMaker 2, DropHeaders {contenders.DROPPED_HEADER}", contenders.mirror_maker),
+    "ours-drop-header": (f"mirrorflow, DropHeaders {contenders.DROPPED_HEADER}", contenders.ours),
 }
+# Run only when named: they copy the workload with one header dropped (a flow with transforms).
+DROP_HEADER = ("mm2-drop-header", "ours-drop-header")
 
 
 def start(alias: str, home: Path, heap_mb: int) -> LocalCluster:
@@ -138,6 +146,11 @@ def run(
         ends = end_offsets(source.bootstrap, topics)
         if sum(ends.values()) != records:
             raise RuntimeError(f"source holds {sum(ends.values())} records, expected {records}")
+        dropped = (
+            fingerprint(source.bootstrap, topics, without_headers=frozenset({contenders.DROPPED_HEADER}))
+            if any(n in DROP_HEADER for n in names)
+            else {}
+        )
         for name in names:
             label, contender = CONTENDERS[name]
             print(f"--- {label}", flush=True)
@@ -150,15 +163,17 @@ def run(
                     topics=topics,
                     workload=workload,
                     records=records,
-                    source_digest=digest,
+                    source_digest=dropped if name in DROP_HEADER else digest,
                     source_ends=ends,
                     heap_mb=args.heap_mb,
                     tasks_max=args.tasks_max,
                     timeout=args.timeout,
                     poll_interval=args.poll_interval,
+                    drop_header=name in DROP_HEADER,
                 )
                 ctx.work.mkdir(parents=True, exist_ok=True)
                 result = contender(ctx)
+                result.name = label
             except Exception as exc:
                 traceback.print_exc()
                 result = Result(label, detail=[f"failed: {type(exc).__name__}: {exc}"])
@@ -198,7 +213,8 @@ def main() -> int:
     parser.add_argument(
         "--contenders",
         default=None,
-        help=f"comma-separated: {','.join(CONTENDERS)} (default: all, or none if --scenarios is given)",
+        help=f"comma-separated: {','.join(CONTENDERS)} (default: all but {', '.join(DROP_HEADER)}, or none "
+        "if --scenarios is given)",
     )
     parser.add_argument(
         "--scenarios", default="", help=f"comma-separated: {','.join(SCENARIOS)} (default: none)"
@@ -227,7 +243,7 @@ def main() -> int:
     parser.add_argument("--keep-work", action="store_true", help="keep the temp dir (logs, configs)")
     args = parser.parse_args()
     picked = split(args.scenarios, list(SCENARIOS), "scenarios")
-    default = "" if picked else ",".join(CONTENDERS)
+    default = "" if picked else ",".join(n for n in CONTENDERS if n not in DROP_HEADER)
     names = split(default if args.contenders is None else args.contenders, list(CONTENDERS), "contenders")
     workload = WORKLOADS[args.workload]
     logging.basicConfig(level=logging.WARNING)

@@ -170,9 +170,14 @@ def end_offsets(
 
 
 def fingerprint(
-    bootstrap: str, topics: Sequence[str], partitions: int = PARTITIONS, timeout: float = 600.0
+    bootstrap: str,
+    topics: Sequence[str],
+    partitions: int = PARTITIONS,
+    timeout: float = 600.0,
+    without_headers: frozenset[str] = frozenset(),
 ) -> dict[tuple[str, int], PartitionDigest]:
-    """Per partition: record count and an order-sensitive sha256 over key|value|headers|timestamp."""
+    """Per partition: record count and an order-sensitive sha256 over key|value|headers|timestamp;
+    headers named in ``without_headers`` left out (what a copy dropping them must hold)."""
     ends = end_offsets(bootstrap, topics, partitions)
     consumer = Consumer(
         {
@@ -200,7 +205,11 @@ def fingerprint(
                     raise KafkaException(m.error())
                 tp = (str(m.topic()), int(m.partition() or 0))
                 key, value = _as_bytes(m.key()), _as_bytes(m.value())
-                headers = cast("list[tuple[str, bytes | None]]", m.headers() or [])
+                headers = [
+                    (k, v)
+                    for k, v in cast("list[tuple[str, bytes | None]]", m.headers() or [])
+                    if k not in without_headers
+                ]
                 h = hashes[tp]
                 h.update(pack(len(key), len(value), len(headers), m.timestamp()[1]))
                 h.update(key)
