@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.errors import FlowLockedError
 from mirrorflow.store.offsets_store import OffsetsStore
-from mirrorflow.store.status_reads import recovery_history, recovery_point
+from mirrorflow.store.status_reads import failed_partitions, recovery_history, recovery_point
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 
@@ -166,3 +167,52 @@ def test_a_window_without_the_lock_ends_at_once_naming_the_holder(
     with pytest.raises(FlowLockedError, match="window window-2 ended after 0 micro-batches"):
         dr_window.window_report(config, FLOW, "window-2")
     assert OffsetsStore(config.offsets_db_url).progress(FLOW) == {}  # nothing was anchored either
+
+
+def test_a_window_leaves_a_failed_partition_out_mirrors_the_others_and_fails_at_its_end(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    spark: SparkSession,
+    unique_name: str,
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic = unique_name
+    create_topic(primary.bootstrap, topic, 2)
+    sample_data.produce_samples(primary.bootstrap, topic, 2, 0, 20)
+    producer = sample_data.producer(primary.bootstrap)
+    sample_data.produce(
+        producer, topic, 1, [dataclasses.replace(sample_data.sample_record(topic, 1, 20), value=b"poison")]
+    )
+    config = write_config(
+        f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n{FLOW}.mirrorflow.mode = dr\n"
+        f"{FLOW}.mirrorflow.dr.window.seconds = 6\n{FLOW}.mirrorflow.dr.idle.wait.ms = 100\n"
+        f"{FLOW}.mirrorflow.on.partition.error = isolate\n{FLOW}.transforms = parse\n"
+        f"{FLOW}.transforms.parse.type = python\n"
+        f"{FLOW}.transforms.parse.function = mirrorflow_dev.sample_hooks:reject_poison\n"
+    )
+
+    def produce_while_the_window_runs() -> None:
+        time.sleep(2)
+        sample_data.produce_samples(primary.bootstrap, topic, 1, 20, 10)
+
+    during = threading.Thread(target=produce_while_the_window_runs)
+    dr_window.take_lock(config, FLOW, "window-1")
+    try:
+        during.start()
+        summary = dr_window.run_window(config, FLOW, "window-1", _spark_copy(spark, config))
+    finally:
+        during.join()
+        runner.release_run(config, FLOW, "window-1")
+
+    assert summary.error is not None and summary.error[0] == "PartitionsFailedError"
+    assert f"{topic}-1: TransformError: transform parse" in summary.error[1]
+    assert f"failed on {topic}-1 offset 20" in summary.error[1]
+    # Partition 0 went on mirroring what arrived during the window; partition 1 committed nothing.
+    source = sample_data.read_partition(primary.bootstrap, topic, 0)
+    assert len(source) == 30
+    assert sample_data.read_partition(backup.bootstrap, f"primary.{topic}", 0) == source
+    store = OffsetsStore(config.offsets_db_url)
+    assert [(b.partition, b.source_end) for b in store.batches(FLOW)] == [(0, 30)]
+    assert [(f.topic, f.partition, f.run_id) for f in failed_partitions(store, FLOW)] == [
+        (topic, 1, "window-1#0")
+    ]

@@ -31,7 +31,14 @@ from mirrorflow.core.plan import CopyResult, Plan, Writer
 from mirrorflow.core.recovery import mirrored_as_of
 from mirrorflow.core.report import FailedPartition, PartitionReport, RunReport, build_report
 from mirrorflow.core.window import StepTimes, Timers, WindowSummary
-from mirrorflow.errors import ConfigError, MirrorError, SourceDataLostError, TransientError, error_class
+from mirrorflow.errors import (
+    ConfigError,
+    MirrorError,
+    PartitionsFailedError,
+    SourceDataLostError,
+    TransientError,
+    error_class,
+)
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.kafka.heartbeats import emit_heartbeats, freshness_seconds
 from mirrorflow.kafka.internal_topics import InternalTopicWriter
@@ -332,7 +339,8 @@ def run_window(
             error = locked
         else:
             error = window.loop(clock() + min(dr.window_seconds, left), sleep)
-            if error is None:
+            # A window that failed only some partitions ran to its end like a clean one.
+            if error is None or isinstance(error, PartitionsFailedError):
                 window.settle()
         summary = window.summary(started, error)
         save_document(store, flow.name, run_id, "window", summary.to_json())

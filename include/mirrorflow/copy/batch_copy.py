@@ -49,6 +49,7 @@ from mirrorflow.config.clients import kafka_python_config
 from mirrorflow.config.model import FlowConfig
 from mirrorflow.config.transforms import TransformConfig
 from mirrorflow.copy.record_batches import (
+    Encodable,
     Fetched,
     SourceBatch,
     SourceRecord,
@@ -500,20 +501,18 @@ class _Reader(threading.Thread):
             self.ready.append((part, _Piece(data, count, timestamps, len(data))))
 
 
-def transformed(chain: Chain, tp: TP, records: list[SourceRecord]) -> list[SourceRecord]:
+def transformed(chain: Chain, tp: TP, records: list[SourceRecord]) -> Sequence[Encodable]:
     """What ``chain`` makes of one partition's ``records`` (the records themselves without
     transforms)."""
     if not chain or not records:
         return records
-    out = chain.apply(
-        [Record(tp[0], tp[1], r.offset, r.timestamp, r.key, r.value, r.headers) for r in records]
-    )
-    return [SourceRecord(r.offset, r.timestamp, r.key, r.value, r.headers) for r in out]
+    topic, partition = tp
+    return chain.apply([Record(topic, partition, *r[:5]) for r in records])
 
 
 def _encoded(
-    records: Sequence[SourceRecord], codec: int, max_bytes: int = _ENCODE_BYTES
-) -> Iterator[tuple[Sequence[SourceRecord], bytearray]]:
+    records: Sequence[Encodable], codec: int, max_bytes: int = _ENCODE_BYTES
+) -> Iterator[tuple[Sequence[Encodable], bytearray]]:
     """Records as re-encoded batches, each with the records it holds."""
     i = 0
     for data in encode(records, codec, max_bytes):
@@ -522,7 +521,7 @@ def _encoded(
         i += n
 
 
-def _timestamps(records: Sequence[SourceRecord]) -> Timestamps:
+def _timestamps(records: Sequence[Encodable]) -> Timestamps:
     return Timestamps.of(np.array([r.timestamp for r in records], dtype=np.int64))
 
 
@@ -638,10 +637,10 @@ class BatchCopy:
         part.count([r.offset for r in source])
         part.position = source[-1].offset + 1
 
-    def _planned_records(self, part: _Partition, n: int) -> list[SourceRecord]:
+    def _planned_records(self, part: _Partition, n: int) -> list[Encodable]:
         """The first ``n`` records the plan writes for the partition (after the transforms)."""
         plan = part.plan
-        records: list[SourceRecord] = []
+        records: list[Encodable] = []
         position = plan.source_start
         while len(records) < n and position < plan.source_end:
             read = read_records(
@@ -876,7 +875,7 @@ def allocate_writer(target_props: Mapping[str, str]) -> Writer:
         target.close()
 
 
-def _same(target: SourceRecord, source: SourceRecord) -> bool:
+def _same(target: SourceRecord, source: Encodable) -> bool:
     """The target record is a copy of the source one; a time the target's broker stamped (a
     LogAppendTime remote topic) is not compared."""
     return (target.key, target.value, target.headers) == (source.key, source.value, source.headers) and (

@@ -12,6 +12,9 @@ the compression codec. Only its writer's header fields belong to whoever appends
   (repeated, binary, null) and timestamp kept; a LogAppendTime batch's records carry the time the
   source appended them, which is what consumers of the source saw (MM2 does the same).
 - read_committed as Kafka's consumer reads: control batches and aborted transactions never pass.
+
+Records of v2 batches are decoded and encoded by aiokafka's record codec (in C: three to four
+times kafka-python's pure-Python one); kafka-python supplies the batch layout and legacy formats.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import struct
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
 
-from kafka.record.default_records import DefaultRecordBase, DefaultRecordBatch, DefaultRecordBatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBase
 from kafka.record.memory_records import MemoryRecords
 from kafka.record.util import calc_crc32c
 
@@ -46,9 +51,10 @@ _LOG_OVERHEAD = 12
 _LENGTH = struct.Struct(">i")
 
 
-@dataclass(frozen=True)
-class SourceRecord:
-    """A decoded record; ``appended``: its timestamp is the time the broker appended it."""
+class SourceRecord(NamedTuple):
+    """A decoded record; ``appended``: its timestamp is the time the broker appended it. A named
+    tuple: the record path builds one per record, and a tuple is built in a third of a frozen
+    dataclass's time."""
 
     offset: int
     timestamp: int
@@ -184,7 +190,23 @@ def stamp(batch: bytearray, producer_id: int, producer_epoch: int, base_sequence
     return batch
 
 
-def encode(records: Sequence[SourceRecord], codec: int, max_bytes: int) -> list[bytearray]:
+class Encodable(Protocol):
+    """A record as the copy writes it: a ``SourceRecord``, or what a transform returned (a
+    ``core.transforms.Record``)."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> tuple[tuple[str, bytes | None], ...]: ...
+
+
+def encode(records: Sequence[Encodable], codec: int, max_bytes: int) -> list[bytearray]:
     """``records`` as v2 batches of at most ``max_bytes`` before compression each (a record larger
     than that gets a batch of its own), CreateTime, compressed with ``codec``, their producer fields
     still to be stamped."""

@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from mirrorflow.config.property_view import load_reference
 from mirrorflow.config.transforms import PYTHON, PredicateConfig, TransformConfig
 from mirrorflow.errors import TransformError
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One source record as a transform sees it; ``offset`` is its source offset."""
+class Record(NamedTuple):
+    """One source record as a transform sees it; ``offset`` is its source offset. Immutable: a hook
+    returns changed copies (``record._replace(value=...)``). A named tuple, as the record path builds
+    one per record."""
 
     topic: str
     partition: int
@@ -55,12 +57,16 @@ def _builtin(config: TransformConfig) -> Batch:
         return lambda records: ()
     if config.kind == "DropHeaders":
         dropped = frozenset(h.strip() for h in config.option("headers").split(","))
-        return lambda records: [
-            replace(r, headers=tuple(h for h in r.headers if h[0] not in dropped)) for r in records
-        ]
+
+        def drop(r: Record) -> Record:
+            if not any(h[0] in dropped for h in r.headers):
+                return r
+            return Record(*r[:6], tuple(h for h in r.headers if h[0] not in dropped))
+
+        return lambda records: [drop(r) for r in records]
     # InsertHeader adds the header (Connect's Headers.add), as UTF-8 text.
     header = (config.option("header"), config.option("value.literal").encode())
-    return lambda records: [replace(r, headers=(*r.headers, header)) for r in records]
+    return lambda records: [Record(*r[:6], (*r.headers, header)) for r in records]
 
 
 @dataclass(frozen=True)
