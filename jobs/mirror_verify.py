@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     plan = load_verify_plan(config, flow, args.run_id)
     spark = SparkSession.builder.appName(f"verify {flow.name} {args.run_id}").getOrCreate()
     try:
-        result = verify_ranges(spark, plan, flow.source.consumer, flow.target.consumer)
+        result = verify_ranges(spark, flow, plan)
     finally:
         spark.stop()
     save_verify_result(config, flow, result)

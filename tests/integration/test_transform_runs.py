@@ -13,8 +13,10 @@ from pyspark.sql import SparkSession
 
 from mirrorflow.app import runner
 from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.app.verify import plan_verification
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_copy import copy_plan
+from mirrorflow.copy.spark_verify import verify_ranges
 from mirrorflow.errors import TransformError
 from mirrorflow.mm2.records import Checkpoint
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -98,6 +100,16 @@ def test_the_target_holds_what_the_chain_makes_of_the_source_and_translation_ski
     assert (checkpoint.topic, checkpoint.upstream_offset, checkpoint.downstream_offset) == (remote, 10, 8)
     source = sample_data.read_partition(primary.bootstrap, topic, 0)
     assert sample_data.read_partition(backup.bootstrap, remote, 0)[8] == _expected(source[11:12])[0]
+
+    # Verification digests the source as the chain makes it: the copy verifies; compared with the
+    # source as it is, each partition differs by the records dropped on purpose.
+    plan = plan_verification(config, FLOW, "verify-1")
+    verdicts = verify_ranges(spark, flow, plan).partitions
+    assert [(v.source.records, v.target.records, v.source == v.target) for v in verdicts] == [
+        (32, 32, True)
+    ] * 2
+    untransformed = verify_ranges(spark, dataclasses.replace(flow, transforms=()), plan).partitions
+    assert [(v.source.records, v.target.records) for v in untransformed] == [(40, 32)] * 2
 
 
 def test_a_failing_transform_fails_the_run_naming_the_record_and_commits_nothing(

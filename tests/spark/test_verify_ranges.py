@@ -100,7 +100,7 @@ def test_an_exact_mirror_verifies_range_by_range_with_exact_counts_and_digests(
             VerifyRange(topic, 2, remote, 32, 44, 30, 40),
         ),
     )
-    result = verify_ranges(spark, plan, flow.source.consumer, flow.target.consumer)
+    result = verify_ranges(spark, flow, plan)
 
     expected = [_digest(_samples(topic, 0, range(10, 40))), _digest(_samples(topic, 1, range(40)))]
     expected.append(_digest(_samples(topic, 2, range(30, 40))))
@@ -148,7 +148,7 @@ def test_a_differing_remote_copy_is_reported_per_range_with_both_sides(
     flow = _config(write_config, topic).flow(FLOW)
     plan, copies = _faulty_mirror(kafka_clusters, topic)
 
-    result = verify_ranges(spark, plan, flow.source.consumer, flow.target.consumer)
+    result = verify_ranges(spark, flow, plan)
 
     source = [_digest(_samples(topic, p, range(12))) for p in range(3)]
     target = [_digest(records) for records in copies]
@@ -169,7 +169,7 @@ def test_a_differing_remote_copy_is_reported_per_range_with_both_sides(
         "verify-2",
         tuple(VerifyRange(topic, 0, f"forged.{topic}", a, b, a, b) for a, b in ((0, 5), (7, 12))),
     )
-    parts = verify_ranges(spark, split, flow.source.consumer, flow.target.consumer)
+    parts = verify_ranges(spark, flow, split)
     digests = [_digest(_samples(topic, 0, range(a, b))) for a, b in ((0, 5), (7, 12))]
     assert parts.partitions == tuple(
         PartitionVerdict(r, d, d) for r, d in zip(split.ranges, digests, strict=True)

@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from mirrorflow.config.clients import spark_reader_options
+from mirrorflow.config.model import FlowConfig
 from mirrorflow.copy import spark_copy
 from mirrorflow.core.plan import PartitionPlan
 from mirrorflow.core.verify import (
@@ -41,14 +42,10 @@ __all__ = ["verify_ranges"]
 READ_COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp", "headers")
 
 
-def verify_ranges(
-    spark: SparkSession,
-    plan: VerifyPlan,
-    source_consumer_props: Mapping[str, str],
-    target_consumer_props: Mapping[str, str],
-) -> VerifyResult:
-    """Read both sides of every range with Spark's Kafka source (``read_ranges``: committed
-    records only, headers included, records missing from a range fail the read) and compare them.
+def verify_ranges(spark: SparkSession, flow: FlowConfig, plan: VerifyPlan) -> VerifyResult:
+    """Read both sides of every range of ``flow`` with Spark's Kafka source (``read_ranges``:
+    committed records only, headers included, records missing from a range fail the read) and
+    compare them, the source as the flow's transforms make it.
 
     Relies on Spark's Kafka source reading each topic-partition's range as one Spark partition, in
     offset order (so it does with neither ``minPartitions`` nor ``maxRecordsPerPartition`` set, as
@@ -61,6 +58,8 @@ def verify_ranges(
     """
     if not plan.ranges:
         return VerifyResult(plan.flow, plan.run_id, ())
+    source_consumer_props, target_consumer_props = flow.source.consumer, flow.target.consumer
+    transforms = flow.transforms
     reads: list[DataFrame] = []
     partitions = 0  # Spark partitions of the reads: one per topic-partition read
     # A partition has one range per read (one Kafka source option per partition): gap-split ranges of
@@ -85,7 +84,7 @@ def verify_ranges(
         records = records.coalesce(tasks)
 
     def digest(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return digest_partitions(iter(batches), plan)
+        return digest_partitions(iter(batches), plan, transforms)
 
     try:
         rows = records.mapInArrow(digest, DIGEST_DDL).collect()

@@ -14,6 +14,10 @@ records and of the headers. Offsets are never hashed: the remote partition numbe
 differently. Neither are the timestamp type, compression, producer ids or leader epochs: a mirror
 does not keep them either.
 
+A flow with transforms is verified against what its chain makes of the source (``digest_partitions``
+applies the flow's transforms to the source side): records dropped on purpose, headers removed or
+values changed by a transform are no differences; anything else the chain would not produce is.
+
 What a verification cannot see: records outside the committed ranges (a record written to the remote
 topic by anyone else after the last mirrored one, records an interrupted attempt left in a gap's
 target range, records not mirrored yet or committed after the plan was made: lag), records the source
@@ -40,8 +44,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mirrorflow.config.transforms import TransformConfig
 from mirrorflow.core import documents
 from mirrorflow.core.progress import Batch
+from mirrorflow.core.transforms import Chain, Record
 from mirrorflow.core.translation import OffsetTranslator, runs
 from mirrorflow.errors import PlanError
 
@@ -319,29 +325,43 @@ class RecordDigest:
     def update_arrow(self, batch: pa.RecordBatch) -> None:
         """The records of a batch of Spark's Kafka source (``key``, ``value``, ``headers``,
         ``timestamp`` columns), in row order; the same digest as ``update`` for each row."""
-        n = batch.num_rows
-        if not n:
-            return
-        keys = batch.column("key").to_pylist()
-        values = batch.column("value").to_pylist()
-        # Spark hands Kafka's millisecond timestamps as microseconds: an exact multiple of 1000.
-        millis = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
-        # Headers as one flat list of pairs, sliced per record: far cheaper than a list of structs
-        # per record.
-        header_col = batch.column("headers")
-        flat = header_col.flatten()
-        pairs = list(zip(flat.field("key").to_pylist(), flat.field("value").to_pylist(), strict=True))
-        ends = itertools.accumulate(header_col.value_lengths().fill_null(0).to_pylist())
-        encoded = []
-        start = 0
-        for key, value, ms, end in zip(keys, values, millis, ends, strict=True):
-            encoded.append(_encode(key, value, pairs[start:end], ms))
-            start = end
-        self._hash.update(b"".join(encoded))
-        self.records += n
+        rows = arrow_rows(batch)
+        self._hash.update(b"".join(_encode(key, value, headers, ms) for key, value, headers, ms in rows))
+        self.records += len(rows)
+
+    def update_transformed(self, batch: pa.RecordBatch, chain: Chain, topic: str, partition: int) -> None:
+        """What ``chain`` makes of a batch of source records of ``topic``-``partition`` (the
+        ``offset`` column too): the digest of what a flow with transforms writes."""
+        offsets = batch.column("offset").to_pylist()
+        records = [
+            Record(topic, partition, offset, ms, key, value, tuple(headers))
+            for offset, (key, value, headers, ms) in zip(offsets, arrow_rows(batch), strict=True)
+        ]
+        for r in chain.apply(records):
+            self.update(r.key, r.value, r.headers, r.timestamp)
 
     def result(self) -> SideDigest:
         return SideDigest(self.records, self._hash.hexdigest())
+
+
+def arrow_rows(batch: pa.RecordBatch) -> list[DigestRecord]:
+    """Key, value, headers and timestamp (ms) of each row of a batch of Spark's Kafka source."""
+    keys = batch.column("key").to_pylist()
+    values = batch.column("value").to_pylist()
+    # Spark hands Kafka's millisecond timestamps as microseconds: an exact multiple of 1000.
+    millis = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+    # Headers as one flat list of pairs, sliced per record: far cheaper than a list of structs
+    # per record.
+    header_col = batch.column("headers")
+    flat = header_col.flatten()
+    pairs = list(zip(flat.field("key").to_pylist(), flat.field("value").to_pylist(), strict=True))
+    ends = itertools.accumulate(header_col.value_lengths().fill_null(0).to_pylist())
+    rows: list[DigestRecord] = []
+    start = 0
+    for key, value, ms, end in zip(keys, values, millis, ends, strict=True):
+        rows.append((key, value, pairs[start:end], ms))
+        start = end
+    return rows
 
 
 def digest_records(records: Iterable[DigestRecord]) -> SideDigest:
@@ -465,9 +485,12 @@ def _bounds(plan: VerifyPlan) -> _Bounds:
     return {k: ([s for s, _, _ in sorted(v)], sorted(v)) for k, v in found.items()}
 
 
-def digest_partitions(batches: Iterator[pa.RecordBatch], plan: VerifyPlan) -> Iterator[pa.RecordBatch]:
+def digest_partitions(
+    batches: Iterator[pa.RecordBatch], plan: VerifyPlan, transforms: Sequence[TransformConfig] = ()
+) -> Iterator[pa.RecordBatch]:
     """Digest the records one Spark task reads (``DIGEST_INPUT_COLUMNS``); yield one
-    ``DIGEST_SCHEMA`` row per side of each range seen.
+    ``DIGEST_SCHEMA`` row per side of each range seen. With ``transforms`` (the flow's), the source
+    side is digested as the flow's chain makes it: records dropped on purpose are not differences.
 
     Relies on each range's records reaching one task, in offset order, and checks it: within a range
     offsets must rise strictly (else ``PlanError``), and the caller refuses a range whose records
@@ -475,6 +498,7 @@ def digest_partitions(batches: Iterator[pa.RecordBatch], plan: VerifyPlan) -> It
     interleaved; each record counts for the range holding its offset.
     """
     bounds = _bounds(plan)
+    chain = Chain(transforms)
     seen: dict[tuple[int, int], _Side] = {}
     for batch in batches:
         for run in _runs(batch):
@@ -495,7 +519,10 @@ def digest_partitions(batches: Iterator[pa.RecordBatch], plan: VerifyPlan) -> It
                         "the digest would not be of the range in order"
                     )
                 state.last_offset = int(offsets[-1])
-                state.digest.update_arrow(piece)
+                if chain and side == SOURCE:
+                    state.digest.update_transformed(piece, chain, topic, partition)
+                else:
+                    state.digest.update_arrow(piece)
     rows = [
         {
             "side": side,
