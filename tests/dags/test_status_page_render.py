@@ -4,6 +4,7 @@ runs is tests/integration/test_status_page.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
@@ -12,6 +13,7 @@ import pytest
 
 from mirrorflow.app.status import FlowStatus, Freshness, PartitionStatus, RunStatus
 from mirrorflow.core.recovery import RecoveryPoint, RecoveryStep
+from mirrorflow.store.read_model import PartitionErrorRecord
 from mirrorflow_airflow.status_page import render_page
 
 pytestmark = pytest.mark.airflow  # the plugin module imports Airflow
@@ -119,4 +121,15 @@ def test_scale_labels_fit_their_margins_and_the_recovery_point_is_shown_with_its
     assert re.search(r'data-field="recovery">at most 2\.5 s<', page)
     assert re.search(
         r'data-field="mirrored-as-of">Everything the source held at \S+ \S+ UTC is on the target\.<', page
+    )
+
+
+def test_a_failed_partition_is_counted_and_named_with_its_error() -> None:
+    failed = PartitionErrorRecord("orders", 3, "run-9", "TransformError", "transform parse failed", NOW)
+    page = render_page([dataclasses.replace(_status(4, 10), failed_partitions=(failed,))], None)
+
+    assert re.search(r'data-field="failed-partitions">1<', page)
+    assert (
+        "partition orders-3 failed in run run-9 and waits for the next run: TransformError: transform parse "
+        "failed" in page
     )

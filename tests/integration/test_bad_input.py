@@ -395,6 +395,17 @@ class StateCase:
 
 STATE_CASES = [
     StateCase(
+        "unimportable-transform-hook",
+        as_is,
+        "plan",
+        ConfigError,
+        "transforms.parse.function: cannot load 'no_such_hooks:parse': No module named 'no_such_hooks'; put "
+        "its module on the PYTHONPATH of every Airflow component and Spark executor (e.g. in plugins/ or "
+        "include/, or spark.submit.pyFiles)",
+        config="primary->backup.transforms = parse\nprimary->backup.transforms.parse.type = python\n"
+        "primary->backup.transforms.parse.function = no_such_hooks:parse",
+    ),
+    StateCase(
         "unreachable-bootstrap",
         as_is,
         "plan",

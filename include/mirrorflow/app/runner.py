@@ -41,6 +41,7 @@ from mirrorflow.core.planner import (
 from mirrorflow.core.progress import Batch
 from mirrorflow.core.recovery import mirrored_as_of
 from mirrorflow.core.report import PartitionReport, RunReport, build_report
+from mirrorflow.core.transforms import Chain
 from mirrorflow.errors import (
     MirrorError,
     ParamError,
@@ -76,6 +77,8 @@ def plan_run(
     """Plan the run and write the plan file. Holds the flow's lock from here until ``release_run``.
     Invalid options fail before anything is written."""
     flow = config.flow(flow_name)
+    # The python hooks must import here too: a missing module fails the plan, not the Spark job.
+    Chain(flow.transforms)
     with OffsetsStore(config.offsets_db_url) as store:
         with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
             check_topic_subset(flow, source, options)
