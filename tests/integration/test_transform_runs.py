@@ -103,12 +103,12 @@ def test_the_target_holds_what_the_chain_makes_of_the_source_and_translation_ski
 
     # Verification digests the source as the chain makes it: the copy verifies; compared with the
     # source as it is, each partition differs by the records dropped on purpose.
-    plan = plan_verification(config, FLOW, "verify-1")
-    verdicts = verify_ranges(spark, flow, plan).partitions
+    verify = plan_verification(config, FLOW, "verify-1")
+    verdicts = verify_ranges(spark, flow, verify).partitions
     assert [(v.source.records, v.target.records, v.source == v.target) for v in verdicts] == [
         (32, 32, True)
     ] * 2
-    untransformed = verify_ranges(spark, dataclasses.replace(flow, transforms=()), plan).partitions
+    untransformed = verify_ranges(spark, dataclasses.replace(flow, transforms=()), verify).partitions
     assert [(v.source.records, v.target.records) for v in untransformed] == [(40, 32)] * 2
 
 
