@@ -35,7 +35,7 @@ from mirrorflow.app import runner
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.report import RunReport
-from mirrorflow_dev import local_kafka, processes, sample_data
+from mirrorflow_dev import local_kafka, paths, processes, sample_data
 from mirrorflow_dev.devenv import airflow_env
 from mirrorflow_dev.kafka_security import SUPER_USER, BrokerSecurity, ScramSecurity
 from mirrorflow_dev.local_airflow import LocalAirflow, free_port
@@ -350,6 +350,24 @@ def secured_config(
     path = folder / "mm2.properties"
     path.write_text("\n".join(lines) + "\n")
     return load_config(path, env={})
+
+
+# --- MM2's own client
+
+JAVA_CHECK = Path(__file__).resolve().parent / "java" / "MirrorClientCheck.java"
+
+
+def mirror_client(cluster: LocalCluster, source: str, group: str, *hops: str) -> list[str]:
+    """MM2's MirrorClient and RemoteClusterUtils, run as a single-file Java program on ``cluster``:
+    its upstream clusters, the hops to each of ``hops``, and ``group``'s offsets translated from
+    ``source`` ("-": none)."""
+    classpath = os.pathsep.join(str(j) for j in sorted(paths.kafka_libs().glob("*.jar")))
+    done = subprocess.run(
+        ["java", "-cp", classpath, str(JAVA_CHECK), cluster.bootstrap, source, group, *hops],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [line for line in done.stdout.splitlines() if line.split(" ")[0] in ("upstream", "hops", "offset")]
 
 
 # --- Airflow

@@ -7,21 +7,19 @@ session clusters would be mirrored by every other test's flow.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mirror_helpers import commit_group, create_topic, local_clusters, run_flow, topics
+from mirror_helpers import commit_group, create_topic, local_clusters, mirror_client, run_flow, topics
 from pyspark.sql import SparkSession
 
 from mirrorflow.app.checkpoints import emit_checkpoints
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.kafka.heartbeats import freshness_seconds
 from mirrorflow.mm2.records import Heartbeat
-from mirrorflow_dev import paths, sample_data
+from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -115,20 +113,6 @@ def test_freshness_is_the_age_of_the_newest_mirrored_heartbeat(
     assert freshness_seconds(config.flow("north->west")) is None
 
 
-JAVA_CHECK = Path(__file__).resolve().parents[1] / "java" / "MirrorClientCheck.java"
-
-
-def _mirror_client(cluster: LocalCluster, source: str, group: str, *hops: str) -> list[str]:
-    """MM2's MirrorClient and RemoteClusterUtils, run as a single-file Java program."""
-    classpath = os.pathsep.join(str(j) for j in sorted(paths.kafka_libs().glob("*.jar")))
-    done = subprocess.run(
-        ["java", "-cp", classpath, str(JAVA_CHECK), cluster.bootstrap, source, group, *hops],
-        capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [line for line in done.stdout.splitlines() if line.split(" ")[0] in ("upstream", "hops", "offset")]
-
-
 def test_mm2s_own_client_reads_our_topology_and_translates_our_checkpoints(
     chain: dict[str, LocalCluster], tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -142,14 +126,14 @@ def test_mm2s_own_client_reads_our_topology_and_translates_our_checkpoints(
     emit_checkpoints(config, "west->east")
     run_flow(config, "east->north", "client-1", spark)
 
-    assert _mirror_client(east, "west", group, "west", "north") == [
+    assert mirror_client(east, "west", group, "west", "north") == [
         "upstream west",
         "hops west 1",
         "hops north -1",
         f"offset west.{topic}-0 4",
         f"offset west.{topic}-1 10",
     ]
-    assert _mirror_client(north, "-", "-", "west", "east") == [
+    assert mirror_client(north, "-", "-", "west", "east") == [
         "upstream east,west",
         "hops west 2",
         "hops east 1",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
-from mirror_helpers import airflow, create_topic, migrated_airflow
+from mirror_helpers import airflow, commit_group, create_topic, migrated_airflow, mirror_client
 
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -70,6 +70,7 @@ def test_isolate_commits_the_other_partitions_and_the_next_run_copies_the_failed
 ) -> None:
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
     hdr, keys, boom, stale = (f"{unique_name}-{t}" for t in ("hdr", "keys", "boom", "stale"))
+    group = f"{unique_name}-app"
     for topic in (hdr, keys, boom, stale):
         create_topic(primary.bootstrap, topic, 2 if topic == hdr else 1)
     create_topic(backup.bootstrap, f"primary.{stale}", 1, REFUSING)
@@ -140,6 +141,9 @@ def test_isolate_commits_the_other_partitions_and_the_next_run_copies_the_failed
     finally:
         admin.close()
     write_config(_config(f"{unique_name}-.*", keys, skip_poison=True))
+    # A group consumed offsets 0-4 of the keys topic; its next record, offset 5, is test traffic that
+    # was dropped: it resumes on the target at the copy of offset 6, the target's fifth record.
+    commit_group(primary.bootstrap, group, {(keys, 0): 5})
 
     second = airflow(env, tmp_path, "dags", "test", DAG)
 
@@ -157,3 +161,6 @@ def test_isolate_commits_the_other_partitions_and_the_next_run_copies_the_failed
     assert {(b.topic, b.source_start, b.source_end, b.records) for b in store.batches(FLOW, stale)} == {
         (stale, 0, 15, 15)
     }
+    # The run's checkpoint task translated the group exactly, as MM2's own client reads it.
+    (translated,) = [line for line in mirror_client(backup, "primary", group) if line.startswith("offset")]
+    assert translated == f"offset primary.{keys}-0 4"
