@@ -163,6 +163,7 @@ def test_dag_wiring(
         "dry_run": False,
         "start": "earliest",
         "start_timestamp": None,
+        "lock_wait_timeout_seconds": 6 * 3600,
     }
     for name in params:
         param = dag.params.get_param(name)
