@@ -1,17 +1,20 @@
 """One DAG per enabled flow of the MirrorMaker 2 config named by MIRROR_CONFIG.
 
-A flow in batch mode: plan (setup) -> copy (Spark) -> commit -> checkpoint -> freshness -> release
-(teardown). A flow in DR mode (``mirrorflow.mode = dr``): start (setup, takes the flow's lock) ->
-window (one Spark application running micro-batches back to back, with heartbeats and checkpoints
-at MM2's intervals) -> report -> freshness -> release (teardown). Reading the config (and importing
-the flow's alert notifier, if any) is the only work done at parse time; an invalid config shows up
-as this file's import error, naming the bad key.
+A flow in batch mode: wait_for_turn (a sensor) -> plan (setup) -> copy (Spark) -> commit ->
+checkpoint -> freshness -> release (teardown). A flow in DR mode (``mirrorflow.mode = dr``): start
+(setup, takes the flow's lock) -> window (one Spark application running micro-batches back to back,
+with heartbeats and checkpoints at MM2's intervals) -> report -> freshness -> release (teardown).
+Reading the config (and importing the flow's alert notifier, if any) is the only work done at parse
+time; an invalid config shows up as this file's import error, naming the bad key.
 
 A manual batch run copies what the source holds when it plans; a scheduled or backfill batch run
 copies the records before its data interval's end (resolved per partition by timestamp), so a
 backfill copies history one interval per run, and re-running an interval already copied copies
-nothing. The trigger form narrows a batch run (topics, records per partition), plans without writing
-(dry run) and chooses where partitions never mirrored start. A DR window always mirrors up to now.
+nothing. A batch run first waits its turn, without holding a worker slot: until no earlier run of the
+flow is running or queued, so runs copy in logical-date order, and the flow's lock is free; it fails
+naming what it waits for after the trigger param lock_wait_timeout_seconds. The trigger form narrows
+a batch run (topics, records per partition), plans without writing (dry run), chooses where
+partitions never mirrored start and bounds the wait. A DR window always mirrors up to now.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ for _flow in CONFIG.flows:
         schedule=_spec.schedule,
         start_date=_spec.start_date,
         catchup=False,
+        # Scheduled and manual runs one at a time: a run that outlasts its interval is followed by one
+        # run up to the newest interval's end, not by a queue of runs waiting their turn. A backfill's
+        # runs count apart (its own --max-active-runs) and wait in wait_for_turn.
         max_active_runs=1,
         tags=["mirror", _flow.source.alias, _flow.target.alias, *(["dr"] if _flow.dr else [])],
         default_args={
@@ -74,6 +80,7 @@ for _flow in CONFIG.flows:
         else:
             _report = "commit"
             _steps = [
+                tasks.TurnSensor(task_id="wait_for_turn", flow=_flow.name),
                 _setup,
                 _copy,
                 task(task_id=_report, trigger_rule="none_failed")(tasks.commit)(_flow.name),

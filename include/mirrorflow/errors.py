@@ -52,6 +52,11 @@ class FlowLockedError(MirrorError):
     """Another run of the same flow holds the flow's lock."""
 
 
+class TurnTimeoutError(MirrorError):
+    """A run waited as long as its limit allows for its turn (earlier runs of its flow to finish, the
+    flow's lock to be free) and gave up before writing anything."""
+
+
 class TargetStateError(MirrorError):
     """The target cluster is not in the state the plan expects (truncated, deleted, foreign writes)."""
 

@@ -124,16 +124,24 @@ def test_dag_wiring(
     dag = load_dags(FLOWS.format(**closed_ports)).dags[dag_id]
 
     assert dag.schedule == schedule
+    # Scheduled and manual runs one at a time (a slow run is followed by one run, not a queue); a
+    # backfill's runs are counted apart by Airflow and wait their turn in wait_for_turn.
     assert dag.max_active_runs == 1
     assert {t.retries for t in dag.tasks} == {2}
     assert dag.catchup is False
-    assert sorted(dag.task_ids) == ["checkpoint", "commit", "copy", "freshness", "plan", "release"]
-    plan, copy, commit, checkpoint, freshness, release = (
-        dag.get_task(t) for t in ("plan", "copy", "commit", "checkpoint", "freshness", "release")
+    assert sorted(dag.task_ids) == [
+        "checkpoint", "commit", "copy", "freshness", "plan", "release", "wait_for_turn",
+    ]  # fmt: skip
+    wait, plan, copy, commit, checkpoint, freshness, release = (
+        dag.get_task(t)
+        for t in ("wait_for_turn", "plan", "copy", "commit", "checkpoint", "freshness", "release")
     )
 
-    # plan >> copy >> commit >> checkpoint >> freshness >> release; release is plan's teardown.
-    assert plan.upstream_task_ids == set()
+    # wait_for_turn >> plan >> copy >> commit >> checkpoint >> freshness >> release; release is
+    # plan's teardown.
+    assert wait.upstream_task_ids == set()
+    assert wait.downstream_task_ids == {"plan"}
+    assert plan.upstream_task_ids == {"wait_for_turn"}
     assert plan.downstream_task_ids == {"copy", "release"}
     assert copy.upstream_task_ids == {"plan"}
     assert copy.downstream_task_ids == {"commit"}
@@ -147,6 +155,12 @@ def test_dag_wiring(
     assert release.downstream_task_ids == set()
     assert plan.is_setup is True
     assert plan.is_teardown is False
+    # The wait holds no worker slot between looks, and its own limit (the trigger param, at most a
+    # week) fails it before Airflow's sensor timeout could.
+    assert wait.mode == "reschedule"
+    assert wait.poke_interval == 15
+    assert wait.timeout > 7 * 24 * 3600
+    assert wait.is_setup is False
     assert release.is_teardown is True
     assert release.trigger_rule == "all_done_setup_success"
     # Nothing to copy skips copy only: commit still runs (none_failed), so do checkpoints (consumer
@@ -163,6 +177,7 @@ def test_dag_wiring(
         "dry_run": False,
         "start": "earliest",
         "start_timestamp": None,
+        "lock_wait_timeout_seconds": 6 * 3600,
     }
     for name in params:
         param = dag.params.get_param(name)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -156,10 +158,7 @@ def test_a_killed_airflow_run_leaves_its_lock_and_the_next_run_after_release_cop
     topic, remote, count = unique_name, f"primary.{unique_name}", 100_000
     create_topic(primary.bootstrap, topic, 2)
     sample_data.produce_samples(primary.bootstrap, topic, 2, 0, count)
-    config = write_config(
-        f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n"
-        "mirrorflow.lock.wait.seconds = 2\n"
-    )
+    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n")
     assert config.path is not None
     env = airflow_for(config)
     store = OffsetsStore(config.offsets_db_url)
@@ -189,18 +188,21 @@ def test_a_killed_airflow_run_leaves_its_lock_and_the_next_run_after_release_cop
     assert store.batches("primary->backup") == []
     dead_run = store.lock_holder("primary->backup")
     assert dead_run is not None  # its teardown never ran
+    # No scheduler runs here to find the run dead: mark it failed, as a person would in the UI, or the
+    # next run would wait for it too (an earlier run still running).
+    _mark_failed(tmp_path / "airflow", dead_run)
 
-    blocked = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
+    wait_briefly = '{"lock_wait_timeout_seconds": 1}'
+    blocked = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup", "--conf", wait_briefly)
 
+    # The next run waited for its turn, before planning, as long as its param says (counted from its
+    # first look, a reschedule ago), then gave up naming the lock's holder and how to release it.
+    output = blocked.stdout + blocked.stderr
     assert blocked.returncode != 0
-    # The next run waited for the lock as long as the config says, then gave up naming its holder.
-    assert f"flow primary->backup is locked by run {dead_run}; waiting up to 2 s for it" in (
-        blocked.stdout + blocked.stderr
-    )
-    assert f"flow primary->backup is locked by run {dead_run}" in blocked.stdout + blocked.stderr
-    assert "python -m mirrorflow.store release-lock --flow 'primary->backup'" in (
-        blocked.stdout + blocked.stderr
-    )
+    waited = re.search(r"waited (\d+) s for its turn \(trigger param lock_wait_timeout_seconds: 1\)", output)
+    assert waited is not None and int(waited.group(1)) >= 1, output[-5000:]
+    assert f"flow primary->backup is locked by run {dead_run}" in output
+    assert "python -m mirrorflow.store release-lock --flow 'primary->backup'" in output
     released = subprocess.run(
         [sys.executable, "-m", "mirrorflow.store", "release-lock", "--flow", "primary->backup",
          "--db", config.offsets_db_url],
@@ -210,3 +212,14 @@ def test_a_killed_airflow_run_leaves_its_lock_and_the_next_run_after_release_cop
     again = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
     assert again.returncode == 0, again.stdout[-5000:] + again.stderr[-5000:]
     assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, remote, 2) == 2 * count
+
+
+def _mark_failed(home: Path, run_id: str) -> None:
+    """Mark Airflow run ``run_id`` failed in the metadata DB (SQLite) of ``home``."""
+    connection = sqlite3.connect(home / "airflow.db")
+    try:
+        with connection:
+            marked = connection.execute("UPDATE dag_run SET state = 'failed' WHERE run_id = ?", (run_id,))
+        assert marked.rowcount == 1
+    finally:
+        connection.close()

@@ -1,5 +1,6 @@
 """The steps of one run of a flow, as plain functions the Airflow tasks and the Spark job call.
 
+turn   -> (before planning, read only) whether earlier runs have finished and the lock is free for it
 plan   -> takes the flow's lock, creates remote topics, anchors new partitions, writes the plan
 copy   -> (Spark) executes the plan, writes the result (or the source data it found lost)
 commit -> checks the result against the plan and commits progress, the batch log and the plan's
@@ -42,6 +43,7 @@ from mirrorflow.core.progress import Batch
 from mirrorflow.core.recovery import mirrored_as_of
 from mirrorflow.core.report import PartitionReport, RunReport, build_report
 from mirrorflow.core.transforms import Chain
+from mirrorflow.core.turn import EarlierRun, Turn, turn
 from mirrorflow.errors import (
     MirrorError,
     ParamError,
@@ -139,10 +141,20 @@ def plan_run(
         return plan
 
 
+def run_turn(config: MirrorConfig, flow_name: str, run_id: str, earlier: EarlierRun | None) -> Turn:
+    """Whether run ``run_id``'s turn has come, given the latest earlier run of the flow that has not
+    finished: reads the flow's lock, judging its expiry by the store's clock as ``acquire_lock`` does.
+    Writes nothing."""
+    flow = config.flow(flow_name)
+    with OffsetsStore(config.offsets_db_url) as store:
+        return turn(flow.name, run_id, earlier, store.lock_info(flow.name), store.now())
+
+
 def take_flow_lock(store: OffsetsStore, flow: FlowConfig, run_id: str) -> None:
     """Take the flow's lock for ``run_id``, waiting up to ``mirrorflow.lock.wait.seconds`` while
-    another run holds it (the run before, still releasing it); a crashed run's lock is taken over
-    once it expires, after every copy attempt of that run has timed out."""
+    another run holds it (one that took it after ``run_turn`` found it free, or a DR window's
+    predecessor still releasing it); a crashed run's lock is taken over once it expires, after every
+    copy attempt of that run has timed out."""
     holder = store.lock_holder(flow.name)
     if holder is not None and holder != run_id and flow.settings.lock_wait_seconds:
         log.info(

@@ -1,7 +1,8 @@
 """What one run of a flow is asked to do: the trigger form's params and the run's data interval.
 
 Invariants: options only narrow or bound what a run copies (fewer topics, fewer records, an earlier
-end); none of them can make a run copy a record twice or skip one that a later run would not copy.
+end), or how long it waits for its turn; none of them can make a run copy a record twice or skip one
+that a later run would not copy.
 A partition's start position applies only the first time the flow sees the partition; afterwards it
 resumes from committed progress whatever the params say.
 """
@@ -16,6 +17,12 @@ from typing import Any
 from mirrorflow.errors import ParamError
 
 START_CHOICES = ("earliest", "latest", "timestamp")
+# How long a run waits for its turn (earlier runs of its flow, the flow's lock) before it fails: long
+# enough for a backfill's runs, started 10 at a time, to wait for the ones before them.
+LOCK_WAIT_TIMEOUT = "lock_wait_timeout_seconds"
+LOCK_WAIT_TIMEOUT_DEFAULT = 6 * 3600
+# Airflow's own limit for a sensor (its default sensor timeout): no run waits longer.
+LOCK_WAIT_TIMEOUT_MAX = 7 * 24 * 3600
 
 # A DAG's trigger form: name -> (default, JSON schema, description). Airflow renders each as a field.
 ParamTable = Mapping[str, tuple[Any, Mapping[str, Any], str]]
@@ -52,6 +59,12 @@ TRIGGER_PARAMS: ParamTable = {
         {"type": ["null", "string"], "format": "date-time"},
         "With start = timestamp: an ISO 8601 time with its zone, e.g. 2026-01-31T00:00:00+00:00.",
     ),
+    LOCK_WAIT_TIMEOUT: (
+        LOCK_WAIT_TIMEOUT_DEFAULT,
+        {"type": "integer", "minimum": 0, "maximum": LOCK_WAIT_TIMEOUT_MAX},
+        "How long this run waits, without holding a worker slot, for earlier runs of the flow to "
+        "finish and for the flow's lock, before it fails naming the run it waits for; 0 fails at once.",
+    ),
 }
 
 
@@ -59,7 +72,8 @@ TRIGGER_PARAMS: ParamTable = {
 class RunOptions:
     """``topics`` empty: every selected topic. ``start_timestamp_ms`` is set iff ``start`` is
     ``timestamp``. ``until_timestamp_ms``: copy only records before the first record at or after
-    this time (a scheduled or backfill run's data interval end); None: up to the offsets at plan time."""
+    this time (a scheduled or backfill run's data interval end); None: up to the offsets at plan time.
+    ``lock_wait_timeout_seconds``: how long the run waits for its turn before it fails."""
 
     topics: frozenset[str] = frozenset()
     max_records_per_partition: int | None = None
@@ -67,6 +81,7 @@ class RunOptions:
     start: str = "earliest"
     start_timestamp_ms: int | None = None
     until_timestamp_ms: int | None = None
+    lock_wait_timeout_seconds: int = LOCK_WAIT_TIMEOUT_DEFAULT
 
 
 DEFAULT_OPTIONS = RunOptions()
@@ -95,6 +110,11 @@ def run_options(params: Mapping[str, Any], until: datetime | None = None) -> Run
         raise ParamError("start_timestamp", f"is set to {stamp!r} but start is {start!r}, not 'timestamp'")
     else:
         start_ms = None
+    wait = values[LOCK_WAIT_TIMEOUT]
+    if isinstance(wait, bool) or not isinstance(wait, int) or not 0 <= wait <= LOCK_WAIT_TIMEOUT_MAX:
+        raise ParamError(
+            LOCK_WAIT_TIMEOUT, f"{wait!r} is not a whole number of seconds from 0 to {LOCK_WAIT_TIMEOUT_MAX}"
+        )
     return RunOptions(
         topics=frozenset(topics),
         max_records_per_partition=cap,
@@ -102,6 +122,7 @@ def run_options(params: Mapping[str, Any], until: datetime | None = None) -> Run
         start=start,
         start_timestamp_ms=start_ms,
         until_timestamp_ms=None if until is None else _ms(until),
+        lock_wait_timeout_seconds=wait,
     )
 
 

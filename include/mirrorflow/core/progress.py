@@ -7,6 +7,7 @@ them; ``mirrorflow.store`` keeps them in the offsets database.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -142,9 +143,38 @@ class GroupPosition:
     metadata: str = ""
 
 
+def format_time(value: datetime) -> str:
+    """A time as messages and the command line show it: ISO 8601 to the second."""
+    return value.isoformat(timespec="seconds")
+
+
 @dataclass(frozen=True)
 class LockInfo:
+    """A flow's lock: held by run ``run_id`` since ``acquired_at``. Another run may take it over once
+    ``expires_at`` has come (``expired``); until then, or until it is released, it is ``run_id``'s."""
+
     flow: str
     run_id: str
     acquired_at: datetime
     expires_at: datetime
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at <= now
+
+    def held(self) -> str:
+        """The lock, in words."""
+        return (
+            f"flow {self.flow} is locked by run {self.run_id} since {format_time(self.acquired_at)}; "
+            f"the lock expires at {format_time(self.expires_at)}."
+        )
+
+    def release_hint(self) -> str:
+        """What to do about the lock: wait for its run, or release the lock of a dead one."""
+        return (
+            f"If run {self.run_id} is still going, wait for it to finish. If it is dead, release its lock "
+            f"with: python -m mirrorflow.store release-lock --flow {shlex.quote(self.flow)}"
+        )
+
+    def refusal(self, run_id: str) -> str:
+        """Why run ``run_id``, which found the lock held, did not start."""
+        return f"{self.held()} Run {run_id} did not start. {self.release_hint()}"

@@ -16,9 +16,9 @@ import sys
 from collections.abc import Sequence
 
 from mirrorflow.config.model import load_config
+from mirrorflow.core.progress import format_time
 from mirrorflow.errors import MirrorError
 from mirrorflow.store.offsets_store import OffsetsStore
-from mirrorflow.store.rows import format_time
 
 __all__ = ["main"]
 

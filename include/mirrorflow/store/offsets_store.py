@@ -60,6 +60,7 @@ from mirrorflow.core.progress import (
     PartitionProgress,
     RecordedGap,
     TopicIdentity,
+    format_time,
 )
 from mirrorflow.core.recovery import HISTORY_RETENTION
 from mirrorflow.core.report import FailedPartition, PartitionReport
@@ -87,8 +88,6 @@ from mirrorflow.store.rows import (
     committed_batch,
     corrupt,
     emitted_checkpoint,
-    format_time,
-    locked_message,
     partition_metrics_row,
     partition_report,
     progress_record,
@@ -204,7 +203,7 @@ class OffsetsStore:
                 holder = self._lock_row(conn, flow)
                 if holder is not None:
                     if holder.run_id != run_id and holder.expires_at > now:
-                        raise FlowLockedError(locked_message(holder, run_id))
+                        raise FlowLockedError(holder.refusal(run_id))
                     continue  # released or expired since the UPDATE looked: try again
                 try:
                     with conn.begin_nested():

@@ -1,5 +1,5 @@
 """Rows of the offsets database to values and back (``mirrorflow.store.schema`` has the tables), and
-the store's wording: a damaged row (``CorruptStateError`` with the repair), a held lock, a time.
+the store's wording of a damaged row (``CorruptStateError`` with the repair).
 
 A row that becomes a value offset translation or a retried commit builds on (a batch, a gap) is
 checked on the way out: one mirrorflow cannot have written raises ``CorruptStateError``.
@@ -22,7 +22,6 @@ from mirrorflow.core.progress import (
     Batch,
     CommittedBatch,
     GroupPosition,
-    LockInfo,
     PartitionProgress,
     RecordedGap,
 )
@@ -39,10 +38,6 @@ def as_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def format_time(value: datetime) -> str:
-    return value.isoformat(timespec="seconds")
-
-
 # ---------------------------------------------------------------------------------------- messages
 
 
@@ -56,15 +51,6 @@ def corrupt(table: Table, flow: str, topic: str, partition: int, problem: str) -
         "such a row: it was edited by hand or the database is damaged. Restore the offsets database "
         f"from a backup, or forget the flow's state of the topic while no run is going ({command}); "
         "the next run then mirrors the topic anew, after what its remote topic already holds."
-    )
-
-
-def locked_message(holder: LockInfo, run_id: str) -> str:
-    return (
-        f"flow {holder.flow} is locked by run {holder.run_id} since {format_time(holder.acquired_at)}; "
-        f"the lock expires at {format_time(holder.expires_at)}. Run {run_id} did not start. If run "
-        f"{holder.run_id} is still going, wait for it to finish. If it is dead, release its lock with: "
-        f"python -m mirrorflow.store release-lock --flow {shlex.quote(holder.flow)}"
     )
 
 

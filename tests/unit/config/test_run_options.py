@@ -24,6 +24,7 @@ def test_params_and_interval_end_become_options() -> None:
             "dry_run": True,
             "start": "timestamp",
             "start_timestamp": "2026-01-31T01:00:00+01:00",
+            "lock_wait_timeout_seconds": 0,
         },
         until=datetime(2026, 2, 1, tzinfo=UTC),
     )
@@ -35,6 +36,7 @@ def test_params_and_interval_end_become_options() -> None:
         start="timestamp",
         start_timestamp_ms=1_769_817_600_000,
         until_timestamp_ms=1_769_904_000_000,
+        lock_wait_timeout_seconds=0,
     )
 
 
@@ -61,6 +63,12 @@ def test_params_and_interval_end_become_options() -> None:
             {"start": "latest", "start_timestamp": "2026-01-31T00:00:00+00:00"},
             "trigger param start_timestamp: is set to '2026-01-31T00:00:00+00:00' but start is 'latest'",
         ),
+        (
+            {"lock_wait_timeout_seconds": -1},
+            "trigger param lock_wait_timeout_seconds: -1 is not a whole number of seconds from 0 to 604800",
+        ),
+        ({"lock_wait_timeout_seconds": 604801}, "trigger param lock_wait_timeout_seconds: 604801 is not"),
+        ({"lock_wait_timeout_seconds": "60"}, "trigger param lock_wait_timeout_seconds: '60' is not"),
     ],
 )
 def test_invalid_params_name_the_param(params: dict[str, Any], message: str) -> None:
