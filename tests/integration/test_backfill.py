@@ -45,14 +45,14 @@ def _produce_days(bootstrap: str, topic: str, partitions: int) -> None:
         sample_data.produce(producer, topic, p, records)
 
 
-def _backfill(airflow: LocalAirflow, *args: str) -> list[dict[str, Any]]:
-    """`airflow backfill create` from the 2nd to the 4th of March, at Airflow's default concurrency
-    (its runs start together and wait their turn); waits until the backfill completes and returns its
-    runs, oldest first."""
+def _backfill(airflow: LocalAirflow, *args: str, first: str = "2025-03-02") -> list[dict[str, Any]]:
+    """`airflow backfill create` from ``first`` to the 4th of March, at Airflow's default concurrency
+    (its runs start together and wait their turn); waits until the backfill completes and returns the
+    DAG's backfill runs, oldest first."""
     for attempt in range(6):
         created = subprocess.run(
             [AIRFLOW, "backfill", "create", "--dag-id", DAG,
-             "--from-date", "2025-03-02", "--to-date", "2025-03-04", *args],
+             "--from-date", first, "--to-date", "2025-03-04", *args],
             env=airflow.env, cwd=airflow.home, capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
         output = created.stdout[-3000:] + created.stderr[-3000:]
@@ -136,9 +136,10 @@ def test_a_backfill_copies_one_interval_per_run_and_a_rerun_copies_nothing(
             ] == [("2025-03-02", 0, 5), ("2025-03-03", 5, 9), ("2025-03-04", 9, 12)]
         assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 2) == 24
 
-        # The same intervals again, completed runs included: every run succeeds and copies nothing.
-        again = _backfill(airflow, "--reprocess-behavior", "completed")
+        # The last interval again, though it completed: the run succeeds again and copies nothing.
+        again = _backfill(airflow, "--reprocess-behavior", "completed", first="2025-03-04")
         assert [r["state"] for r in again] == ["success"] * 3, _failed_tasks(airflow, again)
+        assert again[2]["end_date"] > runs[2]["end_date"]
         assert len(store.batches(FLOW, topic)) == 6
         assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 2) == 24
         assert store.lock_holder(FLOW) is None

@@ -374,6 +374,7 @@ def test_the_status_page_shows_a_flow_that_ran(
         "bytes": f"{sum(size for _, size in totals.values()):,}",
         "lag": "0",
         "gaps": "1",
+        "failed-partitions": "0",
         "lock": "free",
     }
     assert re.fullmatch(rf"2 partitions of 1 group, last {TIME.pattern}", checkpoints), checkpoints
