@@ -12,14 +12,14 @@ from __future__ import annotations
 from airflow.sdk import DAG, task
 
 from mirrorflow.app.cutover import CUTOVER_PARAMS
-from mirrorflow.app.dag_spec import START_DATE
-from mirrorflow.config.model import load_config
+from mirrorflow.app.dag_spec import START_DATE, task_defaults
+from mirrorflow.config.model import flows_for_dags, load_config
 from mirrorflow_airflow import cutover_tasks
 from mirrorflow_airflow.params import trigger_form
 
 CONFIG = load_config()
 
-for _flow in CONFIG.flows:
+for _flow in flows_for_dags(CONFIG):
     with DAG(
         dag_id=_flow.cutover_dag_id,
         description=f"Migration cutover of flow {_flow.name}: drain, verify, move consumer groups",
@@ -28,6 +28,7 @@ for _flow in CONFIG.flows:
         catchup=False,
         max_active_runs=1,
         tags=["mirror", "cutover", _flow.source.alias, _flow.target.alias],
+        default_args=task_defaults(_flow),
         params=trigger_form(CUTOVER_PARAMS),
         doc_md=__doc__,
     ) as _dag:

@@ -11,19 +11,17 @@ only work done at parse time.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from airflow.sdk import DAG, task
 
-from mirrorflow.app.dag_spec import START_DATE
+from mirrorflow.app.dag_spec import START_DATE, task_defaults
 from mirrorflow.app.failover import FAILOVER_PARAMS
-from mirrorflow.config.model import TASK_RETRY_DELAY_SECONDS, load_config
+from mirrorflow.config.model import flows_for_dags, load_config
 from mirrorflow_airflow import failover_tasks
 from mirrorflow_airflow.params import trigger_form
 
 CONFIG = load_config()
 
-for _flow in CONFIG.flows:
+for _flow in flows_for_dags(CONFIG):
     _dag_id = _flow.failover_dag_id
     with DAG(
         dag_id=_dag_id,
@@ -36,10 +34,7 @@ for _flow in CONFIG.flows:
         catchup=False,
         max_active_runs=1,
         tags=["mirror", "failover", _flow.source.alias, _flow.target.alias],
-        default_args={
-            "retries": _flow.settings.task_retries,
-            "retry_delay": timedelta(seconds=TASK_RETRY_DELAY_SECONDS),
-        },
+        default_args=task_defaults(_flow),
         params=trigger_form(FAILOVER_PARAMS),
         doc_md=__doc__,
     ) as _dag:

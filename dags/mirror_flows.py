@@ -24,16 +24,16 @@ from datetime import timedelta
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, chain, task
 
-from mirrorflow.app.dag_spec import flow_dag_spec
+from mirrorflow.app.dag_spec import flow_dag_spec, task_defaults
 from mirrorflow.app.freshness import resolve_notifier
-from mirrorflow.config.model import TASK_RETRY_DELAY_SECONDS, load_config
+from mirrorflow.config.model import flows_for_dags, load_config
 from mirrorflow.config.run_options import TRIGGER_PARAMS
 from mirrorflow_airflow import tasks
 from mirrorflow_airflow.params import trigger_form
 
 CONFIG = load_config()
 
-for _flow in CONFIG.flows:
+for _flow in flows_for_dags(CONFIG):
     _spec = flow_dag_spec(CONFIG, _flow, run_id_template="{{ run_id }}")
     with DAG(
         dag_id=_spec.dag_id,
@@ -46,10 +46,7 @@ for _flow in CONFIG.flows:
         # runs count apart (its own --max-active-runs) and wait in wait_for_turn.
         max_active_runs=1,
         tags=["mirror", _flow.source.alias, _flow.target.alias, *(["dr"] if _flow.dr else [])],
-        default_args={
-            "retries": _flow.settings.task_retries,
-            "retry_delay": timedelta(seconds=TASK_RETRY_DELAY_SECONDS),
-        },
+        default_args=task_defaults(_flow),
         params={} if _flow.dr else trigger_form(TRIGGER_PARAMS),
         doc_md=__doc__,
     ) as _dag:

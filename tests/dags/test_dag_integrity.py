@@ -240,6 +240,34 @@ def test_schedule_from_top_level_applies_to_every_flow_unless_overridden(
     assert bag.dags["mirror_backup_to_primary"].schedule == "@daily"
 
 
+def test_mirror_clusters_makes_dags_only_of_the_flows_writing_to_the_listed_clusters(
+    load_dags: Callable[[str], Any], closed_ports: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MIRROR_CLUSTERS", "backup")
+
+    bag = load_dags(FLOWS.format(**closed_ports))
+
+    assert bag.import_errors == {}
+    kinds = ("", "_cutover", "_failover")
+    assert sorted(bag.dag_ids) == [f"mirror_primary_to_backup{kind}" for kind in kinds]
+
+
+def test_a_flows_queue_and_pool_are_on_every_task_of_its_dags(
+    load_dags: Callable[[str], Any], closed_ports: dict[str, str]
+) -> None:
+    text = FLOWS.format(**closed_ports) + (
+        "primary->backup.mirrorflow.airflow.queue = near-backup\nmirrorflow.airflow.pool = mirrors\n"
+    )
+
+    bag = load_dags(text)
+
+    assert bag.import_errors == {}
+    for kind in ("", "_cutover", "_failover"):
+        tasks = bag.dags[f"mirror_primary_to_backup{kind}"].tasks
+        assert {(t.queue, t.pool) for t in tasks} == {("near-backup", "mirrors")}
+    assert {t.queue for t in bag.dags["mirror_backup_to_primary"].tasks} == {"default"}
+
+
 def test_no_enabled_flow_gives_no_dag_and_no_error(
     load_dags: Callable[[str], Any], closed_ports: dict[str, str]
 ) -> None:

@@ -8,10 +8,10 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
-from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
+from mirrorflow.config.model import TASK_RETRY_DELAY_SECONDS, FlowConfig, MirrorConfig, load_config
 from mirrorflow.errors import ConfigError
 
 # The Spark release the Kafka connector jars are resolved for (jvm/spark-kafka/pom.xml); it matches
@@ -202,3 +202,17 @@ def spark_jars(env: Mapping[str, str] = os.environ) -> str:
             "Maven from jvm/spark-kafka/pom.xml (make setup does)"
         )
     return ",".join(str(j) for j in jars)
+
+
+def task_defaults(flow: FlowConfig) -> dict[str, object]:
+    """``default_args`` of every DAG of ``flow``: its tasks' retries, and the Airflow queue and pool
+    it names (``mirrorflow.airflow.queue``/``.pool``; Airflow's own defaults where it names none)."""
+    defaults: dict[str, object] = {
+        "retries": flow.settings.task_retries,
+        "retry_delay": timedelta(seconds=TASK_RETRY_DELAY_SECONDS),
+    }
+    if flow.settings.airflow_queue:
+        defaults["queue"] = flow.settings.airflow_queue
+    if flow.settings.airflow_pool:
+        defaults["pool"] = flow.settings.airflow_pool
+    return defaults

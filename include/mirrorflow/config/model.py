@@ -46,6 +46,7 @@ from mirrorflow.mm2.policy import (
     SEPARATOR_CONFIG,
     SEPARATOR_DEFAULT,
     DefaultReplicationPolicy,
+    IdentityReplicationPolicy,
     ReplicationPolicy,
     replication_policy,
 )
@@ -55,6 +56,8 @@ log = logging.getLogger(__name__)
 ENV_CONFIG = "MIRROR_CONFIG"
 ENV_STATE_DIR = "MIRROR_STATE_DIR"
 ENV_OFFSETS_DB_URL = "MIRROR_OFFSETS_DB_URL"
+# MM2's --clusters: the DAG files make DAGs only of the flows whose target is listed.
+ENV_CLUSTERS = "MIRROR_CLUSTERS"
 
 REPLICATION_FACTOR_DEFAULT = 2
 # MM2: checkpoints.topic.replication.factor (and the heartbeats and offset-syncs ones).
@@ -91,6 +94,8 @@ _SPARK_DEPLOY_MODE = "mirrorflow.spark.deploy.mode"
 _COPY_TIMEOUT = "mirrorflow.copy.timeout.seconds"
 _TASK_RETRIES = "mirrorflow.task.retries"
 _LOCK_WAIT = "mirrorflow.lock.wait.seconds"
+_AIRFLOW_QUEUE = "mirrorflow.airflow.queue"
+_AIRFLOW_POOL = "mirrorflow.airflow.pool"
 _SPARK_CONF_PREFIX = "mirrorflow.spark.conf."
 ALERT_LAG_MAX_RECORDS = "mirrorflow.alert.lag.max.records"
 ALERT_HEARTBEAT_AGE_MAX_SECONDS = "mirrorflow.alert.heartbeat.age.max.seconds"
@@ -105,6 +110,8 @@ _FLOW_SETTINGS = (
     _COPY_TIMEOUT,
     _TASK_RETRIES,
     _LOCK_WAIT,
+    _AIRFLOW_QUEUE,
+    _AIRFLOW_POOL,
     ON_SOURCE_DATA_LOSS,
     ON_PARTITION_ERROR,
     ALERT_LAG_MAX_RECORDS,
@@ -164,6 +171,8 @@ class MirrorSettings:
     mirrored heartbeat is older than
     ``alert_heartbeat_age_max_seconds``, fails its freshness task (None: no such alert), which calls
     ``alert_notifier`` (``module:attribute`` of an Airflow notifier or callback) when set.
+    ``airflow_queue`` and ``airflow_pool``: the Airflow queue and pool of every task of the flow's
+    DAGs (None: Airflow's defaults), so that a flow's work runs on workers near its target.
     """
 
     schedule: str | None = None
@@ -179,6 +188,8 @@ class MirrorSettings:
     alert_lag_max_records: int | None = None
     alert_heartbeat_age_max_seconds: int | None = None
     alert_notifier: str | None = None
+    airflow_queue: str | None = None
+    airflow_pool: str | None = None
 
 
 @dataclass(frozen=True)
@@ -349,6 +360,7 @@ def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] 
         for source, target in enabled
     ]
     _check_dag_ids(flows)
+    _check_identity_pairs(flows)
 
     state_dir = _state_dir(top, env, base)
     return MirrorConfig(
@@ -574,6 +586,8 @@ def _flow_config(
             alert_lag_max_records=props.get_optional_int(ALERT_LAG_MAX_RECORDS, zero_allowed=True),
             alert_heartbeat_age_max_seconds=props.get_optional_int(ALERT_HEARTBEAT_AGE_MAX_SECONDS),
             alert_notifier=props.get_reference(ALERT_NOTIFIER),
+            airflow_queue=props.get(_AIRFLOW_QUEUE) or None,
+            airflow_pool=props.get(_AIRFLOW_POOL) or None,
         ),
         transforms=transforms_of(props),
         dr=dr_settings(props, name),
@@ -594,6 +608,46 @@ def _check_dag_ids(flows: Sequence[FlowConfig]) -> None:
                     key="clusters",
                 )
             seen[dag_id] = flow.name
+
+
+def _check_identity_pairs(flows: Sequence[FlowConfig]) -> None:
+    """Identity naming keeps no provenance in topic names, so with a flow in each direction between
+    two clusters each would mirror the other's copies back: refused, naming both flows."""
+    for i, flow in enumerate(flows):
+        for back in flows[i + 1 :]:
+            if (back.source.alias, back.target.alias) != (flow.target.alias, flow.source.alias):
+                continue
+            identity = [
+                f for f in (flow, back) if isinstance(f.replication_policy, IdentityReplicationPolicy)
+            ]
+            if identity:
+                props = identity[0].properties
+                key = props.written_as(CLASS_CONFIG) if isinstance(props, PropertyView) else CLASS_CONFIG
+                raise ConfigError(
+                    f"flows {flow.name} and {back.name} are both enabled, and "
+                    f"{' and '.join(f.name for f in identity)} use IdentityReplicationPolicy: remote topics "
+                    "keep their names, so each flow would mirror the other's copies back in a loop. Disable "
+                    "one direction, or use DefaultReplicationPolicy for active/active",
+                    key=key,
+                )
+
+
+def flows_for_dags(config: MirrorConfig, env: Mapping[str, str] = os.environ) -> tuple[FlowConfig, ...]:
+    """The flows the DAG files make DAGs of: all, or with env ``MIRROR_CLUSTERS`` (comma-separated
+    aliases, MM2's ``--clusters``) only those whose target is listed, so that an Airflow deployment
+    near some clusters runs only the flows writing to them."""
+    listed = env.get(ENV_CLUSTERS, "").strip()
+    if not listed:
+        return config.flows
+    aliases = [a.strip() for a in listed.split(",") if a.strip()]
+    unknown = [a for a in aliases if a not in config.clusters]
+    if unknown:
+        raise ConfigError(
+            f"{', '.join(unknown)} is not a cluster of {config.path or 'the configuration'} (clusters: "
+            f"{', '.join(config.clusters)}); list target cluster aliases, e.g. {ENV_CLUSTERS}=backup",
+            key=f"env {ENV_CLUSTERS}",
+        )
+    return tuple(flow for flow in config.flows if flow.target.alias in aliases)
 
 
 def _state_dir(top: Mapping[str, str], env: Mapping[str, str], base: Path) -> Path:
