@@ -161,6 +161,11 @@ class LockInfo:
     def expired(self, now: datetime) -> bool:
         return self.expires_at <= now
 
+    def free_for(self, run_id: str, now: datetime) -> bool:
+        """Whether run ``run_id`` may take the lock at ``now``: it holds it already (a retried task
+        of its run refreshes it), or the lock has expired and may be taken over."""
+        return self.run_id == run_id or self.expired(now)
+
     def held(self) -> str:
         """The lock, in words."""
         return (

@@ -65,7 +65,7 @@ class Turn:
 
 def lock_free_for(lock: LockInfo | None, run_id: str, now: datetime) -> bool:
     """Whether ``run_id`` can take the flow's lock ``lock`` (``None``: unlocked) at ``now``."""
-    return lock is None or lock.run_id == run_id or lock.expired(now)
+    return lock is None or lock.free_for(run_id, now)
 
 
 def turn(flow: str, run_id: str, earlier: EarlierRun | None, lock: LockInfo | None, now: datetime) -> Turn:

@@ -202,7 +202,7 @@ class OffsetsStore:
                     return
                 holder = self._lock_row(conn, flow)
                 if holder is not None:
-                    if holder.run_id != run_id and holder.expires_at > now:
+                    if not holder.free_for(run_id, now):
                         raise FlowLockedError(holder.refusal(run_id))
                     continue  # released or expired since the UPDATE looked: try again
                 try:
