@@ -20,12 +20,13 @@ import pytest
 from sqlalchemy import Engine, create_engine, event, inspect, select
 
 from mirrorflow.core.metrics import CheckpointMetrics, Stats
-from mirrorflow.core.plan import SourceGap
+from mirrorflow.core.plan import PartitionFailure, SourceGap
 from mirrorflow.core.progress import Batch, CommittedBatch, GroupPosition, LockInfo, PartitionProgress
 from mirrorflow.core.recovery import RecoveryStep
-from mirrorflow.core.report import PartitionReport
+from mirrorflow.core.report import FailedPartition, PartitionReport
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError
 from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.read_model import PartitionErrorRecord
 from mirrorflow.store.run_documents import (
     find_document,
     prune_documents,
@@ -34,7 +35,7 @@ from mirrorflow.store.run_documents import (
     save_document,
 )
 from mirrorflow.store.schema import metadata
-from mirrorflow.store.status_reads import recovery_history, recovery_point
+from mirrorflow.store.status_reads import failed_partitions, recovery_history, recovery_point
 
 FLOW = "primary->backup"
 T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -343,6 +344,25 @@ def _anchored(store: OffsetsStore, run_id: str = "run-1") -> None:
     store.anchor(
         FLOW, run_id, [PartitionProgress("orders", 0, 10, 100), PartitionProgress("orders", 1, 0, 50)]
     )
+
+
+def test_a_commit_records_failed_partitions_and_a_later_commit_of_one_clears_it(
+    store: OffsetsStore, clock: FakeClock
+) -> None:
+    _anchored(store)
+    failure = PartitionFailure("TransformError", "transform parse failed on orders-0 offset 12")
+    one, other = (FailedPartition("orders", p, "primary.orders", failure) for p in (0, 1))
+
+    store.commit(FLOW, "run-1", [], failed=[one, other])
+    clock.advance(30)
+    # The next run copies partition 0; partition 1 fails again, with that run's error.
+    store.commit(FLOW, "run-1", [_batch()], failed=[other])
+
+    assert failed_partitions(store, FLOW) == [
+        PartitionErrorRecord(
+            "orders", 1, "run-1", "TransformError", failure.message, T0 + timedelta(seconds=30)
+        )
+    ]
 
 
 def test_commit_moves_progress_and_logs_batches(store: OffsetsStore, clock: FakeClock, db_url: str) -> None:

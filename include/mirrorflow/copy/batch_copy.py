@@ -532,22 +532,14 @@ def _record_count(data: bytearray) -> int:
 class BatchCopy:
     """The copy of one group of planned partitions; use as a context manager."""
 
-    def __init__(
-        self,
-        plans: Sequence[PartitionPlan],
-        source_props: Mapping[str, str],
-        target_props: Mapping[str, str],
-        writer: Writer | None = None,
-        transforms: Sequence[TransformConfig] = (),
-        isolate: bool = False,
-    ) -> None:
+    def __init__(self, plans: Sequence[PartitionPlan], settings: CopySettings, writer: Writer | None) -> None:
         self.plans = plans
         self.writer = writer
-        self.isolate = isolate
-        self.chain = Chain(transforms)
-        self.target = _Cluster(target_props, "target", {p.remote_topic for p in plans})
+        self.isolate = settings.isolate
+        self.chain = Chain(settings.transforms)
+        self.target = _Cluster(settings.target, "target", {p.remote_topic for p in plans})
         try:
-            self.source = _Cluster(source_props, "source", {p.topic for p in plans})
+            self.source = _Cluster(settings.source, "source", {p.topic for p in plans})
         except BaseException:
             self.target.close()
             raise
@@ -926,9 +918,7 @@ def copy_partitions(
     producer id, which fences nothing); one result per planned partition."""
     if not plans:
         return []
-    with BatchCopy(
-        plans, settings.source, settings.target, writer, settings.transforms, settings.isolate
-    ) as copy:
+    with BatchCopy(plans, settings, writer) as copy:
         return copy.run()
 
 

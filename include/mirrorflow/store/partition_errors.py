@@ -8,10 +8,10 @@ page lists them (``status_reads.failed_partitions``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, delete, insert, tuple_
+from sqlalchemy import Connection, delete, insert, select
 
 from mirrorflow.core.report import FailedPartition
 from mirrorflow.store.schema import partition_errors_table
@@ -23,16 +23,20 @@ def record_step(
     conn: Connection,
     flow: str,
     run_id: str,
-    failed: Iterable[FailedPartition],
+    failed: Sequence[FailedPartition],
     committed: Iterable[tuple[str, int]],
     now: datetime,
 ) -> None:
     """Inside a commit: the ``committed`` partitions have no error any more, the ``failed`` ones
-    have this run's."""
+    have this run's. Every commit (a DR window's micro-batches too) reads the flow's few error rows
+    and deletes only those it settles, rather than naming every committed partition to the database."""
     e = partition_errors_table
-    done = [*committed, *((f.topic, f.partition) for f in failed)]
-    if done:
-        conn.execute(delete(e).where(e.c.flow == flow, tuple_(e.c.topic, e.c.partition).in_(done)))
+    recorded = {
+        (r.topic, r.partition) for r in conn.execute(select(e.c.topic, e.c.partition).where(e.c.flow == flow))
+    }
+    settled = recorded & {*committed, *((f.topic, f.partition) for f in failed)}
+    for topic, partition in settled:
+        conn.execute(delete(e).where(e.c.flow == flow, e.c.topic == topic, e.c.partition == partition))
     rows = [
         {
             "flow": flow,
