@@ -29,7 +29,7 @@ from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS
 from mirrorflow.core.plan import CopyResult, Plan, Writer
 from mirrorflow.core.recovery import mirrored_as_of
-from mirrorflow.core.report import FailedPartition, PartitionReport, RunReport, build_report
+from mirrorflow.core.report import FailedPartition, PartitionReport, build_report
 from mirrorflow.core.window import StepTimes, Timers, WindowSummary
 from mirrorflow.errors import (
     ConfigError,
@@ -281,8 +281,7 @@ class _Window:
                 return failed
             if clock() >= ends:
                 if error is None and self.failed:
-                    report = RunReport(flow.name, self.run_id, (), failed=tuple(self.failed.values()))
-                    return runner.partitions_failed(flow, self.run_id, report)
+                    return runner.partitions_failed(flow, self.run_id, tuple(self.failed.values()))
                 return error
             if not written and error is None:
                 with self.steps.timed("idle"):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,7 +41,7 @@ from mirrorflow.core.planner import (
 )
 from mirrorflow.core.progress import Batch
 from mirrorflow.core.recovery import mirrored_as_of
-from mirrorflow.core.report import PartitionReport, RunReport, build_report
+from mirrorflow.core.report import FailedPartition, PartitionReport, RunReport, build_report
 from mirrorflow.core.transforms import Chain
 from mirrorflow.core.turn import EarlierRun, Turn, turn
 from mirrorflow.errors import (
@@ -429,15 +429,17 @@ def commit_run(config: MirrorConfig, flow_name: str, run_id: str) -> Committed:
         path = write_source_metrics(config, flow, store, report, age)
         log.info("metrics of flow %s in %s", flow.name, path)
     if report.failed:
-        raise partitions_failed(flow, run_id, report)
+        raise partitions_failed(flow, run_id, report.failed)
     return Committed(report, age)
 
 
-def partitions_failed(flow: FlowConfig, run_id: str, report: RunReport) -> PartitionsFailedError:
-    """The error of a run that committed all but the partitions that failed on their own errors."""
-    listed = "; ".join(str(f) for f in report.failed)
+def partitions_failed(
+    flow: FlowConfig, run_id: str, failed: Sequence[FailedPartition]
+) -> PartitionsFailedError:
+    """The error of a run that committed all but the ``failed`` partitions."""
+    listed = "; ".join(str(f) for f in failed)
     return PartitionsFailedError(
-        f"flow {flow.name} run {run_id}: {len(report.failed)} partitions failed and were left for the next "
+        f"flow {flow.name} run {run_id}: {len(failed)} partitions failed and were left for the next "
         f"run ({ON_PARTITION_ERROR} = isolate), every other partition was committed. {listed}. Fix what "
         "each error names; the next run copies the failed partitions' records again, nothing twice"
     )
