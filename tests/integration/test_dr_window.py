@@ -26,11 +26,13 @@ from mirrorflow_dev.local_kafka import LocalCluster
 FLOW = "primary->backup"
 
 
-def _dr_config(write_config: Callable[[str], MirrorConfig], topic: str, window_s: int) -> MirrorConfig:
+def _dr_config(
+    write_config: Callable[[str], MirrorConfig], topic: str, window_s: int, extra: str = ""
+) -> MirrorConfig:
     return write_config(
         f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n{FLOW}.mirrorflow.mode = dr\n"
         f"{FLOW}.mirrorflow.dr.window.seconds = {window_s}\n{FLOW}.mirrorflow.dr.idle.wait.ms = 100\n"
-        f"{FLOW}.emit.checkpoints.interval.seconds = 2\n"
+        f"{FLOW}.emit.checkpoints.interval.seconds = 2\n{extra}"
     )
 
 
@@ -183,12 +185,13 @@ def test_a_window_leaves_a_failed_partition_out_mirrors_the_others_and_fails_at_
     sample_data.produce(
         producer, topic, 1, [dataclasses.replace(sample_data.sample_record(topic, 1, 20), value=b"poison")]
     )
-    config = write_config(
-        f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n{FLOW}.mirrorflow.mode = dr\n"
-        f"{FLOW}.mirrorflow.dr.window.seconds = 6\n{FLOW}.mirrorflow.dr.idle.wait.ms = 100\n"
-        f"{FLOW}.mirrorflow.on.partition.error = isolate\n{FLOW}.transforms = parse\n"
+    config = _dr_config(
+        write_config,
+        topic,
+        window_s=6,
+        extra=f"{FLOW}.mirrorflow.on.partition.error = isolate\n{FLOW}.transforms = parse\n"
         f"{FLOW}.transforms.parse.type = python\n"
-        f"{FLOW}.transforms.parse.function = mirrorflow_dev.sample_hooks:reject_poison\n"
+        f"{FLOW}.transforms.parse.function = mirrorflow_dev.sample_hooks:reject_poison\n",
     )
 
     def produce_while_the_window_runs() -> None:
