@@ -4,8 +4,15 @@ For each consumer group on the source that passes the flow's GroupFilter, its co
 the flow's mirrored partitions are translated exactly (``OffsetTranslator`` over the batch log) and
 emitted as MM2 ``Checkpoint`` records to ``<source><sep>checkpoints<sep>internal`` on the target.
 
+With ``mirrorflow.reverse.checkpoints.enabled`` (off by default) a flow ``B->A`` whose opposite
+flow ``A->B`` is enabled also emits reverse checkpoints: a group's committed offset on a remote topic
+of ``A->B`` on ``B`` (``A.orders``) is translated exactly back through ``A->B``'s batch log to the
+upstream topic (``orders`` on ``A``), so that a group failing back resumes on ``A`` at the first record
+it did not consume on ``B``. They are MM2 checkpoints on ``A``'s topic name, as MM2's
+``RemoteClusterUtils`` reads them, and follow the same rules as the others.
+
 With ``sync.group.offsets.enabled`` (MM2's default: false) the translated positions are also
-committed to the same groups on the target, on the remote topic names.
+committed to the same groups on the target, on the topic names of the checkpoints.
 
 Which positions are emitted and which target offsets are committed, with their invariants (never past
 a record not yet mirrored; only forward or when the source group rewound; MM2's safety rules for
@@ -22,7 +29,7 @@ from dataclasses import dataclass, field
 
 from mirrorflow.app.run_folder import metrics_file, write_atomically
 from mirrorflow.config.model import FlowConfig, MirrorConfig
-from mirrorflow.core.group_positions import next_positions, offsets_to_sync
+from mirrorflow.core.group_positions import Translation, next_positions, offsets_to_sync
 from mirrorflow.core.metrics import checkpoint_metrics_text
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch, GroupPosition
@@ -45,10 +52,22 @@ class CheckpointReport:
     active: tuple[str, ...] = ()
 
 
-def translators_for(store: OffsetsStore, flow: str) -> tuple[dict[TP, OffsetTranslator], dict[str, str]]:
-    """An exact translator per mirrored partition (from the batch log and its gaps), and each
-    mirrored topic's remote name. A partition with gaps but no batch yet has nothing mirrored to
-    point at: it has no translator."""
+def translators_for(store: OffsetsStore, flow: str) -> dict[TP, Translation]:
+    """Each mirrored partition's remote topic name and exact translation (from the batch log and its
+    gaps). A partition with gaps but no batch yet has nothing mirrored to point at: it has none."""
+    return {tp: Translation(remote, t.translate) for tp, (remote, t) in _translators(store, flow).items()}
+
+
+def reverse_translations(store: OffsetsStore, opposite: str) -> dict[TP, Translation]:
+    """For reverse checkpoints: each remote partition of the ``opposite`` flow (keyed by its name on
+    that flow's target), translated back to its upstream topic."""
+    return {
+        (remote, partition): Translation(topic, t.reverse)
+        for (topic, partition), (remote, t) in _translators(store, opposite).items()
+    }
+
+
+def _translators(store: OffsetsStore, flow: str) -> dict[TP, tuple[str, OffsetTranslator]]:
     batches = store.batches(flow)
     by_tp: dict[TP, list[Batch]] = {}
     for b in batches:
@@ -56,8 +75,7 @@ def translators_for(store: OffsetsStore, flow: str) -> tuple[dict[TP, OffsetTran
     gaps: dict[TP, list[SourceGap]] = {}
     for g in store.gaps(flow):
         gaps.setdefault((g.topic, g.partition), []).append(g)
-    translators = {tp: OffsetTranslator(bs, gaps.get(tp, ())) for tp, bs in by_tp.items()}
-    return translators, {b.topic: b.remote_topic for b in batches}
+    return {tp: (bs[0].remote_topic, OffsetTranslator(bs, gaps.get(tp, ()))) for tp, bs in by_tp.items()}
 
 
 def emit_checkpoints(
@@ -75,13 +93,15 @@ def emit_checkpoints(
     if not flow.emit_checkpoints:
         return CheckpointReport(0, (), 0)
     with OffsetsStore(config.offsets_db_url) as store:
-        translators, remote_names = translators_for(store, flow.name)
+        translations = translators_for(store, flow.name)
+        if flow.settings.reverse_checkpoints:
+            translations |= reverse_translations(store, flow.opposite)
         with ClusterAdmin(flow.source) as source:
             groups = [g for g in source.consumer_groups() if flow.group_filter.should_replicate_group(g)]
             read_at = time.monotonic()
             committed = source.group_offsets(groups)
         previous = store.checkpoints(flow.name)
-        emit, untranslated = next_positions(committed, translators, remote_names, previous)
+        emit, untranslated = next_positions(committed, translations, previous)
         if emit:
             if holder is not None and store.lock_holder(flow.name) != holder:
                 raise CommitConflictError(

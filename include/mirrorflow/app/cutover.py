@@ -186,10 +186,10 @@ def translate_groups(config: MirrorConfig, flow_name: str, options: CutoverOptio
     dry run) committed there for idle groups, only forward."""
     flow = config.flow(flow_name)
     with OffsetsStore(config.offsets_db_url) as store:
-        translators, remote_names = translators_for(store, flow.name)
+        translations = translators_for(store, flow.name)
         with ClusterAdmin(flow.source) as source:
             committed = source.group_offsets(_groups(flow, source, options))
-        positions, untranslated = next_positions(committed, translators, remote_names, {})
+        positions, untranslated = next_positions(committed, translations, {})
         groups = sorted({p.group_id for p in positions})
         with ClusterAdmin(flow.target) as target:
             sync, active = offsets_to_sync(

@@ -96,6 +96,7 @@ _TASK_RETRIES = "mirrorflow.task.retries"
 _LOCK_WAIT = "mirrorflow.lock.wait.seconds"
 _AIRFLOW_QUEUE = "mirrorflow.airflow.queue"
 _AIRFLOW_POOL = "mirrorflow.airflow.pool"
+REVERSE_CHECKPOINTS = "mirrorflow.reverse.checkpoints.enabled"
 _SPARK_CONF_PREFIX = "mirrorflow.spark.conf."
 ALERT_LAG_MAX_RECORDS = "mirrorflow.alert.lag.max.records"
 ALERT_HEARTBEAT_AGE_MAX_SECONDS = "mirrorflow.alert.heartbeat.age.max.seconds"
@@ -112,6 +113,7 @@ _FLOW_SETTINGS = (
     _LOCK_WAIT,
     _AIRFLOW_QUEUE,
     _AIRFLOW_POOL,
+    REVERSE_CHECKPOINTS,
     ON_SOURCE_DATA_LOSS,
     ON_PARTITION_ERROR,
     ALERT_LAG_MAX_RECORDS,
@@ -173,6 +175,9 @@ class MirrorSettings:
     ``alert_notifier`` (``module:attribute`` of an Airflow notifier or callback) when set.
     ``airflow_queue`` and ``airflow_pool``: the Airflow queue and pool of every task of the flow's
     DAGs (None: Airflow's defaults), so that a flow's work runs on workers near its target.
+    ``reverse_checkpoints``: the flow ``B->A`` also checkpoints its groups' positions on the remote
+    topics of its opposite flow ``A->B`` back to their upstream topics on ``A``, for a failback
+    (``mirrorflow.app.checkpoints``).
     """
 
     schedule: str | None = None
@@ -190,6 +195,7 @@ class MirrorSettings:
     alert_notifier: str | None = None
     airflow_queue: str | None = None
     airflow_pool: str | None = None
+    reverse_checkpoints: bool = False
 
 
 @dataclass(frozen=True)
@@ -238,6 +244,11 @@ class FlowConfig:
     def name(self) -> str:
         """MM2's name of the flow, e.g. ``primary->backup``."""
         return f"{self.source.alias}{_FLOW_ARROW}{self.target.alias}"
+
+    @property
+    def opposite(self) -> str:
+        """The name of the flow the other way between the same two clusters."""
+        return f"{self.target.alias}{_FLOW_ARROW}{self.source.alias}"
 
     @property
     def dag_id(self) -> str:
@@ -361,6 +372,7 @@ def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] 
     ]
     _check_dag_ids(flows)
     _check_identity_pairs(flows)
+    _check_reverse_checkpoints(flows)
 
     state_dir = _state_dir(top, env, base)
     return MirrorConfig(
@@ -588,6 +600,7 @@ def _flow_config(
             alert_notifier=props.get_reference(ALERT_NOTIFIER),
             airflow_queue=props.get(_AIRFLOW_QUEUE) or None,
             airflow_pool=props.get(_AIRFLOW_POOL) or None,
+            reverse_checkpoints=props.get_bool(REVERSE_CHECKPOINTS, False),
         ),
         transforms=transforms_of(props),
         dr=dr_settings(props, name),
@@ -630,6 +643,32 @@ def _check_identity_pairs(flows: Sequence[FlowConfig]) -> None:
                     "one direction, or use DefaultReplicationPolicy for active/active",
                     key=key,
                 )
+
+
+def _check_reverse_checkpoints(flows: Sequence[FlowConfig]) -> None:
+    """Reverse checkpoints translate through the opposite flow's batch log, and are checkpoints:
+    a flow asking for them needs its opposite flow enabled and its own checkpoints on."""
+    names = {flow.name for flow in flows}
+    for flow in flows:
+        if not flow.settings.reverse_checkpoints:
+            continue
+        props = flow.properties
+        key = (
+            props.written_as(REVERSE_CHECKPOINTS) if isinstance(props, PropertyView) else REVERSE_CHECKPOINTS
+        )
+        if flow.opposite not in names:
+            raise ConfigError(
+                f"flow {flow.name} asks for reverse checkpoints, but flow {flow.opposite} is not enabled: "
+                f"they translate positions on {flow.opposite}'s remote topics through its batch log. Enable "
+                f"{flow.opposite} (`{flow.opposite}.enabled = true`) or turn the key off",
+                key=key,
+            )
+        if not flow.emit_checkpoints:
+            raise ConfigError(
+                f"flow {flow.name} asks for reverse checkpoints but has emit.checkpoints.enabled = false; "
+                "reverse checkpoints are written by the checkpoint task: turn one of the two keys around",
+                key=key,
+            )
 
 
 def flows_for_dags(config: MirrorConfig, env: Mapping[str, str] = os.environ) -> tuple[FlowConfig, ...]:

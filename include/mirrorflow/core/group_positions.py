@@ -3,7 +3,10 @@ to set. Pure rules, no I/O: ``mirrorflow.app.checkpoints`` (each run's checkpoin
 and the failover read the groups and commit what these rules decide.
 
 A group's committed source offset on a mirrored partition is translated exactly
-(``OffsetTranslator`` over the batch log) to a ``GroupPosition`` on the remote partition.
+(``OffsetTranslator`` over the batch log) to a ``GroupPosition`` on the remote partition. With
+reverse checkpoints, a group's committed offset on a remote topic of the opposite flow (``A.orders``
+on ``B``, for the flow ``B->A``) is translated back the same way to the upstream topic (``orders`` on
+``A``): each partition comes with its own ``Translation``.
 
 Invariants: a checkpoint never points past a record that is not yet mirrored; for a partition whose
 log is exact, a consumer resuming at it re-reads nothing and skips nothing; a checkpoint is emitted
@@ -17,12 +20,12 @@ forward); active groups are left alone and reported.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import NamedTuple
 
 from mirrorflow.core.progress import GroupPosition
-from mirrorflow.core.translation import OffsetTranslator
 
-__all__ = ["IDLE_STATES", "TP", "next_positions", "offsets_to_sync"]
+__all__ = ["IDLE_STATES", "TP", "Translation", "next_positions", "offsets_to_sync"]
 
 TP = tuple[str, int]
 
@@ -31,22 +34,30 @@ TP = tuple[str, int]
 IDLE_STATES = frozenset({"Empty", "Dead"})
 
 
+class Translation(NamedTuple):
+    """Where one partition's committed offsets go: the topic's name on the checkpoint's target, and
+    the exact offset there (``OffsetTranslator.translate``, or ``.reverse`` for reverse
+    checkpoints; None: nothing mirrored to point at yet)."""
+
+    target_topic: str
+    translate: Callable[[int], int | None]
+
+
 def next_positions(
     committed: Mapping[str, Mapping[TP, tuple[int, str]]],
-    translators: Mapping[TP, OffsetTranslator],
-    remote_names: Mapping[str, str],
+    translations: Mapping[TP, Translation],
     previous: Mapping[tuple[str, str, int], GroupPosition],
 ) -> tuple[list[GroupPosition], int]:
-    """The positions to emit now, and how many committed offsets have no translation yet (they
-    precede everything mirrored). Only partitions the flow mirrors count."""
+    """The positions to emit now, and how many committed offsets have no translation yet (outside
+    what is mirrored). Only partitions with a translation count."""
     emit: list[GroupPosition] = []
     untranslated = 0
     for group, offsets in sorted(committed.items()):
         for (topic, partition), (upstream, metadata) in sorted(offsets.items()):
-            translator = translators.get((topic, partition))
-            if translator is None:
+            translation = translations.get((topic, partition))
+            if translation is None:
                 continue
-            downstream = translator.translate(upstream)
+            downstream = translation.translate(upstream)
             if downstream is None:
                 untranslated += 1
                 continue
@@ -54,7 +65,7 @@ def next_positions(
             if last is None or downstream > last.downstream_offset or upstream < last.upstream_offset:
                 emit.append(
                     GroupPosition(
-                        group, topic, partition, remote_names[topic], upstream, downstream, metadata
+                        group, topic, partition, translation.target_topic, upstream, downstream, metadata
                     )
                 )
     return emit, untranslated

@@ -8,9 +8,16 @@ target" from it; ``OffsetSync`` is MM2's record of one mapping point, for its of
 
 Invariants of ``translate``: it never points past a record that is not yet mirrored, and it points at
 the target copy of the first record at or after U, so a consumer that fails over re-reads nothing
-and skips nothing that was mirrored. Source gaps (records deleted from the source before they were
-mirrored, skipped) tile the log with the batches: a position inside a gap maps to where the first
-record after the gap lands (the gap's ``target_end``), so the consumer skips only what was lost.
+and skips nothing that was mirrored. ``reverse`` goes the other way for a failback: a consumer at
+target offset D resumes on the source at the source offset of the copy at D, the first record it has
+not consumed; at the end of the log, where the mirror's source progress ends. It never answers for a
+target offset the log does not cover (before its start, or past its end: records of a copy not
+committed yet), so a consumer failing back skips nothing it has not read.
+
+Source gaps (records deleted from the source before they were mirrored, skipped) tile the log with
+the batches: a position inside a gap maps to where the first record after the gap lands (the gap's
+``target_end``), so the consumer skips only what was lost; a target offset inside a gap (a copy of a
+record the source no longer holds) maps back to the first source offset after it.
 """
 
 from __future__ import annotations
@@ -86,8 +93,10 @@ class OffsetTranslator:
                     f"{before.source_end}: inspect it with `python -m mirrorflow.store show`"
                 )
         self._starts = [b.source_start for b in self._segments]
+        self._target_starts = [b.target_start for b in self._segments]
         self._runs = [runs(b) if isinstance(b, Batch) else [] for b in self._segments]
         self._run_starts = [[s for s, _ in r] for r in self._runs]
+        self._run_target_starts = [[t for _, t in r] for r in self._runs]
 
     def translate(self, upstream: int) -> int | None:
         """The target offset a consumer at source offset ``upstream`` resumes at; ``None`` when the
@@ -102,6 +111,26 @@ class OffsetTranslator:
         if isinstance(segment, SourceGap):
             return segment.target_end  # the first record after the gap: nothing before it exists
         return _within(segment, self._runs[i], self._run_starts[i], upstream)
+
+    def reverse(self, downstream: int) -> int | None:
+        """The source offset a consumer at target offset ``downstream`` of the remote partition
+        resumes at on the source (a failback); ``None`` when the log does not cover the offset."""
+        if (
+            not self._segments
+            or not self._segments[0].target_start <= downstream <= self._segments[-1].target_end
+        ):
+            return None
+        if downstream == self._segments[-1].target_end:
+            return self._segments[-1].source_end  # everything mirrored was read: on with what was not
+        # Segments tile the target offsets too; an empty one shares its start with the next one.
+        i = bisect.bisect_right(self._target_starts, downstream) - 1
+        segment = self._segments[i]
+        if isinstance(segment, SourceGap):
+            return segment.source_end  # copies of records the source no longer holds
+        # Every target offset of a batch is one of its records: the run holding it says whose copy.
+        k = bisect.bisect_right(self._run_target_starts[i], downstream) - 1
+        src, tgt = self._runs[i][k]
+        return src + (downstream - tgt)
 
 
 def _within(batch: Batch, points: Sequence[tuple[int, int]], starts: Sequence[int], upstream: int) -> int:

@@ -416,7 +416,7 @@ def test_validation_messages_say_what_to_do() -> None:
             "mirrorflow.max.records: unknown mirrorflow setting; known settings: mirrorflow.schedule, "
             "mirrorflow.max.records.per.partition, mirrorflow.spark.conn.id, mirrorflow.spark.deploy.mode, "
             "mirrorflow.copy.timeout.seconds, mirrorflow.task.retries, mirrorflow.lock.wait.seconds, "
-            "mirrorflow.airflow.queue, mirrorflow.airflow.pool, "
+            "mirrorflow.airflow.queue, mirrorflow.airflow.pool, mirrorflow.reverse.checkpoints.enabled, "
             "mirrorflow.on.source.data.loss, mirrorflow.on.partition.error, "
             "mirrorflow.alert.lag.max.records, mirrorflow.alert.heartbeat.age.max.seconds, "
             "mirrorflow.alert.notifier, mirrorflow.mode, mirrorflow.dr.window.seconds, "

@@ -1,5 +1,5 @@
 """Near the target: a flow's Airflow queue and pool, the MIRROR_CLUSTERS filter of the DAG files, and
-identity naming refused where it would loop."""
+identity naming refused where it would loop; reverse checkpoints only where the opposite flow runs."""
 
 from __future__ import annotations
 
@@ -63,3 +63,40 @@ def test_identity_naming_one_way_is_accepted() -> None:
     config = parse_config(ONE_FLOW + f"replication.policy.class = {IDENTITY}\n", env={})
 
     assert [f.name for f in config.flows] == ["primary->backup"]
+
+
+def test_reverse_checkpoints_are_off_by_default_and_on_by_the_flow_key() -> None:
+    config = parse_config(
+        BOTH_WAYS + "backup->primary.mirrorflow.reverse.checkpoints.enabled = true\n", env={}
+    )
+
+    assert config.flow("backup->primary").settings.reverse_checkpoints
+    assert not config.flow("primary->backup").settings.reverse_checkpoints
+    assert config.flow("backup->primary").opposite == "primary->backup"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            ONE_FLOW + "primary->backup.mirrorflow.reverse.checkpoints.enabled = true\n",
+            "primary->backup.mirrorflow.reverse.checkpoints.enabled: flow primary->backup asks for reverse "
+            "checkpoints, but flow backup->primary is not enabled: they translate positions on "
+            "backup->primary's remote topics through its batch log. Enable backup->primary "
+            "(`backup->primary.enabled = true`) or turn the key off",
+        ),
+        (
+            BOTH_WAYS + "mirrorflow.reverse.checkpoints.enabled = true\nemit.checkpoints.enabled = false\n",
+            "mirrorflow.reverse.checkpoints.enabled: flow primary->backup asks for reverse checkpoints but "
+            "has emit.checkpoints.enabled = false; reverse checkpoints are written by the checkpoint task: "
+            "turn one of the two keys around",
+        ),
+    ],
+)
+def test_reverse_checkpoints_without_the_opposite_flow_or_checkpoints_are_refused(
+    text: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_config(text, env={})
+
+    assert str(refused.value) == message

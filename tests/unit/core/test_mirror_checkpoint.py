@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from mirrorflow.core.group_positions import next_positions, offsets_to_sync
+from mirrorflow.core.group_positions import Translation, next_positions, offsets_to_sync
 from mirrorflow.core.progress import Batch, GroupPosition
 from mirrorflow.core.translation import OffsetTranslator
 
 # orders-0: source [100, 120) -> target [0, 20), gapless; orders-1: nothing mirrored.
-TRANSLATORS = {
-    ("orders", 0): OffsetTranslator([Batch("orders", 0, "primary.orders", 100, 120, 0, 20, 20, 0)])
-}
-REMOTE = {"orders": "primary.orders"}
+ORDERS_0 = OffsetTranslator([Batch("orders", 0, "primary.orders", 100, 120, 0, 20, 20, 0)])
+TRANSLATIONS = {("orders", 0): Translation("primary.orders", ORDERS_0.translate)}
 
 
 def position(group: str, upstream: int, downstream: int) -> GroupPosition:
@@ -24,7 +22,7 @@ def test_committed_offsets_of_mirrored_partitions_are_translated() -> None:
         "late": {("orders", 0): (130, "meta")},  # ahead of the mirror: capped at the mirrored end
     }
 
-    emit, untranslated = next_positions(committed, TRANSLATORS, REMOTE, {})
+    emit, untranslated = next_positions(committed, TRANSLATIONS, {})
 
     assert emit == [position("billing", 105, 5), position("late", 130, 20)]
     assert untranslated == 1
@@ -42,9 +40,27 @@ def test_only_forward_moves_or_a_rewound_group_are_emitted_again() -> None:
         for g, u in [("same", 105), ("ahead", 140), ("moved", 107), ("rewound", 102)]
     }
 
-    emit, _ = next_positions(committed, TRANSLATORS, REMOTE, previous)
+    emit, _ = next_positions(committed, TRANSLATIONS, previous)
 
     assert emit == [position("moved", 107, 7), position("rewound", 102, 2)]
+
+
+def test_reverse_checkpoints_translate_positions_on_a_remote_topic_back_to_its_upstream_topic() -> None:
+    # On backup, for backup->primary: primary.orders-0 holds copies of orders-0 [100, 120).
+    reverse = {("primary.orders", 0): Translation("orders", ORDERS_0.reverse)}
+    committed = {
+        "billing": {("primary.orders", 0): (5, "meta"), ("orders", 0): (3, "")},  # backup's own orders
+        "drained": {("primary.orders", 0): (20, "")},  # read everything mirrored
+        "odd": {("primary.orders", 0): (21, "")},  # past what the batch log knows
+    }
+
+    emit, untranslated = next_positions(committed, reverse, {})
+
+    assert emit == [
+        GroupPosition("billing", "primary.orders", 0, "orders", 5, 105, "meta"),
+        GroupPosition("drained", "primary.orders", 0, "orders", 20, 120, ""),
+    ]
+    assert untranslated == 1
 
 
 def test_group_offsets_sync_only_idle_groups_and_only_forward() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch
 from mirrorflow.core.translation import OffsetTranslator, offset_syncs
 from mirrorflow.errors import PlanError, WireFormatError
@@ -50,6 +51,24 @@ def test_a_batch_of_markers_only_maps_to_where_the_next_record_lands() -> None:
     t = OffsetTranslator([batch((0, 5), (0, 5)), batch((5, 7), (5, 5)), batch((7, 9), (5, 7))])
 
     assert translate_all(t, range(0, 10)) == [0, 1, 2, 3, 4, 5, 5, 5, 6, 7]
+
+
+def test_reverse_maps_each_copy_back_to_its_source_record_and_the_end_to_the_mirrored_end() -> None:
+    # Records 3-5, aborted 6-8, abort marker 9, records 10-11; then markers only; then records 14-15.
+    t = OffsetTranslator(
+        [batch((0, 12), (40, 45), (3, 40), (10, 43)), batch((12, 14), (45, 45)), batch((14, 16), (45, 47))]
+    )
+
+    assert [t.reverse(d) for d in range(38, 49)] == [None, None, 3, 4, 5, 10, 11, 14, 15, 16, None]
+    # A failback resumes where a failover of the same position would have resumed.
+    assert all(t.translate(t.reverse(d) or 0) == d for d in range(40, 48))
+
+
+def test_reverse_maps_copies_of_records_lost_on_the_source_past_the_gap() -> None:
+    lost = SourceGap("orders", 0, 10, 20, 10, 12)  # two records copied before the rest was deleted
+    t = OffsetTranslator([batch((0, 10), (0, 10)), batch((20, 25), (12, 17))], [lost])
+
+    assert [t.reverse(d) for d in (9, 10, 11, 12, 16, 17)] == [9, 20, 20, 20, 24, 25]
 
 
 def test_mm2s_rule_on_our_offset_syncs_never_skips_but_re_reads() -> None:
