@@ -7,7 +7,8 @@ committed source offset and where exactly that resumes on the remote partition. 
 that topic, keeps the newest checkpoint per (group, remote topic, partition) (the topic is compacted,
 but may still hold older versions: the newest is the last in offset order, as MM2's
 ``RemoteClusterUtils.translateOffsets`` reads it) and commits its downstream offset to the same group
-on the target.
+on the target. The failover DAG of a flow ``B->A`` with reverse checkpoints is the failback: its
+checkpoints also name ``A``'s own topics (``orders``), and the same rules set the groups there.
 
 This module holds the failover's trigger params and options and its I/O (``run_failover``,
 ``write_report``); what is set, kept, left alone or refused, and the report, are pure:
