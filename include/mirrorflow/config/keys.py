@@ -20,7 +20,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mirrorflow.config.java_clients import CONNECT_WORKER_KEYS, JAVA_CLIENT_KEYS
-from mirrorflow.config.property_view import checked_bool, checked_whole_number, shown
+from mirrorflow.config.property_view import checked_bool, checked_integer, checked_whole_number, shown
 from mirrorflow.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,8 @@ class Treatment(enum.StrEnum):
 class Key:
     """One key (or, ending in ``.*``, every key under a prefix). ``note``: what it does (honoured),
     why it does nothing here (no effect) or what to do instead (refused). ``kind``: ``bool``,
-    ``int`` (a whole number of at least 0), ``pos`` (at least 1) or ``text``. ``harmless``: values
+    ``int`` (a whole number of at least 0), ``pos`` (at least 1), ``long`` (any whole number, as
+    Java reads one where ``-1`` means no limit) or ``text``. ``harmless``: values
     of a refused key that change nothing, accepted. ``choices``: the only values an honoured key
     takes."""
 
@@ -227,7 +228,10 @@ FLOW_KEYS: tuple[Key, ...] = (
     Key("errors.log.enable", N, "records are copied as bytes: nothing is converted", kind="bool"),
     Key("errors.log.include.messages", N, "records are copied as bytes: nothing is converted", kind="bool"),
     Key(
-        "errors.retry.timeout", N, "failed tasks are retried by Airflow (mirrorflow.task.retries)", kind="int"
+        "errors.retry.timeout",
+        N,
+        "failed tasks are retried by Airflow (mirrorflow.task.retries)",
+        kind="long",
     ),
     Key(
         "errors.retry.delay.max.ms",
@@ -640,6 +644,8 @@ def _use(written: str, value: str, rule: Key, check: bool = True) -> KeyUse:
         return KeyUse(written, rule.treatment, rule.note)
     if rule.kind == "bool":
         checked_bool(written, value)
+    if rule.kind == "long":
+        checked_integer(written, value)
     if rule.kind in ("int", "pos"):
         example = int(rule.default) if rule.default else None
         checked_whole_number(written, value, zero_allowed=rule.kind == "int", example=example)

@@ -41,6 +41,13 @@ def checked_whole_number(written: str, value: str, *, zero_allowed: bool, exampl
     return int(value)
 
 
+def checked_integer(written: str, value: str) -> int:
+    """Any whole number, negative ones too (a Java ``long`` such as Connect's ``-1``: no limit)."""
+    if not _INTEGER.fullmatch(value):
+        raise ConfigError(f"expected a whole number, got {shown(written, value)}", key=written)
+    return int(value)
+
+
 def load_reference(reference: str, key: str) -> Any:
     """The callable ``reference`` (``module.path:attribute``, as ``get_reference`` checked it)
     names; one that cannot be imported or called is a ``ConfigError`` naming ``key``."""

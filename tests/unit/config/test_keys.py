@@ -79,6 +79,7 @@ ACCEPTED = [
     ("exactly.once.support = required", N),
     ("exactly.once.source.support = enabled", N),
     ("errors.tolerance = all", N),
+    ("errors.retry.timeout = -1", N),  # Connect: retry without limit
     ("metric.reporters = com.example.Reporter", N),
     ("metrics.num.samples = 3", N),
     ("add.source.alias.to.metrics = true", N),
@@ -161,6 +162,7 @@ REFUSED = [
     ("offset.lag.max = banana", "offset.lag.max: expected a whole number of at least 0, got 'banana'; set "
      "e.g. 100"),
     ("tasks.max = 0", "tasks.max: expected a positive whole number, got '0'; set e.g. 1"),
+    ("errors.retry.timeout = forever", "errors.retry.timeout: expected a whole number, got 'forever'"),
     ("refresh.topics.enabled = sometimes", "refresh.topics.enabled: expected true or false, got 'sometimes'"),
     ("emit.heartbeats.interval.seconds = 1.5", "emit.heartbeats.interval.seconds: expected a positive whole "
      "number, got '1.5'; set e.g. 1"),
