@@ -45,6 +45,7 @@ def test_check_config_lists_the_topics_each_flow_would_mirror_now(
     ]
     assert f"{unique_name} (3 partitions)" in listed.split(": ", 1)[1].split(", ")
     assert f"{unique_name}-skipped" not in listed
+    assert "  reverse checkpoints: off" in checked.stdout.splitlines()
     assert "  no effect  tasks.max: parallelism comes from Spark" in checked.stdout
     assert "  honoured   primary->backup.topics: include regexes" in checked.stdout
 

@@ -58,6 +58,9 @@ def _flow(flow: FlowConfig, out: TextIO) -> None:
                 flow.emit_offset_syncs,
             )
         ),
+        "reverse checkpoints": (
+            f"on, through {flow.opposite}'s batch log" if settings.reverse_checkpoints else "off"
+        ),
         "topic configs, ACLs synced": ", ".join(
             "yes" if on else "no" for on in (flow.sync_topic_configs, flow.sync_topic_acls)
         ),
