@@ -36,10 +36,9 @@ class Treatment(enum.StrEnum):
 class Key:
     """One key (or, ending in ``.*``, every key under a prefix). ``note``: what it does (honoured),
     why it does nothing here (no effect) or what to do instead (refused). ``kind``: ``bool``,
-    ``int`` (a whole number of at least 0), ``pos`` (at least 1), ``long`` (any whole number, as
-    Java reads one where ``-1`` means no limit) or ``text``. ``harmless``: values
-    of a refused key that change nothing, accepted. ``choices``: the only values an honoured key
-    takes."""
+    ``int`` (a whole number of at least 0), ``pos`` (at least 1), ``long`` (any whole number: Java
+    reads some where ``-1`` means no limit) or ``text``. ``harmless``: values of a refused key that
+    change nothing, accepted. ``choices``: the only values an honoured key takes."""
 
     name: str
     treatment: Treatment

@@ -96,7 +96,7 @@ _TASK_RETRIES = "mirrorflow.task.retries"
 _LOCK_WAIT = "mirrorflow.lock.wait.seconds"
 _AIRFLOW_QUEUE = "mirrorflow.airflow.queue"
 _AIRFLOW_POOL = "mirrorflow.airflow.pool"
-REVERSE_CHECKPOINTS = "mirrorflow.reverse.checkpoints.enabled"
+_REVERSE_CHECKPOINTS = "mirrorflow.reverse.checkpoints.enabled"
 _SPARK_CONF_PREFIX = "mirrorflow.spark.conf."
 ALERT_LAG_MAX_RECORDS = "mirrorflow.alert.lag.max.records"
 ALERT_HEARTBEAT_AGE_MAX_SECONDS = "mirrorflow.alert.heartbeat.age.max.seconds"
@@ -113,7 +113,7 @@ _FLOW_SETTINGS = (
     _LOCK_WAIT,
     _AIRFLOW_QUEUE,
     _AIRFLOW_POOL,
-    REVERSE_CHECKPOINTS,
+    _REVERSE_CHECKPOINTS,
     ON_SOURCE_DATA_LOSS,
     ON_PARTITION_ERROR,
     ALERT_LAG_MAX_RECORDS,
@@ -600,7 +600,7 @@ def _flow_config(
             alert_notifier=props.get_reference(ALERT_NOTIFIER),
             airflow_queue=props.get(_AIRFLOW_QUEUE) or None,
             airflow_pool=props.get(_AIRFLOW_POOL) or None,
-            reverse_checkpoints=props.get_bool(REVERSE_CHECKPOINTS, False),
+            reverse_checkpoints=props.get_bool(_REVERSE_CHECKPOINTS, False),
         ),
         transforms=transforms_of(props),
         dr=dr_settings(props, name),
@@ -634,8 +634,7 @@ def _check_identity_pairs(flows: Sequence[FlowConfig]) -> None:
                 f for f in (flow, back) if isinstance(f.replication_policy, IdentityReplicationPolicy)
             ]
             if identity:
-                props = identity[0].properties
-                key = props.written_as(CLASS_CONFIG) if isinstance(props, PropertyView) else CLASS_CONFIG
+                key = _written(identity[0], CLASS_CONFIG)
                 raise ConfigError(
                     f"flows {flow.name} and {back.name} are both enabled, and "
                     f"{' and '.join(f.name for f in identity)} use IdentityReplicationPolicy: remote topics "
@@ -652,10 +651,7 @@ def _check_reverse_checkpoints(flows: Sequence[FlowConfig]) -> None:
     for flow in flows:
         if not flow.settings.reverse_checkpoints:
             continue
-        props = flow.properties
-        key = (
-            props.written_as(REVERSE_CHECKPOINTS) if isinstance(props, PropertyView) else REVERSE_CHECKPOINTS
-        )
+        key = _written(flow, _REVERSE_CHECKPOINTS)
         if flow.opposite not in names:
             raise ConfigError(
                 f"flow {flow.name} asks for reverse checkpoints, but flow {flow.opposite} is not enabled: "
@@ -669,6 +665,12 @@ def _check_reverse_checkpoints(flows: Sequence[FlowConfig]) -> None:
                 "reverse checkpoints are written by the checkpoint task: turn one of the two keys around",
                 key=key,
             )
+
+
+def _written(flow: FlowConfig, key: str) -> str:
+    """``key`` of ``flow`` as the config file wrote it (with its flow prefix where it had one)."""
+    props = flow.properties
+    return props.written_as(key) if isinstance(props, PropertyView) else key
 
 
 def flows_for_dags(config: MirrorConfig, env: Mapping[str, str] = os.environ) -> tuple[FlowConfig, ...]:
