@@ -159,6 +159,39 @@ def commit_group(
         c.close()
 
 
+def group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    """``group``'s committed offsets, by (topic, partition)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        found = admin.list_group_offsets({group: None})[group]
+    finally:
+        admin.close()
+    return {(tp.topic, tp.partition): int(om.offset) for tp, om in found.items() if om.offset >= 0}
+
+
+def first_records(
+    bootstrap: str, group: str, topic: str, partitions: int
+) -> dict[int | None, tuple[int | None, bytes | None, bytes | None]]:
+    """What ``group`` reads first on each partition of ``topic`` from its committed offsets:
+    (offset, key, value); nothing is committed."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": "false",
+         "auto.offset.reset": "latest", "session.timeout.ms": "6000"}
+    )  # fmt: skip
+    first: dict[int | None, tuple[int | None, bytes | None, bytes | None]] = {}
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(first) < partitions:
+            assert time.monotonic() < deadline, f"{group} read only {first} within 60 s"
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                first.setdefault(msg.partition(), (msg.offset(), msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return first
+
+
 @contextmanager
 def local_clusters(
     aliases: Sequence[str],

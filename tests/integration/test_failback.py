@@ -14,18 +14,18 @@ source's end when it read every copy, so it re-reads nothing and skips nothing; 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from kafka import KafkaAdminClient
 from mirror_helpers import (
     airflow,
     assert_same_records,
     commit_group,
     create_topic,
+    first_records,
+    group_offsets,
     migrated_airflow,
     mirror_client,
     run_flow,
@@ -44,15 +44,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
 
 THERE, BACK = "primary->backup", "backup->primary"
 TP = tuple[str, int]
-
-
-def _group_offsets(cluster: LocalCluster, group: str) -> dict[TP, int]:
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
-    try:
-        found = admin.list_group_offsets({group: None})[group]
-    finally:
-        admin.close()
-    return {(tp.topic, tp.partition): int(om.offset) for tp, om in found.items() if om.offset >= 0}
 
 
 def _transactions(bootstrap: str, topic: str, partitions: int, txn_id: str) -> None:
@@ -87,28 +78,6 @@ def _resume_at(config: MirrorConfig, primary: LocalCluster, topic: str, partitio
         return source[copied_at.index(position)].offset() or 0
     assert position == (copied_at[-1] or 0) + 1, f"{position} is not a position of the remote partition"
     return _end(primary, topic, partition)
-
-
-def _first_read(
-    cluster: LocalCluster, group: str, topic: str, partitions: int
-) -> dict[int, tuple[int, bytes | None]]:
-    """What ``group`` reads first on each partition of ``topic``: (offset, value)."""
-    consumer = Consumer(
-        {"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": "false",
-         "auto.offset.reset": "latest", "session.timeout.ms": "6000"}
-    )  # fmt: skip
-    first: dict[int, tuple[int, bytes | None]] = {}
-    try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + 60
-        while len(first) < partitions:
-            assert time.monotonic() < deadline, f"{group} read only {first} within 60 s"
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                first.setdefault(msg.partition() or 0, (msg.offset() or 0, msg.value()))
-    finally:
-        consumer.close()
-    return first
 
 
 def test_failback_puts_each_group_on_primary_exactly_where_it_stopped_on_backup(
@@ -197,12 +166,12 @@ def test_failback_puts_each_group_on_primary_exactly_where_it_stopped_on_backup(
         billing: {(topic, 0): 27, (topic, 1): 33, (back, 0): 4},
         shipping: {(topic, 0): 42, (topic, 1): 2},
     }
-    assert {g: _group_offsets(primary, g) for g in (billing, shipping)} == expected
+    assert {g: group_offsets(primary.bootstrap, g) for g in (billing, shipping)} == expected
     # MM2's own client on primary reads the same positions from backup's checkpoints.
     for group, offsets in expected.items():
         translated = [line for line in mirror_client(primary, "backup", group) if line.startswith("offset")]
         assert translated == [f"offset {t}-{p} {o}" for (t, p), o in sorted(offsets.items())]
     # A consumer of billing on primary resumes with the record after the last one it read on backup.
-    first = _first_read(primary, billing, topic, 2)
+    first = first_records(primary.bootstrap, billing, topic, 2)
     copies = {p: sample_data.read_partition(backup.bootstrap, there, p) for p in (0, 1)}
-    assert first == {0: (27, copies[0][26].value), 1: (33, copies[1][31].value)}
+    assert first == {p: (o, copies[p][c].key, copies[p][c].value) for p, o, c in ((0, 27, 26), (1, 33, 31))}

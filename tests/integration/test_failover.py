@@ -22,7 +22,16 @@ import pytest
 from confluent_kafka import Consumer
 from failover_report import row
 from kafka import KafkaAdminClient
-from mirror_helpers import airflow, commit_group, create_topic, migrated_airflow, run_flow, topics
+from mirror_helpers import (
+    airflow,
+    commit_group,
+    create_topic,
+    first_records,
+    group_offsets,
+    migrated_airflow,
+    run_flow,
+    topics,
+)
 from pyspark.sql import SparkSession
 
 from mirrorflow.app.checkpoints import emit_checkpoints
@@ -38,15 +47,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
 FLOW = "primary->backup"
 DAG = "mirror_primary_to_backup_failover"
 CHECKPOINTS = "primary.checkpoints.internal"
-
-
-def _target_offsets(cluster: LocalCluster, group: str) -> dict[tuple[str, int], int]:
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
-    try:
-        found = admin.list_group_offsets({group: None})[group]
-    finally:
-        admin.close()
-    return {(tp.topic, tp.partition): int(om.offset) for tp, om in found.items() if om.offset >= 0}
 
 
 def _delete_topic(cluster: LocalCluster, name: str) -> None:
@@ -77,28 +77,6 @@ def _active_consumer(cluster: LocalCluster, group: str, topic: str) -> Iterator[
         yield consumer
     finally:
         consumer.close()
-
-
-def _first_records(
-    cluster: LocalCluster, group: str, topic: str, partitions: int
-) -> dict[int | None, tuple[int | None, bytes | None, bytes | None]]:
-    """What ``group`` reads first on each partition of ``topic``: (offset, key, value)."""
-    consumer = Consumer(
-        {"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": "false",
-         "auto.offset.reset": "latest", "session.timeout.ms": "6000"}
-    )  # fmt: skip
-    first: dict[int | None, tuple[int | None, bytes | None, bytes | None]] = {}
-    try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + 60
-        while len(first) < partitions:
-            assert time.monotonic() < deadline, f"{group} read only {first} within 60 s"
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                first.setdefault(msg.partition(), (msg.offset(), msg.key(), msg.value()))
-    finally:
-        consumer.close()
-    return first
 
 
 def _at(topic: str, partition: int, offset: int) -> dict[str, Any]:
@@ -180,7 +158,7 @@ def test_failover_sets_target_groups_from_the_newest_checkpoints_without_the_sou
             dry_output = _failover(env, tmp_path, {"dry_run": True})
             dry_seconds = time.monotonic() - started
             # Nothing was committed.
-            assert {g: _target_offsets(backup, g) for g in (resume, ahead, other)} == {
+            assert {g: group_offsets(backup.bootstrap, g) for g in (resume, ahead, other)} == {
                 resume: {},
                 ahead: {(remote, 0): 25},
                 other: {},
@@ -197,7 +175,7 @@ def test_failover_sets_target_groups_from_the_newest_checkpoints_without_the_sou
 
     # Exactly where each group stopped on the source, on the remote topic; never backwards; the
     # active group and the group not asked for are untouched.
-    assert {g: _target_offsets(backup, g) for g in (resume, ahead, busy, other, missing)} == {
+    assert {g: group_offsets(backup.bootstrap, g) for g in (resume, ahead, busy, other, missing)} == {
         resume: {(remote, 0): 20, (remote, 1): 25},
         ahead: {(remote, 0): 25, (remote, 1): 10},
         busy: {},
@@ -209,7 +187,7 @@ def test_failover_sets_target_groups_from_the_newest_checkpoints_without_the_sou
         p: (o, sample_data.sample_record(topic, p, o).key, sample_data.sample_record(topic, p, o).value)
         for p, o in ((0, 20), (1, 25))
     }
-    assert _first_records(backup, resume, remote, 2) == expected
+    assert first_records(backup.bootstrap, resume, remote, 2) == expected
 
     # The report: logged, and written to the run's folder as Markdown and JSON.
     reports = _reports(config)
