@@ -128,6 +128,20 @@ class SourceBatch:
             for r in DefaultRecordBatch(self.data)
         ]
 
+    def written_records(self) -> list[SourceRecord]:
+        """Every record of the batch with the timestamp it carries (the batch's first timestamp plus
+        the record's delta), as its writer wrote it. For a v2 LogAppendTime batch that is not the
+        time consumers see: the broker stamps its append time into the header alone."""
+        if self.magic < 2 or not self.attributes & _LOG_APPEND_TIME:
+            return self.records()
+        as_written = bytearray(self.data)
+        # Read as CreateTime, each record's timestamp is its own (reading checks no CRC).
+        _WRITER.pack_into(as_written, _ATTRIBUTES_AT, self.attributes & ~_LOG_APPEND_TIME)
+        return [
+            SourceRecord(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
+            for r in DefaultRecordBatch(memoryview(as_written))
+        ]
+
     def timestamps(self) -> Timestamps:
         """The records' timestamps as far as the header tells without decoding: the first and the
         largest, the records' mean taken midway between them."""
