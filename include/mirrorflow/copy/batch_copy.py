@@ -49,7 +49,6 @@ from mirrorflow.config.clients import kafka_python_config
 from mirrorflow.config.model import FlowConfig
 from mirrorflow.config.transforms import TransformConfig
 from mirrorflow.copy.record_batches import (
-    Encodable,
     Fetched,
     SourceBatch,
     SourceRecord,
@@ -59,7 +58,7 @@ from mirrorflow.copy.record_batches import (
 )
 from mirrorflow.core.metrics import Stats, Timestamps
 from mirrorflow.core.plan import CopyResult, PartitionFailure, PartitionPlan, PartitionResult, Plan, Writer
-from mirrorflow.core.transforms import Chain, Record
+from mirrorflow.core.transforms import Chain, Encodable, Record
 from mirrorflow.errors import (
     AuthorizationError,
     MirrorError,

@@ -23,7 +23,7 @@ import struct
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.default_records import DefaultRecordBase
@@ -31,6 +31,7 @@ from kafka.record.memory_records import MemoryRecords
 from kafka.record.util import calc_crc32c
 
 from mirrorflow.core.metrics import Timestamps
+from mirrorflow.core.transforms import Encodable
 
 _HEADER = DefaultRecordBase.HEADER_STRUCT
 _CRC_AT = DefaultRecordBase.CRC_OFFSET
@@ -202,22 +203,6 @@ def stamp(batch: bytearray, producer_id: int, producer_epoch: int, base_sequence
     _PRODUCER.pack_into(batch, _PRODUCER_AT, producer_id, producer_epoch, base_sequence)
     struct.pack_into(">I", batch, _CRC_AT, calc_crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))
     return batch
-
-
-class Encodable(Protocol):
-    """A record as the copy writes it: a ``SourceRecord``, or what a transform returned (a
-    ``core.transforms.Record``)."""
-
-    @property
-    def offset(self) -> int: ...
-    @property
-    def timestamp(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
-    @property
-    def headers(self) -> tuple[tuple[str, bytes | None], ...]: ...
 
 
 def encode(records: Sequence[Encodable], codec: int, max_bytes: int) -> list[bytearray]:

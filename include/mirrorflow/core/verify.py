@@ -55,7 +55,7 @@ import itertools
 import struct
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -64,7 +64,7 @@ import pyarrow.compute as pc
 from mirrorflow.config.transforms import TransformConfig
 from mirrorflow.core import documents
 from mirrorflow.core.progress import Batch
-from mirrorflow.core.transforms import Chain, Record
+from mirrorflow.core.transforms import Chain, Encodable, Record
 from mirrorflow.core.translation import OffsetTranslator, coalesce, runs
 from mirrorflow.errors import PlanError
 
@@ -762,22 +762,7 @@ FOUND_SCHEMA = pa.schema(
 FOUND_DDL = "range int, kind string, records bigint, first_source array<bigint>, first_target array<bigint>"
 
 
-class ReadRecord(Protocol):
-    """A record read outside Spark's Kafka source, as ``input_batch`` takes it."""
-
-    @property
-    def offset(self) -> int: ...
-    @property
-    def timestamp(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
-    @property
-    def headers(self) -> Sequence[Header]: ...
-
-
-def input_batch(side: int, topic: str, partition: int, records: Sequence[ReadRecord]) -> pa.RecordBatch:
+def input_batch(side: int, topic: str, partition: int, records: Sequence[Encodable]) -> pa.RecordBatch:
     """``records`` of ``topic``-``partition`` as the digesting tasks read Spark's Kafka source
     (``DIGEST_INPUT_SCHEMA``): a reader of record batches feeds the same tasks."""
     return pa.RecordBatch.from_pylist(
