@@ -20,7 +20,7 @@ from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.range_reader import read_partition
 from mirrorflow.copy.spark_verify import verify_ranges
 from mirrorflow.core.progress import Batch
-from mirrorflow.core.verify import Found, RecordComparison, VerifyRange, verify_plan
+from mirrorflow.core.verify import Found, RecordComparison, VerifyRange, VerifyResult, verify_plan
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -63,6 +63,17 @@ def _wait_offsets(cluster: LocalCluster, topic: str, expected: list[int]) -> Non
         time.sleep(0.1)
 
 
+def _compact_soon(config: MirrorConfig, remote: str) -> None:
+    """Give the remote topic the ``COMPACTED`` configs (the flow does not sync them), and wait until
+    its broker has them (it applies them shortly after the controller took them)."""
+    with ClusterAdmin(config.flow(FLOW).target) as target:
+        target.alter_topic_configs({remote: COMPACTED})
+        deadline = time.monotonic() + 30
+        while (held := target.effective_topic_configs([remote], COMPACTED)[remote]) != COMPACTED:
+            assert time.monotonic() < deadline, f"{remote} has the configs {held}, not {COMPACTED}"
+            time.sleep(0.1)
+
+
 def test_a_compacted_topic_verifies_record_by_record_reporting_what_each_cluster_compacted_away(
     kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
 ) -> None:
@@ -84,8 +95,7 @@ def test_a_compacted_topic_verifies_record_by_record_reporting_what_each_cluster
     tx.commit_transaction(30)
     wait_end(primary.bootstrap, on_target, 0, 21)
     run_flow(config, FLOW, "run-1", spark)
-    with ClusterAdmin(config.flow(FLOW).target) as target:
-        target.alter_topic_configs({f"primary.{on_target}": COMPACTED})
+    _compact_soon(config, f"primary.{on_target}")
     # Rolls the source's segment of offsets 0-19, which its cleaner compacts to each key's last record.
     sample_data.produce(producer, on_source, 0, [_later(on_source)])
     # Copied at target offset 20, it rolls the remote segment of offsets 0-19 likewise.
@@ -133,6 +143,20 @@ def _exact_log(topic: str, remote: str, copies: list[list[Record]]) -> list[Batc
     return [Batch(topic, p, remote, 0, len(c), 0, len(c), len(c), 0) for p, c in enumerate(copies)]
 
 
+def _assert_differs_only_at(result: VerifyResult, topic: str, remote: str, offset: int) -> None:
+    """Of two partitions of 12 records, partition 1 differs at ``offset`` alone, and the summary
+    names the partition and the offset."""
+    assert [v.records for v in result.partitions] == [
+        RecordComparison(same=Found(12)),
+        RecordComparison(same=Found(11), differ=Found(1, ((offset, offset),))),
+    ]
+    assert result.mismatches == result.partitions[1:]
+    assert result.summary().endswith(
+        f"1 match, 1 differ: {topic}-1 [0, 12) -> {remote}-1 [0, 12): DIFFER record by record "
+        f"(11 the same on both; 1 differ: source offset {offset} (target offset {offset}))"
+    )
+
+
 def test_a_difference_in_a_compacted_copy_is_named_by_partition_and_offset(
     kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
 ) -> None:
@@ -153,15 +177,7 @@ def test_a_difference_in_a_compacted_copy_is_named_by_partition_and_offset(
 
     result = verify_ranges(spark, flow, plan)
 
-    assert [v.records for v in result.partitions] == [
-        RecordComparison(same=Found(12)),
-        RecordComparison(same=Found(11), differ=Found(1, ((7, 7),))),
-    ]
-    assert result.mismatches == result.partitions[1:]
-    assert result.summary().endswith(
-        f"1 match, 1 differ: {topic}-1 [0, 12) -> {remote}-1 [0, 12): DIFFER record by record "
-        "(11 the same on both; 1 differ: source offset 7 (target offset 7))"
-    )
+    _assert_differs_only_at(result, topic, remote, 7)
 
 
 def test_a_logappendtime_remote_topic_verifies_with_the_timestamps_its_records_carry(
@@ -207,12 +223,4 @@ def test_a_timestamp_differing_in_a_logappendtime_copy_is_named_by_partition_and
 
     result = verify_ranges(spark, flow, plan)
 
-    assert [v.records for v in result.partitions] == [
-        RecordComparison(same=Found(12)),
-        RecordComparison(same=Found(11), differ=Found(1, ((5, 5),))),
-    ]
-    assert result.mismatches == result.partitions[1:]
-    assert result.summary().endswith(
-        f"1 match, 1 differ: {topic}-1 [0, 12) -> {remote}-1 [0, 12): DIFFER record by record "
-        "(11 the same on both; 1 differ: source offset 5 (target offset 5))"
-    )
+    _assert_differs_only_at(result, topic, remote, 5)
