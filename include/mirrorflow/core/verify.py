@@ -29,7 +29,8 @@ Remote topics stamped with ``LogAppendTime``: their broker writes its own append
 batch's header, and their consumers see it; the records keep the timestamps the copy wrote (the
 time the source's consumers see) in the batch. The target side of such a range is therefore read
 from its record batches with each record's carried timestamp (``VerifyRange.log_append_time``), and
-compared with the source as its consumers see it.
+compared record by record with the source as its consumers see it, so that a difference is named by
+offset (a record on one side only is a difference there).
 
 A flow with transforms is verified against what its chain makes of the source (``digest_partitions``
 applies the flow's transforms to the source side): records dropped on purpose, headers removed or
@@ -112,6 +113,12 @@ class VerifyRange:
     offsets ``[target_start, target_end)`` of ``remote_topic``-``partition`` (one committed, contiguous
     stretch of the batch log). If the mirror is exact, the two ranges hold the same records in the
     same order; the target range holds exactly ``records`` of them (the writer leaves no gaps).
+
+    ``compacted``: the source or the remote topic compacts, so either cluster may since have removed
+    records of the range. ``log_append_time``: the remote topic stamps its broker's append time.
+    Either makes the range one compared record by record (``by_record``), through ``runs``: the
+    batch log's offset map of the range, (source offset, target offset) of the first record of each
+    run of consecutive source offsets the copy wrote, from ``target_start`` on.
     """
 
     topic: str
@@ -180,8 +187,8 @@ def _runs_fit(r: VerifyRange) -> bool:
 
 
 class OffsetMap:
-    """Where the copy wrote each record of a compacted range: the range's runs of consecutive source
-    offsets, each copied to consecutive target offsets (``VerifyRange.runs``)."""
+    """Where the copy wrote each record of a range: its runs of consecutive source offsets, each
+    copied to consecutive target offsets (``VerifyRange.runs``)."""
 
     def __init__(self, runs: Sequence[Run], target_end: int) -> None:
         self._sources = np.array([s for s, _ in runs], dtype=np.int64)
@@ -657,8 +664,8 @@ class VerifyResult:
         return tuple(v for v in self.partitions if not v.matches)
 
     def summary(self) -> str:
-        """One line: how many ranges and records were compared, which ranges differ (a compacted
-        range: where), and how many records each cluster compacted away on its own."""
+        """One line: how many ranges and records were compared, which ranges differ (compared record
+        by record: where), and how many records each cluster compacted away on its own."""
         differ = self.mismatches
         line = (
             f"verified flow {self.flow} run {self.run_id}: {len(self.partitions)} ranges, "
@@ -738,7 +745,8 @@ DIGEST_SCHEMA = pa.schema(
     ]
 )
 DIGEST_DDL = "side int, range int, records bigint, digest string"
-# One record of a compacted range: its source offset, where the copy wrote it, its digest.
+# One record of a range compared record by record: its source offset, where the copy wrote it, its
+# digest.
 KEY_SCHEMA = pa.schema(
     [
         ("range", pa.int32()),
@@ -749,7 +757,7 @@ KEY_SCHEMA = pa.schema(
     ]
 )
 KEY_DDL = "range int, side int, source_offset bigint, target_offset bigint, digest binary"
-# What one task found of one kind in one compacted range (partial: summed over tasks).
+# What one task found of one kind in one range compared record by record (summed over tasks).
 FOUND_SCHEMA = pa.schema(
     [
         ("range", pa.int32()),
@@ -861,7 +869,7 @@ def digest_partitions(
 def record_keys(
     batches: Iterator[pa.RecordBatch], plan: VerifyPlan, transforms: Sequence[TransformConfig] = ()
 ) -> Iterator[pa.RecordBatch]:
-    """One ``KEY_SCHEMA`` row per record one Spark task reads of compacted ranges: its range, its
+    """One ``KEY_SCHEMA`` row per record one Spark task reads of ranges compared record by record: its
     side, its source offset (a target record's through the range's ``OffsetMap``), the target offset
     the copy wrote it to (a source record's through the map; null where the copy wrote none) and
     its ``record_digest``. With ``transforms``, source records are keyed as the flow's chain makes
@@ -900,9 +908,9 @@ def compare_records(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatc
     (range, source offset, side), every row of a source offset in the same task (Spark: partitioned
     by range and source offset, sorted within partitions).
 
-    A source offset held by both sides compares the two records' digests. One held by one side
-    only: a record compacted away on the other since it was copied (a log loses records from its
-    middle only by compaction), or, a source record where the copy wrote none, a difference.
+    A source offset held by both sides compares the two records' digests. One held by one side only
+    is found as such (whether that is a difference, the range says: ``RecordComparison``), but for a
+    source record where the copy wrote none: ``NOT_COPIED``.
     """
     counts: dict[tuple[int, str], Found] = {}
     for (index, source_offset), rows in itertools.groupby(_key_rows(batches), key=lambda r: r[:2]):
@@ -979,7 +987,7 @@ def verdicts(
     plan: VerifyPlan, rows: Iterable[Mapping[str, object]], found: Iterable[Mapping[str, Any]] = ()
 ) -> VerifyResult:
     """The result from the tasks' ``DIGEST_SCHEMA`` rows (ranges compared by digest) and
-    ``FOUND_SCHEMA`` rows (compacted ranges, compared record by record). A side of a range without a
+    ``FOUND_SCHEMA`` rows (ranges compared record by record). A side of a range without a
     row held no record (the digest of nothing); a side of a range with two digest rows was split
     over two tasks, whose digests cannot be joined: ``PlanError``."""
     digests: dict[tuple[int, int], SideDigest] = {}
@@ -1007,7 +1015,7 @@ def verdicts(
 
 
 def _comparisons(plan: VerifyPlan, found: Iterable[Mapping[str, Any]]) -> dict[int, RecordComparison]:
-    """Each compacted range's comparison, from the tasks' partial ``FOUND_SCHEMA`` rows."""
+    """Each by-record range's comparison, from the tasks' partial ``FOUND_SCHEMA`` rows."""
     kinds: dict[int, dict[str, Found]] = {i: {} for i, r in enumerate(plan.ranges) if r.by_record}
     for row in found:
         index, kind = int(row["range"]), str(row["kind"])
@@ -1021,7 +1029,7 @@ def _comparisons(plan: VerifyPlan, found: Iterable[Mapping[str, Any]]) -> dict[i
 
 
 def _compared_verdict(r: VerifyRange, compared: RecordComparison) -> PartitionVerdict:
-    """A compacted range's verdict: the records each side holds, no digests."""
+    """A by-record range's verdict: the records each side holds, no digests."""
     return PartitionVerdict(
         r, SideDigest(compared.source_records, ""), SideDigest(compared.target_records, ""), compared
     )
