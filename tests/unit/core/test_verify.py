@@ -23,6 +23,7 @@ from mirrorflow.app.verify import (
     write_verify_plan,
 )
 from mirrorflow.config.model import MirrorConfig, load_config
+from mirrorflow.config.transforms import PredicateConfig, TransformConfig
 from mirrorflow.core.progress import Batch
 from mirrorflow.core.verify import (
     DIGEST_SCHEME,
@@ -458,8 +459,11 @@ KEYED = VerifyPlan(
 )
 
 
-def keyed_rows(*batches: pa.RecordBatch) -> list[dict[str, object]]:
-    keys = [r for out in record_keys(iter(batches), KEYED) for r in out.to_pylist()]
+def keyed_rows(
+    *batches: pa.RecordBatch, transforms: Sequence[TransformConfig] = ()
+) -> list[dict[str, object]]:
+    """What the tasks find in ``KEYED``: its records keyed, paired by source offset, compared."""
+    keys = [r for out in record_keys(iter(batches), KEYED, transforms) for r in out.to_pylist()]
     ordered = sorted(keys, key=lambda r: (r["range"], r["source_offset"], r["side"]))
     return [
         r for out in compare_records(iter([pa.RecordBatch.from_pylist(ordered)])) for r in out.to_pylist()
@@ -500,6 +504,23 @@ def test_records_are_keyed_by_source_offset_and_each_offset_is_found_as_one_kind
         "away on the target: source offset 1 (target offset 1); 2 compacted away on the source after they "
         "were copied: source offset 0 (target offset 0), source offset 3 (target offset 2))"
     )
+
+
+def test_with_transforms_source_records_are_keyed_as_the_chain_makes_them() -> None:
+    chain = (
+        TransformConfig("drop", "Filter", (), PredicateConfig("dead", "RecordIsTombstone")),
+        TransformConfig("tag", "InsertHeader", (("header", "by"), ("value.literal", "mirror"))),
+    )
+    tagged: DigestRecord = (A[0], A[1], [*A[2], ("by", b"mirror")], A[3])
+    # Source 0 and 3 copied (tagged) to target 0 and 2; the tombstone at 1 dropped on purpose.
+    source = spark_batch([A, (b"k", None, [], T), A], offsets=[0, 1, 3])
+    target = spark_batch([tagged, tagged], side=1, topic="primary.orders", offsets=[0, 2])
+
+    keys = [r for out in record_keys(iter([source, target]), KEYED, chain) for r in out.to_pylist()]
+    found = keyed_rows(source, target, transforms=chain)
+
+    assert [(r["side"], r["source_offset"]) for r in keys] == [(0, 0), (0, 3), (1, 0), (1, 3)]
+    assert verdicts(KEYED, [], found).partitions[0].records == RecordComparison(same=Found(2))
 
 
 def test_only_in_a_compacted_range_is_a_record_on_one_side_no_difference() -> None:
