@@ -261,6 +261,8 @@ def verify_summary(result: VerifyResult) -> dict[str, Any]:
                 "source_digest": v.source.digest,
                 "target_digest": v.target.digest,
                 "matches": v.matches,
+                # Compacted and LogAppendTime ranges: what each source offset held, instead of digests.
+                "by_record": None if v.records is None else v.records.describe(v.range.compacted),
             }
             for v in result.partitions
         ],
@@ -329,6 +331,7 @@ def _drain_md(drained: Mapping[str, Any]) -> list[str]:
 
 
 def _verify_md(verified: Mapping[str, Any]) -> list[str]:
+    by_record = [f"- {v['range']}: {v['by_record']}" for v in verified["verdicts"] if v.get("by_record")]
     return [
         "## Verify",
         "",
@@ -341,14 +344,20 @@ def _verify_md(verified: Mapping[str, Any]) -> list[str]:
                     v["range"],
                     str(v["source_records"]),
                     str(v["target_records"]),
-                    f"`{v['source_digest'][:16]}`",
-                    f"`{v['target_digest'][:16]}`",
+                    _digest_md(v["source_digest"]),
+                    _digest_md(v["target_digest"]),
                     "yes" if v["matches"] else "**NO**",
                 )
                 for v in verified["verdicts"]
             ],
         ),
+        *(["", "Compared record by record (keyed by source offset):", "", *by_record] if by_record else []),
     ]
+
+
+def _digest_md(digest: str) -> str:
+    """A digest's first 16 digits; a range compared record by record has none."""
+    return f"`{digest[:16]}`" if digest else "by record"
 
 
 def _groups_md(groups: Mapping[str, Any]) -> list[str]:

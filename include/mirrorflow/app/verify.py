@@ -12,7 +12,15 @@ Imports no pyspark: the plan task runs where pyspark is not installed.
 from __future__ import annotations
 
 from mirrorflow.config.model import FlowConfig, MirrorConfig
-from mirrorflow.core.verify import VerifyPlan, VerifyResult, verify_plan
+from mirrorflow.core.verify import (
+    CLEANUP_POLICY,
+    TIMESTAMP_TYPE,
+    VerifyPlan,
+    VerifyResult,
+    compacts,
+    stamps_append_time,
+    verify_plan,
+)
 from mirrorflow.errors import PlanError
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -69,8 +77,9 @@ def load_verify_result(config: MirrorConfig, flow: FlowConfig, run_id: str) -> V
 def plan_verification(
     config: MirrorConfig, flow_name: str, run_id: str, topics: frozenset[str] = frozenset()
 ) -> VerifyPlan:
-    """Plan the verification of ``flow_name`` from its batch log and both clusters' log starts now,
-    and write the plan for the verify job. Read-only on the clusters and the offsets database: it
+    """Plan the verification of ``flow_name`` from its batch log, both clusters' log starts now and
+    its topics' configs (which compact, which remote topics stamp LogAppendTime), and write the plan
+    for the verify job. Read-only on the clusters and the offsets database: it
     needs no lock, and a mirror run may go on meanwhile (what it commits later is not compared)."""
     flow = config.flow(flow_name)
     with OffsetsStore(config.offsets_db_url) as store:
@@ -80,6 +89,24 @@ def plan_verification(
     with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
         log_starts = source.earliest_offsets(source_tps)
         target_log_starts = target.earliest_offsets(target_tps)
-    plan = verify_plan(flow.name, run_id, batches, log_starts, topics, target_log_starts=target_log_starts)
+        source_configs = source.effective_topic_configs({t for t, _ in source_tps}, [CLEANUP_POLICY])
+        target_configs = target.effective_topic_configs(
+            {t for t, _ in target_tps}, [CLEANUP_POLICY, TIMESTAMP_TYPE]
+        )
+    plan = verify_plan(
+        flow.name,
+        run_id,
+        batches,
+        log_starts,
+        topics,
+        target_log_starts=target_log_starts,
+        # Either cluster may compact its copy on its own.
+        compacted={
+            b.topic
+            for b in batches
+            if compacts(source_configs[b.topic]) or compacts(target_configs[b.remote_topic])
+        },
+        log_append_time={t for t, configs in target_configs.items() if stamps_append_time(configs)},
+    )
     write_verify_plan(config, flow, plan)
     return plan

@@ -49,7 +49,6 @@ from mirrorflow.config.clients import kafka_python_config
 from mirrorflow.config.model import FlowConfig
 from mirrorflow.config.transforms import TransformConfig
 from mirrorflow.copy.record_batches import (
-    Encodable,
     Fetched,
     SourceBatch,
     SourceRecord,
@@ -59,7 +58,7 @@ from mirrorflow.copy.record_batches import (
 )
 from mirrorflow.core.metrics import Stats, Timestamps
 from mirrorflow.core.plan import CopyResult, PartitionFailure, PartitionPlan, PartitionResult, Plan, Writer
-from mirrorflow.core.transforms import Chain, Record
+from mirrorflow.core.transforms import Chain, Encodable, Record
 from mirrorflow.errors import (
     AuthorizationError,
     MirrorError,
@@ -276,22 +275,42 @@ def read_records(
     """Up to ``limit`` records of ``[start, end)``, decoded: only for the few read back after a
     failed attempt."""
     records: list[SourceRecord] = []
+    for batch in _batches(cluster, tp, start, end, isolation):
+        records += [r for r in batch.records() if start <= r.offset < end]
+        if len(records) >= limit:
+            break
+    return records[:limit]
+
+
+def written_records(props: Mapping[str, str], tp: TP, start: int, end: int) -> Iterator[list[SourceRecord]]:
+    """The committed records of ``[start, end)`` on the target cluster ``props`` reach, one batch at
+    a time, each with the timestamp its batch carries for it (``SourceBatch.written_records``): what
+    the copy wrote, also where a LogAppendTime remote topic shows its consumers another time."""
+    cluster = _Cluster(props, "target", [tp[0]])
+    try:
+        for batch in _batches(cluster, tp, start, end, _READ_COMMITTED):
+            yield [r for r in batch.written_records() if start <= r.offset < end]
+    finally:
+        cluster.close()
+
+
+def _batches(cluster: _Cluster, tp: TP, start: int, end: int, isolation: int) -> Iterator[SourceBatch]:
+    """The committed batches holding the records of ``[start, end)``, in order; a partition error
+    is raised, and so is a fetch that brings nothing for ``_TIMEOUT_S``."""
     position = start
     deadline = time.monotonic() + _TIMEOUT_S
-    while position < end and len(records) < limit:
+    while position < end:
         got = fetch(cluster, {tp: position}, isolation)[tp]
         if got.error is not None:
             raise got.error
-        for batch in got.batches:
-            records += [r for r in batch.records() if position <= r.offset < end]
+        yield from got.batches
         if got.next_offset is None:
             if time.monotonic() > deadline:
                 raise TransientError(
                     f"{cluster.side} partition {tp[0]}-{tp[1]}: nothing to read at {position}"
                 )
             continue
-        position = got.next_offset
-    return records[:limit]
+        position, deadline = got.next_offset, time.monotonic() + _TIMEOUT_S
 
 
 @dataclass

@@ -23,7 +23,7 @@ import struct
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.default_records import DefaultRecordBase
@@ -31,6 +31,7 @@ from kafka.record.memory_records import MemoryRecords
 from kafka.record.util import calc_crc32c
 
 from mirrorflow.core.metrics import Timestamps
+from mirrorflow.core.transforms import Encodable
 
 _HEADER = DefaultRecordBase.HEADER_STRUCT
 _CRC_AT = DefaultRecordBase.CRC_OFFSET
@@ -128,6 +129,20 @@ class SourceBatch:
             for r in DefaultRecordBatch(self.data)
         ]
 
+    def written_records(self) -> list[SourceRecord]:
+        """Every record of the batch with the timestamp it carries (the batch's first timestamp plus
+        the record's delta), as its writer wrote it. For a v2 LogAppendTime batch that is not the
+        time consumers see: the broker stamps its append time into the header alone."""
+        if self.magic < 2 or not self.attributes & _LOG_APPEND_TIME:
+            return self.records()
+        as_written = bytearray(self.data)
+        # Read as CreateTime, each record's timestamp is its own (reading checks no CRC).
+        _WRITER.pack_into(as_written, _ATTRIBUTES_AT, self.attributes & ~_LOG_APPEND_TIME)
+        return [
+            SourceRecord(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
+            for r in DefaultRecordBatch(memoryview(as_written))
+        ]
+
     def timestamps(self) -> Timestamps:
         """The records' timestamps as far as the header tells without decoding: the first and the
         largest, the records' mean taken midway between them."""
@@ -188,22 +203,6 @@ def stamp(batch: bytearray, producer_id: int, producer_epoch: int, base_sequence
     _PRODUCER.pack_into(batch, _PRODUCER_AT, producer_id, producer_epoch, base_sequence)
     struct.pack_into(">I", batch, _CRC_AT, calc_crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))
     return batch
-
-
-class Encodable(Protocol):
-    """A record as the copy writes it: a ``SourceRecord``, or what a transform returned (a
-    ``core.transforms.Record``)."""
-
-    @property
-    def offset(self) -> int: ...
-    @property
-    def timestamp(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
-    @property
-    def headers(self) -> tuple[tuple[str, bytes | None], ...]: ...
 
 
 def encode(records: Sequence[Encodable], codec: int, max_bytes: int) -> list[bytearray]:

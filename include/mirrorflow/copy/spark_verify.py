@@ -1,16 +1,20 @@
-"""The Spark side of a verification: read both sides of every range of a verify plan and digest them.
+"""The Spark side of a verification: read both sides of every range of a verify plan and compare them.
 
 ``verify_ranges`` reads each range of a ``VerifyPlan`` (``mirrorflow.core.verify``) on the source and
-on the target with Spark's Kafka source, committed records only (``read_ranges``), and
-digests the records inside the Spark tasks (``digest_partitions``, through ``mapInArrow``); the
-verdicts compare both sides' counts and digests. A Spark module: it imports pyspark, and only the
-verify job (``jobs/mirror_verify.py``) imports it.
+on the target with Spark's Kafka source, committed records only (``read_ranges``), and compares them
+inside the Spark tasks (through ``mapInArrow``): a range by its digest (``digest_partitions``), a
+compacted or LogAppendTime range record by record (``record_keys``, paired by source offset in
+``compare_records``). The target side of a range copied to a LogAppendTime remote topic is read
+from its record batches instead (``batch_copy.written_records``): Spark's source would show the
+target's append time, not the timestamp the copy wrote. A Spark module: it imports pyspark, and
+only the verify job (``jobs/mirror_verify.py``) imports it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import pyarrow as pa
 from py4j.protocol import Py4JJavaError
@@ -20,87 +24,157 @@ from pyspark.sql import functions as F
 
 from mirrorflow.config.clients import spark_reader_options
 from mirrorflow.config.model import FlowConfig
-from mirrorflow.copy import spark_copy
+from mirrorflow.copy import batch_copy, spark_copy
 from mirrorflow.core.plan import PartitionPlan
 from mirrorflow.core.verify import (
     DIGEST_DDL,
     DIGEST_INPUT_COLUMNS,
+    DIGEST_INPUT_DDL,
+    FOUND_DDL,
+    KEY_DDL,
     SOURCE,
     TARGET,
     VerifyPlan,
     VerifyRange,
     VerifyResult,
+    compare_records,
     digest_partitions,
+    input_batch,
+    record_keys,
     span,
     verdicts,
 )
-from mirrorflow.errors import PlanError
+from mirrorflow.errors import PlanError, SourceDataLostError
 
 __all__ = ["verify_ranges"]
 
 # Columns the digest reads, as produced by Spark's Kafka source.
 READ_COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp", "headers")
+SPAN_DDL = "topic string, partition int, start bigint, end bigint"
 
 
 def verify_ranges(spark: SparkSession, flow: FlowConfig, plan: VerifyPlan) -> VerifyResult:
-    """Read both sides of every range of ``flow`` with Spark's Kafka source (``read_ranges``:
-    committed records only, headers included, records missing from a range fail the read) and
-    compare them, the source as the flow's transforms make it.
+    """Read both sides of every range of ``flow`` (``_reads``: committed records only, headers
+    included, records missing from a range fail the read) and compare them, the source as the
+    flow's transforms make it: ranges by digest, compacted and LogAppendTime ones record by record
+    (``VerifyRange.by_record``).
 
     Relies on Spark's Kafka source reading each topic-partition's range as one Spark partition, in
     offset order (so it does with neither ``minPartitions`` nor ``maxRecordsPerPartition`` set, as
     ``read_ranges`` sets neither). Coalescing and union keep that: they concatenate whole partitions.
     ``digest_partitions`` and ``verdicts`` check it, so a reader that split or reordered a range fails
-    the verification instead of reporting a false difference.
+    the verification instead of reporting a false difference. The records of a range compared
+    record by record are paired by source offset across tasks (partitioned by range and source
+    offset, then sorted).
 
     Records of a range deleted since the plan was made (retention on either cluster) fail it with
     ``PlanError``: plan the verification again.
     """
     if not plan.ranges:
         return VerifyResult(plan.flow, plan.run_id, ())
-    source_consumer_props, target_consumer_props = flow.source.consumer, flow.target.consumer
     transforms = flow.transforms
+    tasks = spark.sparkContext.defaultParallelism
+    by_digest = [r for r in plan.ranges if not r.by_record]
+    by_record = [r for r in plan.ranges if r.by_record]
+
+    def digest(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return digest_partitions(iter(batches), plan, transforms)
+
+    def keys(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return record_keys(iter(batches), plan, transforms)
+
+    def compare(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return compare_records(iter(batches))
+
+    with _job_errors(plan):
+        digests = _reads(spark, flow, by_digest).mapInArrow(digest, DIGEST_DDL).collect() if by_digest else []
+        found = []
+        if by_record:
+            found = (
+                _reads(spark, flow, by_record)
+                .mapInArrow(keys, KEY_DDL)
+                # Both sides of a source offset meet in one task, source first.
+                .repartition(tasks, "range", "source_offset")
+                .sortWithinPartitions("range", "source_offset", "side")
+                .mapInArrow(compare, FOUND_DDL)
+                .collect()
+            )
+    return verdicts(plan, (r.asDict() for r in digests), (r.asDict() for r in found))
+
+
+def _reads(spark: SparkSession, flow: FlowConfig, ranges: Sequence[VerifyRange]) -> DataFrame:
+    """Both sides of ``ranges`` in ``DIGEST_INPUT_COLUMNS``, one Spark partition per topic-partition
+    read (a few tasks, each with whole partitions one after another)."""
     reads: list[DataFrame] = []
     partitions = 0  # Spark partitions of the reads: one per topic-partition read
     # A partition has one range per read (one Kafka source option per partition): gap-split ranges of
     # a partition go to successive reads.
-    for layer in _layers(plan.ranges):
-        for side, props in ((SOURCE, source_consumer_props), (TARGET, target_consumer_props)):
+    for layer in _layers(ranges):
+        for side, props in ((SOURCE, flow.source.consumer), (TARGET, flow.target.consumer)):
             # read_ranges reads [source_start, source_end) of topic-partition: here the range to read,
             # on whichever cluster ``props`` reach. Empty target ranges need no read.
-            spans = [span(r, side) for r in layer]
-            wanted = [PartitionPlan(t, p, a, b, t, 0) for t, p, a, b in spans if b > a]
+            spans = [span(r, side) for r in layer if side == SOURCE or (r.records and not r.log_append_time)]
+            wanted = [PartitionPlan(t, p, a, b, t, 0) for t, p, a, b in spans]
             if wanted:
                 read = read_ranges(spark, wanted, props)
                 reads.append(read.withColumn("side", F.lit(side)).select(*DIGEST_INPUT_COLUMNS))
                 partitions += len(wanted)
+        written = [span(r, TARGET) for r in layer if r.records and r.log_append_time]
+        if written:
+            reads.append(_written_reads(spark, flow.target.consumer, written))
+            partitions += len(written)
     records = reads[0]
     for read in reads[1:]:
         records = records.union(read)
     # A task costs about 0.3 s to set up: a few tasks, each digesting whole partitions one after another.
     # (Counted from the plan: asking Spark would look up the Kafka offsets once more.)
     tasks = spark.sparkContext.defaultParallelism
-    if partitions > tasks:
-        records = records.coalesce(tasks)
+    return records.coalesce(tasks) if partitions > tasks else records
 
-    def digest(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return digest_partitions(iter(batches), plan, transforms)
 
+def _written_reads(
+    spark: SparkSession, consumer_props: Mapping[str, str], spans: Sequence[tuple[str, int, int, int]]
+) -> DataFrame:
+    """The target records of ``spans`` (topic, partition, start, end) with the timestamps their
+    batches carry (``batch_copy.written_records``), one Spark partition per span, in
+    ``DIGEST_INPUT_COLUMNS``."""
+    props = dict(consumer_props)
+
+    def read(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            columns = (batch.column(name).to_pylist() for name in ("topic", "partition", "start", "end"))
+            for topic, partition, start, end in zip(*columns, strict=True):
+                for records in batch_copy.written_records(props, (topic, partition), start, end):
+                    yield input_batch(TARGET, topic, partition, records)
+
+    wanted = spark.sparkContext.parallelize(spans, len(spans))
+    return (
+        spark.createDataFrame(wanted, SPAN_DDL)
+        .mapInArrow(read, DIGEST_INPUT_DDL)
+        .select(*DIGEST_INPUT_COLUMNS)
+    )
+
+
+@contextmanager
+def _job_errors(plan: VerifyPlan) -> Iterator[None]:
+    """A failed Spark job as the error behind it: records of the plan gone from either cluster is a
+    ``PlanError`` (plan again), an error a task raised is raised again as its class."""
     try:
-        rows = records.mapInArrow(digest, DIGEST_DDL).collect()
+        yield
     except (Py4JJavaError, CapturedException) as error:
         # Spark's reason when records a read needs are gone, found as the copy finds it.
         lost = source_data_loss(error) if isinstance(error, Py4JJavaError) else None
+        classified = spark_copy.task_error(str(error))
+        if isinstance(classified, SourceDataLostError):
+            lost = str(classified)  # the record batch reader's
         if lost is not None:
             raise PlanError(
                 f"flow {plan.flow} verification {plan.run_id}: records of the verify plan are no longer "
                 f"on the source or the target ({lost}); plan the verification again"
             ) from error
-        classified = spark_copy.task_error(str(error))
         if classified is None:
             raise
         raise classified from error
-    return verdicts(plan, (r.asDict() for r in rows))
 
 
 def read_ranges(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from mirrorflow.config.property_view import load_reference
 from mirrorflow.config.transforms import PYTHON, PredicateConfig, TransformConfig
@@ -36,6 +36,22 @@ class Record(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+class Encodable(Protocol):
+    """A record as the copy writes it and a verification reads it: a ``Record``, what a transform
+    returned, or a record decoded from a batch (``copy.record_batches.SourceRecord``)."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> tuple[tuple[str, bytes | None], ...]: ...
 
 
 Batch = Callable[[list[Record]], Iterable[Record]]

@@ -14,6 +14,24 @@ records and of the headers. Offsets are never hashed: the remote partition numbe
 differently. Neither are the timestamp type, compression, producer ids or leader epochs: a mirror
 does not keep them either.
 
+Compacted topics (the source's or the remote topic's ``cleanup.policy`` includes ``compact``): each
+cluster compacts on its own, so a range need not hold the same records on both. Such a range is
+compared record by record instead (``record_keys``, ``compare_records``), keyed by source offset: a
+target record's source offset is where the batch log's offset map (``VerifyRange.runs``) says the
+copy read it. A record on both clusters must be the same (its ``record_digest``). A record on the
+target only was compacted away on the source after it was copied; one on the source only, at an
+offset the copy wrote a record from, was compacted away on the target: an append-only log loses
+records from its middle only by compaction (and deletions before a log start are planned around),
+so neither is a difference; both are counted and the first few named. A source record at an offset
+the copy wrote nothing from is a difference (never copied), as is a record that differs.
+
+Remote topics stamped with ``LogAppendTime``: their broker writes its own append time into each
+batch's header, and their consumers see it; the records keep the timestamps the copy wrote (the
+time the source's consumers see) in the batch. The target side of such a range is therefore read
+from its record batches with each record's carried timestamp (``VerifyRange.log_append_time``), and
+compared record by record with the source as its consumers see it, so that a difference is named by
+offset (a record on one side only is a difference there).
+
 A flow with transforms is verified against what its chain makes of the source (``digest_partitions``
 applies the flow's transforms to the source side): records dropped on purpose, headers removed or
 values changed by a transform are no differences; anything else the chain would not produce is.
@@ -21,10 +39,9 @@ values changed by a transform are no differences; anything else the chain would 
 What a verification cannot see: records outside the committed ranges (a record written to the remote
 topic by anyone else after the last mirrored one, records an interrupted attempt left in a gap's
 target range, records not mirrored yet or committed after the plan was made: lag), records the source
-no longer holds (before its log start), and a difference that only the timestamp type, the offsets or
-the compression make. It reports a difference where the two sides legitimately differ:
-compacted topics (each cluster compacts on its own), remote topics stamped with ``LogAppendTime``
-(the broker replaces the mirrored timestamp), and records deleted from the target but not the source
+no longer holds (before its log start), records compacted away on both clusters, and a difference
+that only the timestamp type, the offsets or the compression make. It reports a difference where
+the two sides legitimately differ only for records deleted from the target but not the source
 (target retention: pass ``target_log_starts`` to ``verify_plan`` to start after them).
 
 Pure values and algorithms, no I/O, no pyspark: planning runs where pyspark is not installed, and
@@ -37,8 +54,9 @@ import bisect
 import hashlib
 import itertools
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -47,8 +65,8 @@ import pyarrow.compute as pc
 from mirrorflow.config.transforms import TransformConfig
 from mirrorflow.core import documents
 from mirrorflow.core.progress import Batch
-from mirrorflow.core.transforms import Chain, Record
-from mirrorflow.core.translation import OffsetTranslator, runs
+from mirrorflow.core.transforms import Chain, Encodable, Record
+from mirrorflow.core.translation import OffsetTranslator, coalesce, runs
 from mirrorflow.errors import PlanError
 
 __all__ = [
@@ -72,12 +90,15 @@ __all__ = [
     "verify_plan",
 ]
 
-VERIFY_PLAN_VERSION = 1
+# 2: ranges carry whether they are compacted (with their offset map) and LogAppendTime.
+VERIFY_PLAN_VERSION = 2
 # Names the record encoding below; part of the hash (BLAKE2b personalisation), so digests of two
 # encodings never compare equal by accident. Change it with the encoding.
 DIGEST_SCHEME = "mirrorflow-v1"
 
 TP = tuple[str, int]
+# (source offset, target offset) of the first record of a run of consecutive source offsets.
+Run = tuple[int, int]
 Header = tuple[str, bytes | None]
 # (key, value, headers, timestamp in ms): what a mirror must keep of a record.
 DigestRecord = tuple[bytes | None, bytes | None, Sequence[Header], int]
@@ -92,6 +113,12 @@ class VerifyRange:
     offsets ``[target_start, target_end)`` of ``remote_topic``-``partition`` (one committed, contiguous
     stretch of the batch log). If the mirror is exact, the two ranges hold the same records in the
     same order; the target range holds exactly ``records`` of them (the writer leaves no gaps).
+
+    ``compacted``: the source or the remote topic compacts, so either cluster may since have removed
+    records of the range. ``log_append_time``: the remote topic stamps its broker's append time.
+    Either makes the range one compared record by record (``by_record``), through ``runs``: the
+    batch log's offset map of the range, (source offset, target offset) of the first record of each
+    run of consecutive source offsets the copy wrote, from ``target_start`` on.
     """
 
     topic: str
@@ -101,23 +128,93 @@ class VerifyRange:
     source_end: int
     target_start: int
     target_end: int
+    compacted: bool = False
+    runs: tuple[Run, ...] = ()
+    log_append_time: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.source_start < self.source_end or not 0 <= self.target_start <= self.target_end:
             raise PlanError(f"{self}: a range to verify must be non-empty on the source, and not negative")
         if self.records > self.source_end - self.source_start:
             raise PlanError(f"{self}: more target records than source offsets")
+        if bool(self.runs) != (self.by_record and self.records > 0) or not _runs_fit(self):
+            raise PlanError(
+                f"{self}: the offset map {list(self.runs)} does not map the target range into the source "
+                "range run by run (a range compared record by record needs one if it has records, any "
+                "other range none)"
+            )
 
     @property
     def records(self) -> int:
         """The records the mirror committed for the range."""
         return self.target_end - self.target_start
 
+    @property
+    def by_record(self) -> bool:
+        """Whether the range is compared record by record (keyed by source offset) rather than by
+        digest: a compacted range, whose clusters compact on their own; a LogAppendTime one, whose
+        target side is read record by record anyway, so that each difference is named by offset."""
+        return self.compacted or self.log_append_time
+
     def __str__(self) -> str:
         return (
             f"{self.topic}-{self.partition} [{self.source_start}, {self.source_end}) -> "
             f"{self.remote_topic}-{self.partition} [{self.target_start}, {self.target_end})"
         )
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> VerifyRange:
+        """The range from its JSON object (``asdict``): the runs as pairs again."""
+        runs = tuple((int(s), int(t)) for s, t in raw.get("runs", ()))
+        return cls(**{**raw, "runs": runs})
+
+
+def _runs_fit(r: VerifyRange) -> bool:
+    """Whether ``r.runs`` tiles the target range with runs that each map into the source range after
+    the one before: the first starts at ``target_start``, and run k's source offsets
+    ``[s_k, s_k + length_k)`` end at or before the next run's start, the last at ``source_end``."""
+    if not r.runs:
+        return True
+    ends = [t for _, t in r.runs[1:]] + [r.target_end]
+    spans = [(s, s + end - t) for (s, t), end in zip(r.runs, ends, strict=True)]
+    return (
+        r.runs[0][1] == r.target_start
+        and all(t < end for (_, t), end in zip(r.runs, ends, strict=True))
+        and spans[0][0] >= r.source_start
+        and all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+        and spans[-1][1] <= r.source_end
+    )
+
+
+class OffsetMap:
+    """Where the copy wrote each record of a range: its runs of consecutive source offsets, each
+    copied to consecutive target offsets (``VerifyRange.runs``)."""
+
+    def __init__(self, runs: Sequence[Run], target_end: int) -> None:
+        self._sources = np.array([s for s, _ in runs], dtype=np.int64)
+        self._targets = np.array([t for _, t in runs], dtype=np.int64)
+        self._lengths = np.diff(np.append(self._targets, target_end))
+
+    @classmethod
+    def of(cls, r: VerifyRange) -> OffsetMap:
+        return cls(r.runs, r.target_end)
+
+    def sources(self, targets: np.ndarray) -> np.ndarray:
+        """The source offset of the record copied to each of ``targets`` (offsets of the target range)."""
+        k = np.searchsorted(self._targets, targets, side="right") - 1
+        if np.any(k < 0):
+            raise PlanError(f"target offsets {targets[k < 0].tolist()} precede the offset map")
+        return self._sources[k] + (targets - self._targets[k])
+
+    def targets(self, sources: np.ndarray) -> np.ndarray:
+        """The target offset each of ``sources`` was copied to; -1 for an offset the copy wrote no
+        record from (a gap between runs, or outside them)."""
+        if not self._sources.size:
+            return np.full(len(sources), -1, dtype=np.int64)
+        k = np.maximum(np.searchsorted(self._sources, sources, side="right") - 1, 0)
+        within = sources - self._sources[k]
+        copied = (within >= 0) & (within < self._lengths[k])
+        return np.where(copied, self._targets[k] + within, -1)
 
 
 SOURCE, TARGET = 0, 1
@@ -162,7 +259,9 @@ class VerifyPlan:
         return documents.load(
             text,
             ("version", VERIFY_PLAN_VERSION),
-            lambda raw: cls(raw["flow"], raw["run_id"], tuple(VerifyRange(**r) for r in raw["ranges"])),
+            lambda raw: cls(
+                raw["flow"], raw["run_id"], tuple(VerifyRange.from_dict(r) for r in raw["ranges"])
+            ),
             what="verify plan",
             source=source,
             remedy="plan the verification again",
@@ -176,6 +275,19 @@ class VerifyPlan:
             )
 
 
+CLEANUP_POLICY, TIMESTAMP_TYPE = "cleanup.policy", "message.timestamp.type"
+
+
+def compacts(configs: Mapping[str, str]) -> bool:
+    """Whether a topic with these configs compacts (its ``cleanup.policy`` includes ``compact``)."""
+    return "compact" in (p.strip() for p in configs[CLEANUP_POLICY].split(","))
+
+
+def stamps_append_time(configs: Mapping[str, str]) -> bool:
+    """Whether a topic with these configs stamps its broker's append time on what it stores."""
+    return configs[TIMESTAMP_TYPE] == "LogAppendTime"
+
+
 def verify_plan(
     flow_name: str,
     run_id: str,
@@ -184,6 +296,8 @@ def verify_plan(
     topics: frozenset[str] = frozenset(),
     *,
     target_log_starts: Mapping[TP, int] | None = None,
+    compacted: Collection[str] = (),
+    log_append_time: Collection[str] = (),
 ) -> VerifyPlan:
     """The committed mirrored history of every partition in ``batches`` (only of ``topics`` if
     given) that the source still holds: per partition, from the later of its first batch's
@@ -207,6 +321,10 @@ def verify_plan(
     than the first mirrored record the target still holds (target retention deletes other records
     than the source's). Partitions with nothing left to compare (every mirrored record deleted)
     have no range. A partition without a log start is an error: pass ``topics`` to leave it out.
+
+    ``compacted`` (source topics): the ranges of these topics are compared record by record and
+    carry their offset map (``VerifyRange.runs``); ``log_append_time`` (remote topics): the ranges
+    copied to these are read on the target with the timestamps their records carry.
     """
     by_tp: dict[TP, list[Batch]] = {}
     for b in batches:
@@ -222,7 +340,7 @@ def verify_plan(
         for stretch in _stretches(sorted(logged, key=lambda b: b.source_start)):
             found = _stretch_range(stretch, log_starts[(topic, partition)], target_log_starts)
             if found is not None:
-                ranges.append(found)
+                ranges.append(_with_kind(found, stretch, compacted, log_append_time))
     return VerifyPlan(flow_name, run_id, tuple(ranges))
 
 
@@ -271,13 +389,26 @@ def _stretch_range(
 
 def _source_of(stretch: list[Batch], target: int) -> int:
     """The source offset of the mirrored record at ``target`` (within the stretch's target range)."""
-    for b in stretch:
-        if b.target_start <= target < b.target_end:
-            points = runs(b)
-            k = bisect.bisect_right([t for _, t in points], target) - 1
-            src, tgt = points[k]
-            return src + (target - tgt)
-    raise PlanError(f"target offset {target} lies outside the batches of {stretch[0].topic}")
+    return int(OffsetMap(_stretch_runs(stretch), stretch[-1].target_end).sources(np.array([target]))[0])
+
+
+def _stretch_runs(stretch: list[Batch]) -> list[Run]:
+    """The runs of a stretch's records (contiguous batches: one merged batch)."""
+    (merged,) = coalesce(stretch)
+    return runs(merged)
+
+
+def _with_kind(
+    r: VerifyRange, stretch: list[Batch], compacted: Collection[str], log_append_time: Collection[str]
+) -> VerifyRange:
+    """The range marked compacted and LogAppendTime as its topics are; compared record by record,
+    with the runs of its target range (the stretch's runs from its first record on)."""
+    is_compacted, stamped = r.topic in compacted, r.remote_topic in log_append_time
+    points: list[Run] = []
+    if (is_compacted or stamped) and r.records:
+        first = (_source_of(stretch, r.target_start), r.target_start)
+        points = [first, *(p for p in _stretch_runs(stretch) if r.target_start < p[1] < r.target_end)]
+    return replace(r, compacted=is_compacted, log_append_time=stamped, runs=tuple(points))
 
 
 # ----------------------------------------------------------------------------------------- digest
@@ -332,12 +463,7 @@ class RecordDigest:
     def update_transformed(self, batch: pa.RecordBatch, chain: Chain, topic: str, partition: int) -> None:
         """What ``chain`` makes of a batch of source records of ``topic``-``partition`` (the
         ``offset`` column too): the digest of what a flow with transforms writes."""
-        offsets = batch.column("offset").to_pylist()
-        records = [
-            Record(topic, partition, offset, ms, key, value, tuple(headers))
-            for offset, (key, value, headers, ms) in zip(offsets, arrow_rows(batch), strict=True)
-        ]
-        for r in chain.apply(records):
+        for r in chained(batch, chain, topic, partition):
             self.update(r.key, r.value, r.headers, r.timestamp)
 
     def result(self) -> SideDigest:
@@ -364,6 +490,24 @@ def arrow_rows(batch: pa.RecordBatch) -> list[DigestRecord]:
     return rows
 
 
+def chained(batch: pa.RecordBatch, chain: Chain, topic: str, partition: int) -> list[Record]:
+    """What ``chain`` makes of a batch of source records of ``topic``-``partition`` (the ``offset``
+    column too), each record with its source offset."""
+    offsets = batch.column("offset").to_pylist()
+    return chain.apply(
+        [
+            Record(topic, partition, offset, ms, key, value, tuple(headers))
+            for offset, (key, value, headers, ms) in zip(offsets, arrow_rows(batch), strict=True)
+        ]
+    )
+
+
+def record_digest(record: DigestRecord) -> bytes:
+    """One record's own digest (16 bytes, the same encoding as the range digest): what a record by
+    record comparison compares."""
+    return hashlib.blake2b(_encode(*record), digest_size=16, person=DIGEST_SCHEME.encode()).digest()
+
+
 def digest_records(records: Iterable[DigestRecord]) -> SideDigest:
     """The digest of ``records`` (key, value, headers, timestamp in ms), in the order given."""
     digest = RecordDigest()
@@ -374,25 +518,137 @@ def digest_records(records: Iterable[DigestRecord]) -> SideDigest:
 
 # ----------------------------------------------------------------------------------------- result
 
+# How many offsets of each kind of record a comparison names (the first ones, by source offset).
+FIRST_OFFSETS = 5
+# What a record by record comparison finds at a source offset: the record on both clusters, the
+# same or not; on the source only, where the copy wrote none or where it wrote one the target no
+# longer holds; on the target only (the source no longer holds it).
+SAME, DIFFER, NOT_COPIED, ONLY_ON_SOURCE, ONLY_ON_TARGET = (
+    "same",
+    "differ",
+    "not_copied",
+    "only_on_source",
+    "only_on_target",
+)
+KINDS = (SAME, DIFFER, NOT_COPIED, ONLY_ON_SOURCE, ONLY_ON_TARGET)
+# The source offset, and the target offset where the copy wrote the record (None: it wrote none).
+Place = tuple[int, int | None]
+
+
+@dataclass(frozen=True)
+class Found:
+    """How many records of one kind a range holds, and where the first few of them are."""
+
+    records: int = 0
+    first: tuple[Place, ...] = ()
+
+    def __add__(self, other: Found) -> Found:
+        return Found(self.records + other.records, tuple(sorted({*self.first, *other.first}))[:FIRST_OFFSETS])
+
+    def describe(self) -> str:
+        """``source offset 7 (target offset 7), ...``; ``and N more`` past the first few."""
+        shown = ", ".join(
+            f"source offset {s}" + (f" (target offset {t})" if t is not None else "") for s, t in self.first
+        )
+        more = self.records - len(self.first)
+        return shown + (f" and {more} more" if more else "")
+
+
+@dataclass(frozen=True)
+class RecordComparison:
+    """A range compared record by record, keyed by source offset: each of ``KINDS`` found.
+
+    A record on one side only is a difference, but in a compacted range (``compacted``), where it is
+    a record that side compacted away after the copy read it: not a difference, counted apart."""
+
+    same: Found = Found()
+    differ: Found = Found()
+    not_copied: Found = Found()
+    only_on_source: Found = Found()
+    only_on_target: Found = Found()
+
+    def differences(self, compacted: bool) -> tuple[str, ...]:
+        """The kinds found that are differences."""
+        kinds = (DIFFER, NOT_COPIED) if compacted else (DIFFER, NOT_COPIED, ONLY_ON_SOURCE, ONLY_ON_TARGET)
+        return tuple(k for k in kinds if self.found(k).records)
+
+    def found(self, kind: str) -> Found:
+        return {
+            SAME: self.same,
+            DIFFER: self.differ,
+            NOT_COPIED: self.not_copied,
+            ONLY_ON_SOURCE: self.only_on_source,
+            ONLY_ON_TARGET: self.only_on_target,
+        }[kind]
+
+    @property
+    def source_records(self) -> int:
+        return sum(self.found(k).records for k in (SAME, DIFFER, NOT_COPIED, ONLY_ON_SOURCE))
+
+    @property
+    def target_records(self) -> int:
+        return sum(self.found(k).records for k in (SAME, DIFFER, ONLY_ON_TARGET))
+
+    def describe(self, compacted: bool) -> str:
+        """How many records of each kind, and where the first few are (the same ones: how many)."""
+        wording = {
+            DIFFER: "differ",
+            NOT_COPIED: "on the source were never copied",
+            ONLY_ON_SOURCE: "compacted away on the target" if compacted else "missing on the target",
+            ONLY_ON_TARGET: (
+                "compacted away on the source after they were copied"
+                if compacted
+                else "missing on the source"
+            ),
+        }
+        parts = [f"{self.same.records} the same on both"]
+        for kind, words in wording.items():
+            found = self.found(kind)
+            if found.records:
+                parts.append(f"{found.records} {words}: {found.describe()}")
+        return "; ".join(parts)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> RecordComparison:
+        return cls(
+            **{
+                kind: Found(
+                    f["records"], tuple((int(s), None if t is None else int(t)) for s, t in f["first"])
+                )
+                for kind, f in raw.items()
+            }
+        )
+
 
 @dataclass(frozen=True)
 class PartitionVerdict:
-    """One range as each cluster holds it."""
+    """One range as each cluster holds it. A range compared record by record has ``records``, and
+    its sides' digests are empty (a compacted range's sides need not hold the same records)."""
 
     range: VerifyRange
     source: SideDigest
     target: SideDigest
+    records: RecordComparison | None = None
 
     @property
     def matches(self) -> bool:
+        if self.records is not None:
+            return not self.records.differences(self.range.compacted)
         return self.source == self.target
 
     def describe(self) -> str:
         verdict = "match" if self.matches else "DIFFER"
+        if self.records is not None:
+            return f"{self.range}: {verdict} record by record ({self.records.describe(self.range.compacted)})"
         return (
             f"{self.range}: {verdict} (source {self.source.records} records {self.source.digest[:16]}, "
             f"target {self.target.records} records {self.target.digest[:16]})"
         )
+
+    def compacted_away(self, kind: str) -> Found:
+        """The records of a compacted range only one side holds (``ONLY_ON_SOURCE`` or
+        ``ONLY_ON_TARGET``): the other compacted them away after they were copied."""
+        return self.records.found(kind) if self.records is not None and self.range.compacted else Found()
 
 
 @dataclass(frozen=True)
@@ -408,7 +664,8 @@ class VerifyResult:
         return tuple(v for v in self.partitions if not v.matches)
 
     def summary(self) -> str:
-        """One line: how many ranges and records were compared, and which ranges differ."""
+        """One line: how many ranges and records were compared, which ranges differ (compared record
+        by record: where), and how many records each cluster compacted away on its own."""
         differ = self.mismatches
         line = (
             f"verified flow {self.flow} run {self.run_id}: {len(self.partitions)} ranges, "
@@ -419,6 +676,14 @@ class VerifyResult:
         if differ:
             shown = "; ".join(v.describe() for v in differ[:3])
             line += f": {shown}" + (f"; and {len(differ) - 3} more" if len(differ) > 3 else "")
+        for kind, where in ((ONLY_ON_TARGET, "source"), (ONLY_ON_SOURCE, "target")):
+            compacted = [
+                (v.range, v.compacted_away(kind)) for v in self.partitions if v.compacted_away(kind).records
+            ]
+            if compacted:
+                total = sum(f.records for _, f in compacted)
+                shown = "; ".join(f"{r.topic}-{r.partition} {f.describe()}" for r, f in compacted[:3])
+                line += f"; {total} records compacted away on the {where} after they were copied ({shown})"
         return line
 
     def to_json(self) -> str:
@@ -426,6 +691,8 @@ class VerifyResult:
 
     @classmethod
     def from_json(cls, text: str, source: str = "verify result") -> VerifyResult:
+        """Reads results written before compacted ranges were compared record by record too: their
+        verdicts have no ``records``."""
         return documents.load(
             text,
             ("digest_scheme", DIGEST_SCHEME),
@@ -434,7 +701,10 @@ class VerifyResult:
                 raw["run_id"],
                 tuple(
                     PartitionVerdict(
-                        VerifyRange(**v["range"]), SideDigest(**v["source"]), SideDigest(**v["target"])
+                        VerifyRange.from_dict(v["range"]),
+                        SideDigest(**v["source"]),
+                        SideDigest(**v["target"]),
+                        None if v.get("records") is None else RecordComparison.from_dict(v["records"]),
                     )
                     for v in raw["partitions"]
                 ),
@@ -449,6 +719,23 @@ class VerifyResult:
 
 # What a digesting task needs of Spark's Kafka source, plus the side each read was of.
 DIGEST_INPUT_COLUMNS = ("side", "topic", "partition", "offset", "key", "value", "timestamp", "headers")
+DIGEST_INPUT_SCHEMA = pa.schema(
+    [
+        ("side", pa.int32()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        # Spark's timestamps: microseconds, UTC.
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ]
+)
+DIGEST_INPUT_DDL = (
+    "side int, topic string, partition int, offset bigint, key binary, value binary, timestamp timestamp, "
+    "headers array<struct<key: string, value: binary>>"
+)
 DIGEST_SCHEMA = pa.schema(
     [
         ("side", pa.int32()),
@@ -458,17 +745,50 @@ DIGEST_SCHEMA = pa.schema(
     ]
 )
 DIGEST_DDL = "side int, range int, records bigint, digest string"
+# One record of a range compared record by record: its source offset, where the copy wrote it, its
+# digest.
+KEY_SCHEMA = pa.schema(
+    [
+        ("range", pa.int32()),
+        ("side", pa.int32()),
+        ("source_offset", pa.int64()),
+        ("target_offset", pa.int64()),
+        ("digest", pa.binary()),
+    ]
+)
+KEY_DDL = "range int, side int, source_offset bigint, target_offset bigint, digest binary"
+# What one task found of one kind in one range compared record by record (summed over tasks).
+FOUND_SCHEMA = pa.schema(
+    [
+        ("range", pa.int32()),
+        ("kind", pa.string()),
+        ("records", pa.int64()),
+        ("first_source", pa.list_(pa.int64())),
+        ("first_target", pa.list_(pa.int64())),
+    ]
+)
+FOUND_DDL = "range int, kind string, records bigint, first_source array<bigint>, first_target array<bigint>"
 
 
-@dataclass
-class _Side:
-    """The running digest of one side of one range inside a task."""
-
-    range: int
-    start: int
-    end: int
-    digest: RecordDigest = field(default_factory=RecordDigest)
-    last_offset: int = -1
+def input_batch(side: int, topic: str, partition: int, records: Sequence[Encodable]) -> pa.RecordBatch:
+    """``records`` of ``topic``-``partition`` as the digesting tasks read Spark's Kafka source
+    (``DIGEST_INPUT_SCHEMA``): a reader of record batches feeds the same tasks."""
+    return pa.RecordBatch.from_pylist(
+        [
+            {
+                "side": side,
+                "topic": topic,
+                "partition": partition,
+                "offset": r.offset,
+                "key": r.key,
+                "value": r.value,
+                "timestamp": r.timestamp * 1000,
+                "headers": [{"key": k, "value": v} for k, v in r.headers],
+            }
+            for r in records
+        ],
+        schema=DIGEST_INPUT_SCHEMA,
+    )
 
 
 _Bounds = dict[tuple[int, str, int], tuple[list[int], list[tuple[int, int, int]]]]
@@ -485,61 +805,161 @@ def _bounds(plan: VerifyPlan) -> _Bounds:
     return {k: ([s for s, _, _ in sorted(v)], sorted(v)) for k, v in found.items()}
 
 
-def digest_partitions(
-    batches: Iterator[pa.RecordBatch], plan: VerifyPlan, transforms: Sequence[TransformConfig] = ()
-) -> Iterator[pa.RecordBatch]:
-    """Digest the records one Spark task reads (``DIGEST_INPUT_COLUMNS``); yield one
-    ``DIGEST_SCHEMA`` row per side of each range seen. With ``transforms`` (the flow's), the source
-    side is digested as the flow's chain makes it: records dropped on purpose are not differences.
+def _pieces(batches: Iterator[pa.RecordBatch], plan: VerifyPlan) -> Iterator[tuple[int, int, pa.RecordBatch]]:
+    """The records one task reads (``DIGEST_INPUT_COLUMNS``) as (side, range index, records): each
+    piece the records of one side of one range, in the order read.
 
-    Relies on each range's records reaching one task, in offset order, and checks it: within a range
-    offsets must rise strictly (else ``PlanError``), and the caller refuses a range whose records
-    reached two tasks. Ranges of several partitions may share a task, one after another or even
+    Checks that within a range offsets rise strictly (else ``PlanError``): a digest is of the range
+    in offset order. Ranges of several partitions may share a task, one after another or even
     interleaved; each record counts for the range holding its offset.
     """
     bounds = _bounds(plan)
-    chain = Chain(transforms)
-    seen: dict[tuple[int, int], _Side] = {}
+    last: dict[tuple[int, int], int] = {}
     for batch in batches:
         for run in _runs(batch):
             side = int(run.column("side")[0].as_py())
             topic, partition = run.column("topic")[0].as_py(), int(run.column("partition")[0].as_py())
             while run.num_rows:
                 offsets = run.column("offset").to_numpy()
-                state = _state(seen, bounds, side, topic, partition, int(offsets[0]))
+                start, end, index = _range_of(bounds, side, topic, partition, int(offsets[0]))
                 # The leading records inside the range (a batch may run on into the next range).
-                outside = np.flatnonzero((offsets < state.start) | (offsets >= state.end))
+                outside = np.flatnonzero((offsets < start) | (offsets >= end))
                 inside = int(outside[0]) if outside.size else run.num_rows
                 piece, run = run.slice(0, inside), run.slice(inside)
                 offsets = offsets[:inside]
-                if offsets[0] <= state.last_offset or not bool(np.all(offsets[1:] > offsets[:-1])):
+                before = last.get((side, index), -1)
+                if offsets[0] <= before or not bool(np.all(offsets[1:] > offsets[:-1])):
                     raise PlanError(
                         f"the verification read {_SIDES[side]} records of {topic}-{partition} out of "
-                        f"offset order (offsets {offsets[0]}..{offsets[-1]} after {state.last_offset}): "
+                        f"offset order (offsets {offsets[0]}..{offsets[-1]} after {before}): "
                         "the digest would not be of the range in order"
                     )
-                state.last_offset = int(offsets[-1])
-                if chain and side == SOURCE:
-                    state.digest.update_transformed(piece, chain, topic, partition)
-                else:
-                    state.digest.update_arrow(piece)
+                last[(side, index)] = int(offsets[-1])
+                yield side, index, piece
+
+
+def digest_partitions(
+    batches: Iterator[pa.RecordBatch], plan: VerifyPlan, transforms: Sequence[TransformConfig] = ()
+) -> Iterator[pa.RecordBatch]:
+    """Digest the records one Spark task reads (``DIGEST_INPUT_COLUMNS``, in order: ``_pieces``);
+    yield one ``DIGEST_SCHEMA`` row per side of each range seen. With ``transforms`` (the flow's),
+    the source side is digested as the flow's chain makes it: records dropped on purpose are not
+    differences.
+
+    Relies on each range's records reaching one task, in offset order: ``_pieces`` checks the order,
+    and the caller refuses a range whose records reached two tasks.
+    """
+    chain = Chain(transforms)
+    seen: dict[tuple[int, int], RecordDigest] = {}
+    for side, index, piece in _pieces(batches, plan):
+        digest = seen.setdefault((side, index), RecordDigest())
+        if chain and side == SOURCE:
+            r = plan.ranges[index]
+            digest.update_transformed(piece, chain, r.topic, r.partition)
+        else:
+            digest.update_arrow(piece)
     rows = [
-        {
-            "side": side,
-            "range": s.range,
-            "records": s.digest.records,
-            "digest": s.digest.result().digest,
-        }
-        for (side, _), s in seen.items()
+        {"side": side, "range": index, "records": d.records, "digest": d.result().digest}
+        for (side, index), d in seen.items()
     ]
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=DIGEST_SCHEMA)
 
 
-def _state(
-    seen: dict[tuple[int, int], _Side], bounds: _Bounds, side: int, topic: str, partition: int, offset: int
-) -> _Side:
-    """The running digest of the range of ``side``'s ``topic``-``partition`` holding ``offset``."""
+def record_keys(
+    batches: Iterator[pa.RecordBatch], plan: VerifyPlan, transforms: Sequence[TransformConfig] = ()
+) -> Iterator[pa.RecordBatch]:
+    """One ``KEY_SCHEMA`` row per record one Spark task reads of ranges compared record by record: its
+    side, its source offset (a target record's through the range's ``OffsetMap``), the target offset
+    the copy wrote it to (a source record's through the map; null where the copy wrote none) and
+    its ``record_digest``. With ``transforms``, source records are keyed as the flow's chain makes
+    them (a record it drops was never copied, and is not keyed). The rows of a range may come from
+    any number of tasks: ``compare_records`` pairs them by source offset."""
+    chain = Chain(transforms)
+    maps: dict[int, OffsetMap] = {}
+    for side, index, piece in _pieces(batches, plan):
+        r = plan.ranges[index]
+        offset_map = maps.setdefault(index, OffsetMap.of(r))
+        if chain and side == SOURCE:
+            kept = chained(piece, chain, r.topic, r.partition)
+            offsets = np.array([k.offset for k in kept], dtype=np.int64)
+            records: list[DigestRecord] = [(k.key, k.value, k.headers, k.timestamp) for k in kept]
+        else:
+            offsets, records = piece.column("offset").to_numpy().astype(np.int64), arrow_rows(piece)
+        if side == SOURCE:
+            sources, targets = offsets, offset_map.targets(offsets)
+        else:
+            sources, targets = offset_map.sources(offsets), offsets
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array(np.full(len(offsets), index, dtype=np.int32)),
+                pa.array(np.full(len(offsets), side, dtype=np.int32)),
+                pa.array(sources),
+                pa.array(targets, mask=targets < 0),
+                pa.array([record_digest(rec) for rec in records], pa.binary()),
+            ],
+            schema=KEY_SCHEMA,
+        )
+
+
+def compare_records(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``FOUND_SCHEMA`` rows of one task: how many records of each kind (``KINDS``) it found in
+    each range, with the first few of each but the same ones. Takes ``KEY_SCHEMA`` rows sorted by
+    (range, source offset, side), every row of a source offset in the same task (Spark: partitioned
+    by range and source offset, sorted within partitions).
+
+    A source offset held by both sides compares the two records' digests. One held by one side only
+    is found as such (whether that is a difference, the range says: ``RecordComparison``), but for a
+    source record where the copy wrote none: ``NOT_COPIED``.
+    """
+    counts: dict[tuple[int, str], Found] = {}
+    for (index, source_offset), rows in itertools.groupby(_key_rows(batches), key=lambda r: r[:2]):
+        kind, target_offset = _kind(list(rows))
+        first = ((source_offset, target_offset),) if kind != SAME else ()
+        counts[(index, kind)] = counts.get((index, kind), Found()) + Found(1, first)
+    out = [
+        {
+            "range": index,
+            "kind": kind,
+            "records": f.records,
+            "first_source": [s for s, _ in f.first],
+            "first_target": [t for _, t in f.first],
+        }
+        for (index, kind), f in counts.items()
+    ]
+    if out:
+        yield pa.RecordBatch.from_pylist(out, schema=FOUND_SCHEMA)
+
+
+_KeyRow = tuple[int, int, int, int | None, bytes]
+
+
+def _key_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[_KeyRow]:
+    """(range, source offset, side, target offset, digest) of each ``KEY_SCHEMA`` row."""
+    for batch in batches:
+        names = ("range", "source_offset", "side", "target_offset", "digest")
+        yield from zip(*(batch.column(name).to_pylist() for name in names), strict=True)
+
+
+def _kind(rows: list[_KeyRow]) -> tuple[str, int | None]:
+    """The kind of a source offset's rows (sorted by side), and the target offset the copy wrote it to."""
+    sides = [side for _, _, side, _, _ in rows]
+    if sides == [SOURCE, TARGET]:
+        (_, _, _, _, source_digest), (_, _, _, target_offset, target_digest) = rows
+        return (SAME if source_digest == target_digest else DIFFER), target_offset
+    if sides == [TARGET]:
+        return ONLY_ON_TARGET, rows[0][3]
+    if sides == [SOURCE]:
+        target_offset = rows[0][3]
+        return (NOT_COPIED if target_offset is None else ONLY_ON_SOURCE), target_offset
+    raise PlanError(
+        f"the verification read source offset {rows[0][1]} of {sides.count(SOURCE)} source and "
+        f"{sides.count(TARGET)} target records: an offset map must pair at most one of each"
+    )
+
+
+def _range_of(bounds: _Bounds, side: int, topic: str, partition: int, offset: int) -> tuple[int, int, int]:
+    """(start, end, index) of the range of ``side``'s ``topic``-``partition`` holding ``offset``."""
     starts, spans = bounds.get((side, topic, partition), ([], []))
     k = bisect.bisect_right(starts, offset) - 1
     if k < 0 or offset >= spans[k][1]:
@@ -547,8 +967,7 @@ def _state(
             f"the verification read {_SIDES[side]} offset {offset} of {topic}-{partition}, which no "
             "range of the plan holds"
         )
-    start, end, index = spans[k]
-    return seen.setdefault((side, index), _Side(index, start, end))
+    return spans[k]
 
 
 def _runs(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
@@ -564,26 +983,53 @@ def _runs(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
     return [batch.slice(a, b - a) for a, b in itertools.pairwise(cuts)]
 
 
-def verdicts(plan: VerifyPlan, rows: Iterable[Mapping[str, object]]) -> VerifyResult:
-    """The result from the tasks' ``DIGEST_SCHEMA`` rows. A side of a range without a row held no
-    record (the digest of nothing); a side of a range with two rows was split over two tasks, whose
-    digests cannot be joined: ``PlanError``."""
-    found: dict[tuple[int, int], SideDigest] = {}
+def verdicts(
+    plan: VerifyPlan, rows: Iterable[Mapping[str, object]], found: Iterable[Mapping[str, Any]] = ()
+) -> VerifyResult:
+    """The result from the tasks' ``DIGEST_SCHEMA`` rows (ranges compared by digest) and
+    ``FOUND_SCHEMA`` rows (ranges compared record by record). A side of a range without a
+    row held no record (the digest of nothing); a side of a range with two digest rows was split
+    over two tasks, whose digests cannot be joined: ``PlanError``."""
+    digests: dict[tuple[int, int], SideDigest] = {}
     for row in rows:
         key = (int(str(row["side"])), int(str(row["range"])))
-        if key in found:
+        if key in digests:
             raise PlanError(
                 f"the {_SIDES[key[0]]} records of {plan.ranges[key[1]]} reached two Spark tasks: the "
                 "reader split the partition (minPartitions / maxRecordsPerPartition?), so no digest of the "
                 "range in order exists"
             )
-        found[key] = SideDigest(int(str(row["records"])), str(row["digest"]))
+        digests[key] = SideDigest(int(str(row["records"])), str(row["digest"]))
+    compared = _comparisons(plan, found)
     nothing = RecordDigest().result()
     return VerifyResult(
         plan.flow,
         plan.run_id,
         tuple(
-            PartitionVerdict(r, found.get((SOURCE, i), nothing), found.get((TARGET, i), nothing))
+            _compared_verdict(r, compared[i])
+            if r.by_record
+            else PartitionVerdict(r, digests.get((SOURCE, i), nothing), digests.get((TARGET, i), nothing))
             for i, r in enumerate(plan.ranges)
         ),
+    )
+
+
+def _comparisons(plan: VerifyPlan, found: Iterable[Mapping[str, Any]]) -> dict[int, RecordComparison]:
+    """Each by-record range's comparison, from the tasks' partial ``FOUND_SCHEMA`` rows."""
+    kinds: dict[int, dict[str, Found]] = {i: {} for i, r in enumerate(plan.ranges) if r.by_record}
+    for row in found:
+        index, kind = int(row["range"]), str(row["kind"])
+        if index not in kinds or kind not in KINDS:
+            raise PlanError(
+                f"the verification found {kind!r} records in range {index}, which it never compares"
+            )
+        first = tuple(zip(row["first_source"], row["first_target"], strict=True))
+        kinds[index][kind] = kinds[index].get(kind, Found()) + Found(int(row["records"]), first)
+    return {i: RecordComparison(**k) for i, k in kinds.items()}
+
+
+def _compared_verdict(r: VerifyRange, compared: RecordComparison) -> PartitionVerdict:
+    """A by-record range's verdict: the records each side holds, no digests."""
+    return PartitionVerdict(
+        r, SideDigest(compared.source_records, ""), SideDigest(compared.target_records, ""), compared
     )

@@ -173,6 +173,34 @@ class ClusterAdmin:
             for topic, entries in described.items()
         }
 
+    def effective_topic_configs(
+        self, topics: Iterable[str], keys: Iterable[str]
+    ) -> dict[str, dict[str, str]]:
+        """The value in effect of each of ``keys`` for each topic, wherever it is set (on the topic,
+        the broker, or Kafka's default). A topic or key the cluster does not describe is an error."""
+        wanted = sorted(set(keys))
+        resources = [
+            ConfigResource(ConfigResourceType.TOPIC, t, configs=dict.fromkeys(wanted)) for t in sorted(topics)
+        ]
+        if not resources:
+            return {}
+        described: Mapping[str, Any] = self._admin.describe_configs(resources, config_filter="all").get(
+            "topic", {}
+        )
+        found = {
+            r.name: {
+                k: str(v["value"]) for k, v in described.get(r.name, {}).items() if v.get("value") is not None
+            }
+            for r in resources
+        }
+        missing = [f"{t} {k}" for t, configs in found.items() for k in wanted if k not in configs]
+        if missing:
+            raise TargetStateError(
+                f"cluster {self.alias} did not describe {', '.join(missing)}: does the topic exist, and may "
+                "the mirror's login describe its configs (DESCRIBE_CONFIGS)?"
+            )
+        return found
+
     def alter_topic_configs(self, changes: Mapping[str, Mapping[str, str | None]]) -> None:
         """Incrementally alter topic configs: a value SETs the key, ``None`` DELETEs it (back to the
         default). Keys not named are left as they are."""

@@ -73,7 +73,7 @@ def test_a_complete_dry_run_shows_what_it_would_commit() -> None:
         "offsets_not_mirrored_yet": 0,
     }
     verify = {
-        "ranges": 1,
+        "ranges": 2,
         "mismatches": 0,
         "verdicts": [
             {
@@ -83,7 +83,16 @@ def test_a_complete_dry_run_shows_what_it_would_commit() -> None:
                 "source_digest": "ab" * 32,
                 "target_digest": "ab" * 32,
                 "matches": True,
-            }
+            },
+            {
+                "range": "log-0 [0, 9) -> log-0 [0, 9)",
+                "source_records": 6,
+                "target_records": 9,
+                "source_digest": "",
+                "target_digest": "",
+                "matches": True,
+                "by_record": "6 the same on both; 3 compacted away on the source after they were copied: ...",
+            },
         ],
     }
     steps = {
@@ -103,6 +112,11 @@ def test_a_complete_dry_run_shows_what_it_would_commit() -> None:
     assert (
         "| orders-0 [0, 7) -> orders-0 [0, 7) | 7 | 7 | `abababababababab` | `abababababababab` | yes |"
         in text
+    )
+    assert "| log-0 [0, 9) -> log-0 [0, 9) | 6 | 9 | by record | by record | yes |" in text
+    assert (
+        "- log-0 [0, 9) -> log-0 [0, 9): 6 the same on both; 3 compacted away on the source after they "
+        "were copied: ..." in text
     )
     assert "Positions would be committed (dry run) on the target:" in text
     assert "| billing | orders-0 | 7 |" in text

@@ -87,6 +87,19 @@ def test_a_logappendtime_batch_does_not_pass_and_its_records_carry_the_append_ti
     assert [r.offset for r in batch.records()] == [4, 5, 6]
 
 
+@pytest.mark.parametrize("codec", [NONE, ZSTD])
+def test_written_records_carry_the_timestamps_their_writer_gave_them_also_under_logappendtime(
+    codec: int,
+) -> None:
+    # A LogAppendTime remote topic stamps a copied batch so: its records keep their own timestamps.
+    data = bytearray(build(base_offset=4, codec=codec, attributes=LOG_APPEND_TIME))
+    struct.pack_into(">q", data, 35, 7_777)
+    batch = parse(bytes(data))
+    written = [r._replace(offset=r.offset - 4) for r in batch.written_records()]
+    assert written == RECORDS
+    assert parse(build(RECORDS)).written_records() == parse(build(RECORDS)).records() == RECORDS
+
+
 @pytest.mark.parametrize("codec", [NONE, GZIP, LZ4, ZSTD])
 def test_stamping_changes_only_the_writer_fields_and_keeps_the_records_and_codec(codec: int) -> None:
     source = build(base_offset=100, codec=codec, producer_id=42, attributes=TRANSACTIONAL)

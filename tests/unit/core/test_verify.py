@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -22,18 +23,26 @@ from mirrorflow.app.verify import (
     write_verify_plan,
 )
 from mirrorflow.config.model import MirrorConfig, load_config
+from mirrorflow.config.transforms import PredicateConfig, TransformConfig
 from mirrorflow.core.progress import Batch
 from mirrorflow.core.verify import (
     DIGEST_SCHEME,
     DigestRecord,
+    Found,
+    OffsetMap,
     PartitionVerdict,
+    RecordComparison,
     RecordDigest,
     SideDigest,
     VerifyPlan,
     VerifyRange,
     VerifyResult,
+    compacts,
+    compare_records,
     digest_partitions,
     digest_records,
+    record_keys,
+    stamps_append_time,
     verdicts,
     verify_plan,
 )
@@ -377,6 +386,176 @@ def test_a_range_split_over_two_tasks_is_refused() -> None:
         verdicts(TWO, first + second)
 
 
+# ---------------------------------------------------------------------- compared record by record
+
+
+def test_compacted_and_logappendtime_ranges_carry_their_offset_map_from_their_first_record() -> None:
+    # orders-0: source 5, 9, 14 and 19 held no record (compacted before the copy, markers).
+    log = [
+        batch((0, 10), (0, 8), (6, 5)),
+        batch((10, 20), (8, 16), (15, 12)),
+        batch((0, 4), (0, 4), topic="plain"),
+    ]
+    starts = {("orders", 0): 3, ("plain", 0): 0}
+
+    plan = verify_plan(FLOW, "r1", log, starts, compacted={"orders"}, log_append_time={"primary.plain"})
+
+    assert plan.ranges == (
+        VerifyRange("orders", 0, "primary.orders", 3, 20, 3, 16, True, ((3, 3), (6, 5), (10, 8), (15, 12))),
+        VerifyRange("plain", 0, "primary.plain", 0, 4, 0, 4, runs=((0, 0),), log_append_time=True),
+    )
+    assert [r.by_record for r in plan.ranges] == [True, True]
+    # The target no longer holds offsets 3-5: the map starts at source offset 7, target offset 6.
+    kept = verify_plan(
+        FLOW, "r1", log, starts, compacted={"orders"}, target_log_starts={("primary.orders", 0): 6}
+    )
+    assert kept.ranges[0].runs == ((7, 6), (10, 8), (15, 12))
+    assert (kept.ranges[1].runs, kept.ranges[1].by_record) == ((), False)
+
+
+def test_an_offset_map_maps_target_offsets_to_source_ones_and_back() -> None:
+    offsets = OffsetMap(((3, 3), (6, 5), (10, 8)), 10)
+
+    assert offsets.sources(np.array([3, 4, 5, 7, 8, 9])).tolist() == [3, 4, 6, 8, 10, 11]
+    # -1: no record was copied from there.
+    assert offsets.targets(np.array([2, 3, 4, 5, 6, 8, 9, 11, 12])).tolist() == [
+        -1,
+        3,
+        4,
+        -1,
+        5,
+        7,
+        -1,
+        9,
+        -1,
+    ]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"compacted": True},  # records, but no map
+        {"runs": ((0, 0),)},  # a map for a range compared by digest
+        {"compacted": True, "runs": ((0, 1),)},  # not from the target start
+        {"compacted": True, "runs": ((0, 0), (2, 3))},  # the first run (0-2) overlaps the second
+        {"compacted": True, "runs": ((8, 0),)},  # source offsets 8-12, past the range's end
+    ],
+)
+def test_a_range_refuses_an_offset_map_that_does_not_fit(fields: dict[str, object]) -> None:
+    with pytest.raises(PlanError, match="offset map"):
+        VerifyRange("orders", 0, "primary.orders", 0, 10, 0, 5, **fields)  # type: ignore[arg-type]
+
+
+def test_which_topic_configs_compact_and_stamp_the_append_time() -> None:
+    policies = ("compact", "delete", "compact,delete", "delete, compact")
+    assert [compacts({"cleanup.policy": p}) for p in policies] == [True, False, True, True]
+    assert stamps_append_time({"message.timestamp.type": "LogAppendTime"})
+    assert not stamps_append_time({"message.timestamp.type": "CreateTime"})
+
+
+# orders-0: source 0, 1 copied to target 0, 1 and 3, 4 to 2, 3 (2 and 5 held no record then).
+KEYED = VerifyPlan(
+    FLOW, "r1", (VerifyRange("orders", 0, "primary.orders", 0, 6, 0, 4, True, ((0, 0), (3, 2))),)
+)
+
+
+def keyed_rows(
+    *batches: pa.RecordBatch, transforms: Sequence[TransformConfig] = ()
+) -> list[dict[str, object]]:
+    """What the tasks find in ``KEYED``: its records keyed, paired by source offset, compared."""
+    keys = [r for out in record_keys(iter(batches), KEYED, transforms) for r in out.to_pylist()]
+    ordered = sorted(keys, key=lambda r: (r["range"], r["source_offset"], r["side"]))
+    return [
+        r for out in compare_records(iter([pa.RecordBatch.from_pylist(ordered)])) for r in out.to_pylist()
+    ]
+
+
+def test_records_are_keyed_by_source_offset_and_each_offset_is_found_as_one_kind() -> None:
+    # The source holds 1, 2 (never copied) and 4; the target holds the copies of 0, 3 and 4.
+    source = spark_batch([A, B, A], offsets=[1, 2, 4])
+    target = spark_batch([A, B, B], side=1, topic="primary.orders", offsets=[0, 2, 3])
+
+    keyed = [r for out in record_keys(iter([source, target]), KEYED) for r in out.to_pylist()]
+    assert [(r["side"], r["source_offset"], r["target_offset"]) for r in keyed] == [
+        (0, 1, 1),
+        (0, 2, None),
+        (0, 4, 3),
+        (1, 0, 0),
+        (1, 3, 2),
+        (1, 4, 3),
+    ]
+    result = verdicts(KEYED, [], keyed_rows(source, target))
+
+    (verdict,) = result.partitions
+    assert verdict == PartitionVerdict(
+        KEYED.ranges[0],
+        SideDigest(3, ""),
+        SideDigest(3, ""),
+        RecordComparison(
+            differ=Found(1, ((4, 3),)),
+            not_copied=Found(1, ((2, None),)),
+            only_on_source=Found(1, ((1, 1),)),
+            only_on_target=Found(2, ((0, 0), (3, 2))),
+        ),
+    )
+    assert verdict.describe() == (
+        "orders-0 [0, 6) -> primary.orders-0 [0, 4): DIFFER record by record (0 the same on both; 1 differ: "
+        "source offset 4 (target offset 3); 1 on the source were never copied: source offset 2; 1 compacted "
+        "away on the target: source offset 1 (target offset 1); 2 compacted away on the source after they "
+        "were copied: source offset 0 (target offset 0), source offset 3 (target offset 2))"
+    )
+
+
+def test_with_transforms_source_records_are_keyed_as_the_chain_makes_them() -> None:
+    chain = (
+        TransformConfig("drop", "Filter", (), PredicateConfig("dead", "RecordIsTombstone")),
+        TransformConfig("tag", "InsertHeader", (("header", "by"), ("value.literal", "mirror"))),
+    )
+    tagged: DigestRecord = (A[0], A[1], [*A[2], ("by", b"mirror")], A[3])
+    # Source 0 and 3 copied (tagged) to target 0 and 2; the tombstone at 1 dropped on purpose.
+    source = spark_batch([A, (b"k", None, [], T), A], offsets=[0, 1, 3])
+    target = spark_batch([tagged, tagged], side=1, topic="primary.orders", offsets=[0, 2])
+
+    keys = [r for out in record_keys(iter([source, target]), KEYED, chain) for r in out.to_pylist()]
+    found = keyed_rows(source, target, transforms=chain)
+
+    assert [(r["side"], r["source_offset"]) for r in keys] == [(0, 0), (0, 3), (1, 0), (1, 3)]
+    assert verdicts(KEYED, [], found).partitions[0].records == RecordComparison(same=Found(2))
+
+
+def test_only_in_a_compacted_range_is_a_record_on_one_side_no_difference() -> None:
+    compacted = RecordComparison(same=Found(3), only_on_target=Found(1, ((5, 5),)))
+    stamped = VerifyRange("orders", 0, "primary.orders", 0, 6, 0, 4, runs=((0, 0),), log_append_time=True)
+    as_compacted = dataclasses.replace(stamped, compacted=True)
+
+    assert PartitionVerdict(as_compacted, SideDigest(3, ""), SideDigest(4, ""), compacted).matches
+    missing = PartitionVerdict(stamped, SideDigest(3, ""), SideDigest(4, ""), compacted)
+    assert not missing.matches
+    assert missing.describe().endswith(
+        "(3 the same on both; 1 missing on the source: source offset 5 (target offset 5))"
+    )
+
+
+def test_what_tasks_found_adds_up_and_names_the_first_offsets() -> None:
+    def row(records: int, first: list[int]) -> dict[str, object]:
+        return {
+            "range": 0,
+            "kind": "only_on_target",
+            "records": records,
+            "first_source": first,
+            "first_target": first,
+        }
+
+    result = verdicts(KEYED, [], [row(4, [10, 12, 14, 16]), row(3, [11, 13, 15])])
+
+    assert result.partitions[0].records == RecordComparison(
+        only_on_target=Found(7, tuple((i, i) for i in range(10, 15)))
+    )
+    assert Found(7, ((1, 1),)).describe() == "source offset 1 (target offset 1) and 6 more"
+    with pytest.raises(PlanError, match="found 'gone' records in range 0"):
+        verdicts(KEYED, [], [{**row(1, [1]), "kind": "gone"}])
+
+
 # ------------------------------------------------------------------------------------------- files
 
 
@@ -392,6 +571,20 @@ def test_plan_and_result_survive_json() -> None:
 
     assert VerifyPlan.from_json(TWO.to_json()) == TWO
     assert VerifyResult.from_json(result.to_json()) == result
+    keyed = VerifyResult(
+        FLOW,
+        "r1",
+        (
+            PartitionVerdict(
+                KEYED.ranges[0],
+                SideDigest(2, ""),
+                SideDigest(1, ""),
+                RecordComparison(not_copied=Found(1, ((2, None),)), same=Found(1)),
+            ),
+        ),
+    )
+    assert VerifyPlan.from_json(KEYED.to_json()) == KEYED
+    assert VerifyResult.from_json(keyed.to_json()) == keyed
     assert VerifyPlan.from_json(VerifyPlan(FLOW, "r2", ()).to_json()) == VerifyPlan(FLOW, "r2", ())
 
 
@@ -401,11 +594,16 @@ def test_plan_and_result_survive_json() -> None:
         ("{", "not a valid verify plan"),
         (
             json.dumps({"version": 9, "flow": FLOW, "run_id": "r", "ranges": []}),
-            "verify plan version 9, expected 1",
+            "verify plan version 9, expected 2",
         ),
-        (json.dumps({"version": 1, "flow": FLOW, "run_id": "r"}), "not a valid verify plan"),
+        # A plan of before compacted ranges were marked: it would compare them by digest.
         (
-            json.dumps({"version": 1, "flow": FLOW, "run_id": "r", "ranges": [{"topic": "t"}]}),
+            json.dumps({"version": 1, "flow": FLOW, "run_id": "r", "ranges": []}),
+            "verify plan version 1, expected 2",
+        ),
+        (json.dumps({"version": 2, "flow": FLOW, "run_id": "r"}), "not a valid verify plan"),
+        (
+            json.dumps({"version": 2, "flow": FLOW, "run_id": "r", "ranges": [{"topic": "t"}]}),
             "not a valid verify plan",
         ),
     ],
@@ -413,6 +611,17 @@ def test_plan_and_result_survive_json() -> None:
 def test_a_damaged_plan_is_a_plan_error(text: str, message: str) -> None:
     with pytest.raises(PlanError, match=message):
         VerifyPlan.from_json(text)
+
+
+def test_a_result_written_before_ranges_were_compared_record_by_record_reads_back() -> None:
+    new_fields = ("compacted", "runs", "log_append_time")
+    old_range = {k: v for k, v in dataclasses.asdict(TWO.ranges[0]).items() if k not in new_fields}
+    side = {"records": 1, "digest": digest(A).digest}
+    old = {"flow": FLOW, "run_id": "r1", "partitions": [{"range": old_range, "source": side, "target": side}]}
+
+    assert VerifyResult.from_json(json.dumps({"digest_scheme": DIGEST_SCHEME, **old})) == VerifyResult(
+        FLOW, "r1", (PartitionVerdict(TWO.ranges[0], digest(A), digest(A)),)
+    )
 
 
 def test_a_result_of_another_digest_scheme_is_refused() -> None:
