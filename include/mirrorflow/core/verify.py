@@ -367,7 +367,8 @@ def _stretch_range(
     source_start = max(first.source_start, log_start)
     if source_start >= last.source_end:
         return None  # every record of the stretch is gone from the source
-    target_start = OffsetTranslator(stretch).translate(source_start)
+    translator = OffsetTranslator(stretch)
+    target_start = translator.translate(source_start)
     assert target_start is not None  # source_start is at or after the stretch's first offset
     if target_log_starts is not None:
         kept = target_log_starts.get((first.remote_topic, first.partition), 0)
@@ -375,7 +376,7 @@ def _stretch_range(
             if kept >= last.target_end:
                 return None  # every mirrored record of the stretch is gone from the target
             # The source offset of the record at target offset ``kept``: the target range is dense.
-            source_start, target_start = _source_of(stretch, kept), kept
+            source_start, target_start = _source_of(translator, kept), kept
     return VerifyRange(
         first.topic,
         first.partition,
@@ -387,9 +388,11 @@ def _stretch_range(
     )
 
 
-def _source_of(stretch: list[Batch], target: int) -> int:
+def _source_of(translator: OffsetTranslator, target: int) -> int:
     """The source offset of the mirrored record at ``target`` (within the stretch's target range)."""
-    return int(OffsetMap(_stretch_runs(stretch), stretch[-1].target_end).sources(np.array([target]))[0])
+    source = translator.reverse(target)
+    assert source is not None  # the stretch's batch log covers its target range
+    return source
 
 
 def _stretch_runs(stretch: list[Batch]) -> list[Run]:
@@ -406,7 +409,7 @@ def _with_kind(
     is_compacted, stamped = r.topic in compacted, r.remote_topic in log_append_time
     points: list[Run] = []
     if (is_compacted or stamped) and r.records:
-        first = (_source_of(stretch, r.target_start), r.target_start)
+        first = (_source_of(OffsetTranslator(stretch), r.target_start), r.target_start)
         points = [first, *(p for p in _stretch_runs(stretch) if r.target_start < p[1] < r.target_end)]
     return replace(r, compacted=is_compacted, log_append_time=stamped, runs=tuple(points))
 
