@@ -52,7 +52,7 @@ class CheckpointReport:
     active: tuple[str, ...] = ()
 
 
-def translators_for(store: OffsetsStore, flow: str) -> dict[TP, Translation]:
+def forward_translations(store: OffsetsStore, flow: str) -> dict[TP, Translation]:
     """Each mirrored partition's remote topic name and exact translation (from the batch log and its
     gaps). A partition with gaps but no batch yet has nothing mirrored to point at: it has none."""
     return {tp: Translation(remote, t.translate) for tp, (remote, t) in _translators(store, flow).items()}
@@ -93,7 +93,7 @@ def emit_checkpoints(
     if not flow.emit_checkpoints:
         return CheckpointReport(0, (), 0)
     with OffsetsStore(config.offsets_db_url) as store:
-        translations = translators_for(store, flow.name)
+        translations = forward_translations(store, flow.name)
         if flow.settings.reverse_checkpoints:
             translations |= reverse_translations(store, flow.opposite)
         with ClusterAdmin(flow.source) as source:

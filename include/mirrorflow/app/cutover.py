@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mirrorflow.app import runner
-from mirrorflow.app.checkpoints import translators_for
+from mirrorflow.app.checkpoints import forward_translations
 from mirrorflow.app.remote_topics import remote_topic_changes
 from mirrorflow.app.run_folder import CUTOVER_REPORT, RunFolder, flow_runs, write_atomically
 from mirrorflow.config.model import FlowConfig, MirrorConfig
@@ -186,7 +186,7 @@ def translate_groups(config: MirrorConfig, flow_name: str, options: CutoverOptio
     dry run) committed there for idle groups, only forward."""
     flow = config.flow(flow_name)
     with OffsetsStore(config.offsets_db_url) as store:
-        translations = translators_for(store, flow.name)
+        translations = forward_translations(store, flow.name)
         with ClusterAdmin(flow.source) as source:
             committed = source.group_offsets(_groups(flow, source, options))
         positions, untranslated = next_positions(committed, translations, {})
