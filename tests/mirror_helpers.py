@@ -38,8 +38,9 @@ from mirrorflow.core.report import RunReport
 from mirrorflow_dev import local_kafka, paths, processes, sample_data
 from mirrorflow_dev.devenv import airflow_env
 from mirrorflow_dev.kafka_security import SUPER_USER, BrokerSecurity, ScramSecurity
-from mirrorflow_dev.local_airflow import LocalAirflow, free_port
+from mirrorflow_dev.local_airflow import LocalAirflow
 from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.processes import free_port
 
 
 def run_flow(config: MirrorConfig, flow_name: str, run_id: str, spark: SparkSession) -> RunReport:

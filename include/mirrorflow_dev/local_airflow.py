@@ -13,7 +13,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,15 +25,10 @@ from mirrorflow.errors import TransientError
 from mirrorflow_dev import local_kafka
 from mirrorflow_dev.devenv import airflow_env
 from mirrorflow_dev.paths import demo_config, state_root
+from mirrorflow_dev.processes import free_port
 
 USER = "admin"
 _COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LocalAirflow:

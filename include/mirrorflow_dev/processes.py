@@ -4,6 +4,7 @@ whether a process (by PID, never by name) still runs, and stopping one started h
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -17,18 +18,42 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+# Ports are chosen from here up to the start of the kernel's ephemeral range, which it hands out to
+# outgoing connections: a port chosen there can be taken by any client's connect() between the
+# choice and the server's bind ("Address already in use" when a broker starts).
+_LOWEST_PORT = 10_000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_PORT_ATTEMPTS = 1_000
+
+
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports: all sockets stay bound until every port is chosen."""
+    """``n`` distinct ports below the ephemeral range, free when chosen: all sockets stay bound
+    until every port is chosen."""
+    highest = _ephemeral_start() - 1
     socks: list[socket.socket] = []
     try:
-        for _ in range(n):
+        for _ in range(_PORT_ATTEMPTS):
+            if len(socks) == n:
+                return [s.getsockname()[1] for s in socks]
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", random.randint(_LOWEST_PORT, highest)))
+            except OSError:  # in use (or in TIME_WAIT): another try
+                s.close()
+                continue
             socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+        raise OSError(f"no {n} free ports between {_LOWEST_PORT} and {highest} in {_PORT_ATTEMPTS} tries")
     finally:
         for s in socks:
             s.close()
+
+
+def _ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default where it cannot be read)."""
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 def port_in_use(port: int) -> bool:
