@@ -78,10 +78,10 @@ import rpo
 import scenarios
 import soak
 from contenders import Context, Result
+from scenarios import start
 from workload import PARTITIONS, WORKLOADS, Workload, create_topics, end_offsets, fingerprint, produce
 
-from mirrorflow_dev import local_kafka, processes
-from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev import local_kafka
 
 SCENARIOS: dict[str, Callable[[scenarios.Options], scenarios.ScenarioResult]] = {
     **scenarios.SCENARIOS,
@@ -98,11 +98,6 @@ CONTENDERS: dict[str, tuple[str, Callable[[Context], Result]]] = {
 }
 # Run only when named: they copy the workload with one header dropped (a flow with transforms).
 DROP_HEADER = ("mm2-drop-header", "ours-drop-header")
-
-
-def start(alias: str, home: Path, heap_mb: int) -> LocalCluster:
-    port, controller = processes.free_ports(2)
-    return local_kafka.start_cluster(alias, port, controller, home, heap_mb=heap_mb, timeout=120)
 
 
 def split(value: str, known: Sequence[str], what: str) -> list[str]:

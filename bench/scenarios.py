@@ -219,8 +219,11 @@ def compare_counts(
 
 
 def start(alias: str, home: Path, heap_mb: int) -> LocalCluster:
+    """A bench cluster: its broker compiles with the full JIT, as production brokers do."""
     port, controller = processes.free_ports(2)
-    return local_kafka.start_cluster(alias, port, controller, home, heap_mb=heap_mb, timeout=120)
+    return local_kafka.start_cluster(
+        alias, port, controller, home, heap_mb=heap_mb, timeout=120, full_jit=True
+    )
 
 
 # --------------------------------------------------------------------------------- scale-topics

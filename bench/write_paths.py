@@ -191,7 +191,10 @@ def librdkafka_task_copy(spark: SparkSession, src: str, dst: str, target: str) -
 def bench(records: int, skip_kafka_python: bool, work: Path) -> list[tuple[str, float]]:
     ports = processes.free_ports(4)
     clusters = local_kafka.start_clusters(
-        [("primary", ports[0], ports[1]), ("backup", ports[2], ports[3])], work / "kafka", heap_mb=1024
+        [("primary", ports[0], ports[1]), ("backup", ports[2], ports[3])],
+        work / "kafka",
+        heap_mb=1024,
+        full_jit=True,
     )
     spark: SparkSession | None = None
     try:

@@ -15,6 +15,10 @@ allows ``admin`` everything and any other user only what ACLs grant. A ``ScramSe
 ``LocalTls`` puts that login behind TLS (SASL_SSL); the cluster's private key is then in
 ``home/tls/server.pem``. With a ``MutualTls`` clients connect over SSL and present a certificate.
 
+Their JVMs run the JIT's first tier only (C1) unless started with ``full_jit``: a test or demo cluster
+lives minutes and moves little, and C2's compiling is most of its start-up CPU and much of its idle
+CPU; the bench starts its clusters with ``full_jit``, as production brokers run.
+
 Invariants: brokers bind 127.0.0.1 only; every JVM gets -Xmx; a process is stopped by its PID only,
 and only after /proc/<pid>/cmdline proves it is the ``kafka.Kafka`` of that home (a reused PID
 belonging to something else is never signalled).
@@ -252,6 +256,9 @@ def server_properties(
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
+        # The controller appends a no-op record to the metadata log this often when nothing else
+        # happens (Kafka's default: every 500 ms), which an idle single-node cluster pays for in CPU.
+        "metadata.max.idle.interval.ms": "10000",
         # Sample records carry old timestamps on purpose; time-based retention would delete them
         # while a test or the demo is still using them. Tests of expiry set retention per topic.
         "log.retention.ms": "-1",
@@ -301,8 +308,17 @@ def _random_cluster_id() -> str:
             return text
 
 
-def _jvm_logging(home: Path) -> list[str]:
-    return [f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}", f"-Dkafka.logs.dir={home / 'logs'}"]
+# The JIT's first tier only: see the module's docstring.
+_QUICK_JIT = "-XX:TieredStopAtLevel=1"
+
+
+def _jvm_options(home: Path, full_jit: bool = False) -> list[str]:
+    """Logging into ``home``, and the JIT's first tier only unless ``full_jit``."""
+    return [
+        *(() if full_jit else (_QUICK_JIT,)),
+        f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
+        f"-Dkafka.logs.dir={home / 'logs'}",
+    ]
 
 
 def _format_storage(home: Path, libs: Path, timeout: float, extra_args: Sequence[str] = ()) -> None:
@@ -312,7 +328,7 @@ def _format_storage(home: Path, libs: Path, timeout: float, extra_args: Sequence
     cmd = [
         java_executable(),
         "-Xmx256m",
-        *_jvm_logging(home),
+        *_jvm_options(home),  # a one-shot tool: never worth C2's compiling
         "-cp",
         f"{libs}/*",
         "kafka.tools.StorageTool",
@@ -392,6 +408,7 @@ def start_cluster(
     security: BrokerSecurity | None = None,
     client_config: Mapping[str, Any] | None = None,
     timeout: float = 60.0,
+    full_jit: bool = False,
 ) -> LocalCluster:
     """Start one cluster in ``home`` and return once clients can use it.
 
@@ -443,7 +460,7 @@ def start_cluster(
         f"-Xmx{heap_mb}m",
         "-XX:+UseG1GC",
         "-Djava.awt.headless=true",
-        *_jvm_logging(home),
+        *_jvm_options(home, full_jit),
         "-cp",
         f"{libs}/*",
         MAIN_CLASS,
