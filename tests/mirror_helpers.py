@@ -397,7 +397,7 @@ def mirror_client(cluster: LocalCluster, source: str, group: str, *hops: str) ->
     ``source`` ("-": none)."""
     classpath = os.pathsep.join(str(j) for j in sorted(paths.kafka_libs().glob("*.jar")))
     # A one-shot program: the JIT's first tier only, as the local brokers run.
-    java = ["java", "-XX:TieredStopAtLevel=1", "-cp", classpath, str(JAVA_CHECK)]
+    java = ["java", local_kafka.QUICK_JIT, "-cp", classpath, str(JAVA_CHECK)]
     done = subprocess.run(
         [*java, cluster.bootstrap, source, group, *hops],
         capture_output=True, text=True, timeout=180, check=False,

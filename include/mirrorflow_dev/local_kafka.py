@@ -309,13 +309,13 @@ def _random_cluster_id() -> str:
 
 
 # The JIT's first tier only: see the module's docstring.
-_QUICK_JIT = "-XX:TieredStopAtLevel=1"
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 
 def _jvm_options(home: Path, full_jit: bool = False) -> list[str]:
     """Logging into ``home``, and the JIT's first tier only unless ``full_jit``."""
     return [
-        *(() if full_jit else (_QUICK_JIT,)),
+        *(() if full_jit else (QUICK_JIT,)),
         f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
         f"-Dkafka.logs.dir={home / 'logs'}",
     ]
