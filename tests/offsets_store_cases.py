@@ -25,6 +25,7 @@ from mirrorflow.core.progress import Batch, CommittedBatch, GroupPosition, LockI
 from mirrorflow.core.recovery import RecoveryStep
 from mirrorflow.core.report import FailedPartition, PartitionReport
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError
+from mirrorflow.store.checkpoint_log import checkpoints, latest_checkpoint_metrics, record_checkpoints
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import PartitionErrorRecord
 from mirrorflow.store.run_documents import (
@@ -545,8 +546,8 @@ def test_history_older_than_a_week_goes_but_the_newest_rows_read(
     # Day 0: two minutes with writes, one idle, and a checkpoint; orders-1 only then.
     store.record_partition_metrics(FLOW, "window#1", [written, other], holder="window")
     store.record_partition_metrics(FLOW, "window#2", [written], holder="window")
-    store.record_checkpoints(FLOW, [position], 10)
-    store.record_checkpoints(FLOW, [position], 11)
+    record_checkpoints(store, FLOW, [position], 10)
+    record_checkpoints(store, FLOW, [position], 11)
     clock.advance(60)
     store.record_partition_metrics(FLOW, "window#3", [idle], holder="window")
     assert store.prune_history(FLOW) == 0  # nothing older than a week
@@ -560,7 +561,7 @@ def test_history_older_than_a_week_goes_but_the_newest_rows_read(
         (1, 2, 0), (0, 5, 0), (0, 0, 3), (0, 0, 3)
     ]  # fmt: skip
     assert store.latest_writes(FLOW)[("orders", 0)].records == 5
-    assert [c.latency_ms for c in store.latest_checkpoint_metrics(FLOW)] == [11]
+    assert [c.latency_ms for c in latest_checkpoint_metrics(store, FLOW)] == [11]
     clock.advance(1)
     assert store.prune_history(FLOW) == 1  # window#3: orders-0's newest is now window#4
 
@@ -904,14 +905,14 @@ def test_recorded_checkpoints_replace_the_previous_per_group_and_partition(
 ) -> None:
     first = GroupPosition("billing", "orders", 0, "primary.orders", 10, 8, "m")
     other = GroupPosition("billing", "orders", 1, "primary.orders", 3, 3)
-    store.record_checkpoints(FLOW, [first, other], 40)
+    record_checkpoints(store, FLOW, [first, other], 40)
     moved = GroupPosition("billing", "orders", 0, "primary.orders", 15, 13, "m2")
 
-    store.record_checkpoints(FLOW, [moved], 25)
-    store.record_checkpoints(FLOW, [], 0)
+    record_checkpoints(store, FLOW, [moved], 25)
+    record_checkpoints(store, FLOW, [], 0)
 
-    assert store.checkpoints(FLOW) == {("billing", "orders", 0): moved, ("billing", "orders", 1): other}
-    assert store.checkpoints("backup->primary") == {}
+    assert checkpoints(store, FLOW) == {("billing", "orders", 0): moved, ("billing", "orders", 1): other}
+    assert checkpoints(store, "backup->primary") == {}
     # Replaced, not appended: one row per (flow, group, topic, partition).
     assert [(r[1], r[3], r[5]) for r in _rows(db_url, "mirror_checkpoints")] == [
         ("billing", 0, 15),
@@ -923,7 +924,7 @@ def test_recorded_checkpoints_replace_the_previous_per_group_and_partition(
         ("billing", 1, 3, 3, 40),
         ("billing", 0, 15, 13, 25),
     ]
-    assert store.latest_checkpoint_metrics(FLOW) == [
+    assert latest_checkpoint_metrics(store, FLOW) == [
         CheckpointMetrics("billing", "primary.orders", 0, 25),
         CheckpointMetrics("billing", "primary.orders", 1, 40),
     ]

@@ -18,7 +18,6 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundExceptio
 from airflow.sdk.types import RuntimeTaskInstanceProtocol
 
 from mirrorflow.app import dr_window, runner
-from mirrorflow.app.checkpoints import emit_checkpoints
 from mirrorflow.app.freshness import staleness
 from mirrorflow.config.model import load_config
 from mirrorflow.config.run_options import LOCK_WAIT_TIMEOUT_MAX, RunOptions, run_options
@@ -202,7 +201,7 @@ def freshness(flow: str, report_task: str) -> None:
 
 @classified
 def checkpoint(flow: str) -> dict[str, int]:
-    report = emit_checkpoints(load_config(), flow)
+    report = runner.checkpoint_run(load_config(), flow, _run_id())
     return {
         "groups": report.groups,
         "emitted": len(report.emitted),

@@ -31,7 +31,7 @@ from mirror_helpers import create_topic
 from sqlalchemy import create_engine, select, text
 
 from mirrorflow.app import runner
-from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.app.runner import checkpoint_run
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.core.progress import Batch, PartitionProgress
@@ -362,7 +362,7 @@ def result_of_another_run(scene: Scene) -> None:
 STEPS: dict[str, Callable[[MirrorConfig], object]] = {
     "plan": lambda config: runner.plan_run(config, FLOW, RUN),
     "commit": lambda config: runner.commit_run(config, FLOW, RUN),
-    "checkpoint": lambda config: emit_checkpoints(config, FLOW),
+    "checkpoint": lambda config: checkpoint_run(config, FLOW, "checkpoints"),
 }
 
 REPAIR = (

@@ -17,10 +17,13 @@ from mirror_helpers import commit_group, create_topic, run_flow, transactional_p
 from pyspark.sql import SparkSession
 
 from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.app.flow_session import FlowSession
 from mirrorflow.app.run_folder import metrics_file
+from mirrorflow.app.runner import checkpoint_run
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.errors import CommitConflictError
 from mirrorflow.mm2.records import Checkpoint, OffsetSync
+from mirrorflow.store.checkpoint_log import latest_checkpoint_metrics
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -57,7 +60,7 @@ def test_a_failed_over_consumer_resumes_exactly_at_the_next_record(
     # The group read 12 records of partition 0 and all of partition 1 on the source.
     commit_group(primary.bootstrap, group, {(topic, 0): 12, (topic, 1): 30})
 
-    report = emit_checkpoints(config, FLOW)
+    report = checkpoint_run(config, FLOW, "checkpoints")
 
     assert sorted(
         (c.partition, c.upstream_offset, c.downstream_offset) for c in _checkpoints(backup, group)
@@ -72,17 +75,20 @@ def test_a_failed_over_consumer_resumes_exactly_at_the_next_record(
 
     # Nothing moved: nothing new is emitted. The group moves on: one new checkpoint, but not from a
     # DR window whose run no longer holds the flow's lock (here: nobody holds it).
-    assert emit_checkpoints(config, FLOW).emitted == ()
+    assert checkpoint_run(config, FLOW, "checkpoints").emitted == ()
     commit_group(primary.bootstrap, group, {(topic, 0): 20})
-    with pytest.raises(CommitConflictError, match="run window-1 cannot emit checkpoints"):
-        emit_checkpoints(config, FLOW, holder="window-1")
+    with (
+        FlowSession(config, FLOW, "window-1", locked=True) as window,
+        pytest.raises(CommitConflictError, match="run window-1 cannot emit checkpoints"),
+    ):
+        emit_checkpoints(window)
     assert len(_checkpoints(backup, group)) == 2
-    (moved,) = emit_checkpoints(config, FLOW).emitted
+    (moved,) = checkpoint_run(config, FLOW, "checkpoints").emitted
     assert (moved.partition, moved.upstream_offset, moved.downstream_offset) == (0, 20, 20)
     assert len(_checkpoints(backup, group)) == 3
     # MM2's checkpoint latency per group and partition, for the newest checkpoint of each.
     with OffsetsStore(config.offsets_db_url) as store:
-        latest = store.latest_checkpoint_metrics(FLOW)
+        latest = latest_checkpoint_metrics(store, FLOW)
     assert [(m.group, m.remote_topic, m.partition) for m in latest] == [
         (group, remote, 0),
         (group, remote, 1),
@@ -127,7 +133,7 @@ def test_transaction_markers_and_aborted_records_are_neither_re_read_nor_skipped
     for name, offset in positions.items():
         commit_group(bs, f"{unique_name}-{name}", {(topic, 0): offset})
 
-    emit_checkpoints(config, FLOW)
+    checkpoint_run(config, FLOW, "checkpoints")
 
     translated = {
         name: _checkpoints(backup, f"{unique_name}-{name}")[-1].downstream_offset for name in positions
@@ -179,7 +185,7 @@ def test_group_offset_sync_lets_the_same_group_resume_on_the_target_and_spares_a
         active.poll(0.2)
         assert time.monotonic() < deadline, "the busy group never got its assignment"
 
-    report = emit_checkpoints(config, FLOW)
+    report = checkpoint_run(config, FLOW, "checkpoints")
 
     assert report.synced == {idle: {(remote, 0): 7}}
     assert report.active == (busy,)
@@ -197,7 +203,7 @@ def test_group_offset_sync_lets_the_same_group_resume_on_the_target_and_spares_a
     # Once the busy group stops, the next run syncs it too.
     active.close()
     deadline = time.monotonic() + 30
-    while (report := emit_checkpoints(config, FLOW)).active:
+    while (report := checkpoint_run(config, FLOW, "checkpoints")).active:
         assert time.monotonic() < deadline, "the busy group never became empty"
         time.sleep(0.5)
     assert report.synced == {busy: {(remote, 0): 9}}

@@ -18,6 +18,7 @@ from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.errors import FlowLockedError
+from mirrorflow.store.checkpoint_log import checkpoints
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.status_reads import failed_partitions, recovery_history, recovery_point
 from mirrorflow_dev import sample_data
@@ -87,7 +88,7 @@ def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
     assert len(history) == 3
     assert {(m.partition, m.records, m.lag) for m in history} == {(p, 400, 0) for p in range(3)}
     # The group's position was checkpointed inside the window, exactly.
-    (checkpoint,) = OffsetsStore(config.offsets_db_url).checkpoints(FLOW).values()
+    (checkpoint,) = checkpoints(OffsetsStore(config.offsets_db_url), FLOW).values()
     assert (checkpoint.group_id, checkpoint.partition, checkpoint.upstream_offset) == (group, 1, 150)
     assert checkpoint.downstream_offset == 150
     assert summary.checkpoints == 1

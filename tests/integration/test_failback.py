@@ -33,8 +33,8 @@ from mirror_helpers import (
 )
 from pyspark.sql import SparkSession
 
-from mirrorflow.app.checkpoints import emit_checkpoints
 from mirrorflow.app.failover import FailoverOptions, run_failover
+from mirrorflow.app.runner import checkpoint_run
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.range_reader import read_partition
 from mirrorflow_dev import local_kafka, sample_data
@@ -108,7 +108,7 @@ def test_failback_puts_each_group_on_primary_exactly_where_it_stopped_on_backup(
     run_flow(config, BACK, "back-1", spark)
     commit_group(primary.bootstrap, billing, {(topic, 0): 12, (topic, 1): 28})
     commit_group(primary.bootstrap, shipping, {(topic, 0): 5})
-    assert len(emit_checkpoints(config, THERE).emitted) == 3
+    assert len(checkpoint_run(config, THERE, "checkpoints").emitted) == 3
     # Records that reach primary but not backup before primary's broker stops.
     sample_data.produce_samples(primary.bootstrap, topic, 2, 20, 4)
     local_kafka.stop_cluster(primary)
@@ -134,7 +134,7 @@ def test_failback_puts_each_group_on_primary_exactly_where_it_stopped_on_backup(
     run_flow(config, THERE, "there-2", spark)  # the 4 records per partition primary held back
     commit_group(backup.bootstrap, shipping, {(there, 0): 39})  # read to the end, those included
     run_flow(config, BACK, "back-2", spark)
-    emitted = emit_checkpoints(config, BACK).emitted
+    emitted = checkpoint_run(config, BACK, "checkpoints").emitted
     assert {(p.group_id, p.topic, p.partition, p.remote_topic) for p in emitted} == {
         (billing, topic, 0, back),  # backup's own topic: a checkpoint
         (billing, there, 0, topic),  # primary's topic: reverse checkpoints

@@ -34,8 +34,8 @@ from mirror_helpers import (
 )
 from pyspark.sql import SparkSession
 
-from mirrorflow.app.checkpoints import emit_checkpoints
 from mirrorflow.app.run_folder import flow_runs
+from mirrorflow.app.runner import checkpoint_run
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.errors import TransientError
 from mirrorflow.kafka.admin import ClusterAdmin
@@ -127,11 +127,11 @@ def test_failover_sets_target_groups_from_the_newest_checkpoints_without_the_sou
     commit_group(primary.bootstrap, ahead, {(topic, 0): 10, (topic, 1): 10})
     commit_group(primary.bootstrap, busy, {(topic, 0): 5})
     commit_group(primary.bootstrap, other, {(topic, 0): 3})
-    assert len(emit_checkpoints(config, FLOW).emitted) == 7
+    assert len(checkpoint_run(config, FLOW, "checkpoints").emitted) == 7
     # The group reads on: a second, newer checkpoint for partition 0 (the older one stays readable
     # until compaction).
     commit_group(primary.bootstrap, resume, {(topic, 0): 20})
-    assert len(emit_checkpoints(config, FLOW).emitted) == 1
+    assert len(checkpoint_run(config, FLOW, "checkpoints").emitted) == 1
 
     # On the target: one group already further on partition 0, one group consuming, and a remote topic
     # deleted since its checkpoint.

@@ -15,7 +15,7 @@ import pytest
 from mirror_helpers import commit_group, create_topic, local_clusters, mirror_client, run_flow, topics
 from pyspark.sql import SparkSession
 
-from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.app.runner import checkpoint_run
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.kafka.heartbeats import freshness_seconds
 from mirrorflow.mm2.records import Heartbeat
@@ -123,7 +123,7 @@ def test_mm2s_own_client_reads_our_topology_and_translates_our_checkpoints(
     config = _config(chain, tmp_path, topics=topic)
     run_flow(config, "west->east", "client-1", spark)
     commit_group(west.bootstrap, group, {(topic, 0): 4, (topic, 1): 10})
-    emit_checkpoints(config, "west->east")
+    checkpoint_run(config, "west->east", "checkpoints")
     run_flow(config, "east->north", "client-1", spark)
 
     assert mirror_client(east, "west", group, "west", "north") == [

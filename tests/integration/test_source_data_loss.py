@@ -12,7 +12,7 @@ from mirror_helpers import commit_group, create_topic, delete_records, recreate_
 from pyspark.sql import SparkSession
 
 from mirrorflow.app import runner
-from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.app.runner import checkpoint_run
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.plan import SourceGap
@@ -117,7 +117,7 @@ def test_with_skip_a_run_continues_after_the_gap_records_it_and_the_next_run_goe
     assert _remote(backup, topic, 2) == _samples(topic, 2, range(10)) + _samples(topic, 2, range(12, 20))
     # A group positioned inside the gap resumes at the first record after it, on both clusters.
     commit_group(primary.bootstrap, group, {(topic, 0): 12})
-    emitted = emit_checkpoints(config, FLOW).emitted
+    emitted = checkpoint_run(config, FLOW, "checkpoints").emitted
     assert [(p.upstream_offset, p.downstream_offset) for p in emitted if p.group_id == group] == [(12, 10)]
 
     sample_data.produce_samples(primary.bootstrap, topic, 3, 20, 3)

@@ -78,8 +78,7 @@ from mirror_helpers import (
 )
 from pyspark.sql import SparkSession
 
-from mirrorflow.app.checkpoints import emit_checkpoints
-from mirrorflow.app.runner import plan_run, release_run
+from mirrorflow.app.runner import checkpoint_run, plan_run, release_run
 from mirrorflow.config.clients import librdkafka_config
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.errors import AuthorizationError
@@ -251,7 +250,7 @@ def test_a_run_as_the_mirror_user_copies_records_heartbeats_and_checkpoints(
 
     run_flow(config, FLOW, "run-1", spark)
     commit_group(secured.primary.bootstrap, "billing", {("payments", 0): 12, ("payments", 1): 25}, admin_conf)
-    report = emit_checkpoints(config, FLOW)
+    report = checkpoint_run(config, FLOW, "checkpoints")
 
     copied = assert_same_records(
         secured.primary.bootstrap, "payments", secured.backup.bootstrap, "primary.payments", 2, admin_conf

@@ -12,7 +12,7 @@ from mirror_helpers import commit_group, create_topic, run_flow
 from pyspark.sql import SparkSession
 
 from mirrorflow.app import runner
-from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.app.runner import checkpoint_run
 from mirrorflow.app.verify import plan_verification
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_copy import copy_plan
@@ -92,7 +92,7 @@ def test_the_target_holds_what_the_chain_makes_of_the_source_and_translation_ski
     # The group consumed offsets 0-9 of partition 0; its next record, offset 10, was dropped: it
     # resumes on the target at the copy of offset 11.
     commit_group(primary.bootstrap, group, {(topic, 0): 10})
-    emit_checkpoints(config, FLOW)
+    checkpoint_run(config, FLOW, "checkpoints")
     records = sample_data.read_partition(backup.bootstrap, "primary.checkpoints.internal", 0)
     (checkpoint,) = [
         c for c in (Checkpoint.decode(r.key or b"", r.value or b"") for r in records) if c.group == group

@@ -27,17 +27,17 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from mirrorflow.app.flow_session import FlowSession
 from mirrorflow.app.run_folder import metrics_file, write_atomically
-from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.core.group_positions import Translation, next_positions, offsets_to_sync
 from mirrorflow.core.metrics import checkpoint_metrics_text
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch, GroupPosition
 from mirrorflow.core.translation import OffsetTranslator
 from mirrorflow.errors import CommitConflictError
-from mirrorflow.kafka.admin import TP, ClusterAdmin
-from mirrorflow.kafka.internal_topics import InternalTopicWriter, write_records
+from mirrorflow.kafka.admin import TP
 from mirrorflow.mm2.records import Checkpoint
+from mirrorflow.store.checkpoint_log import checkpoints, latest_checkpoint_metrics, record_checkpoints
 from mirrorflow.store.offsets_store import OffsetsStore
 
 log = logging.getLogger(__name__)
@@ -68,86 +68,77 @@ def reverse_translations(store: OffsetsStore, opposite: str) -> dict[TP, Transla
 
 
 def _translators(store: OffsetsStore, flow: str) -> dict[TP, tuple[str, OffsetTranslator]]:
-    batches = store.batches(flow)
+    batches, recorded = store.batches(flow), store.gaps(flow)
     by_tp: dict[TP, list[Batch]] = {}
     for b in batches:
         by_tp.setdefault((b.topic, b.partition), []).append(b.as_batch())
     gaps: dict[TP, list[SourceGap]] = {}
-    for g in store.gaps(flow):
+    for g in recorded:
         gaps.setdefault((g.topic, g.partition), []).append(g)
     return {tp: (bs[0].remote_topic, OffsetTranslator(bs, gaps.get(tp, ()))) for tp, bs in by_tp.items()}
 
 
-def emit_checkpoints(
-    config: MirrorConfig,
-    flow_name: str,
-    writer: InternalTopicWriter | None = None,
-    *,
-    holder: str | None = None,
-) -> CheckpointReport:
+def emit_checkpoints(session: FlowSession) -> CheckpointReport:
     """Translate and emit what moved since the last call (nothing when emit.checkpoints.enabled is
-    false); ``writer``: an open producer for the checkpoints topic; ``holder``: the run that must
-    still hold the flow's lock right before the checkpoints are written (a DR window: one frozen and
-    woken up after the next took over would otherwise write positions it read before)."""
-    flow = config.flow(flow_name)
+    false), with the session's connections and its producer for the checkpoints topic. A session
+    holding the flow's lock (a DR window) must still hold it right before the checkpoints are
+    written: a window frozen and woken up after the next took over would otherwise write positions it
+    read before."""
+    flow, store = session.flow, session.store
     if not flow.emit_checkpoints:
         return CheckpointReport(0, (), 0)
-    with OffsetsStore(config.offsets_db_url) as store:
-        translations = forward_translations(store, flow.name)
-        if flow.settings.reverse_checkpoints:
-            translations |= reverse_translations(store, flow.opposite)
-        with ClusterAdmin(flow.source) as source:
-            groups = [g for g in source.consumer_groups() if flow.group_filter.should_replicate_group(g)]
-            read_at = time.monotonic()
-            committed = source.group_offsets(groups)
-        previous = store.checkpoints(flow.name)
-        emit, untranslated = next_positions(committed, translations, previous)
-        if emit:
-            if holder is not None and store.lock_holder(flow.name) != holder:
-                raise CommitConflictError(
-                    f"flow {flow.name}: run {holder} cannot emit checkpoints: it no longer holds the "
-                    "flow's lock (another run took it over); nothing was written"
-                )
-            _write(flow, emit, writer)
-            # MM2's checkpoint latency: from reading the group's offsets to the checkpoint's ack.
-            store.record_checkpoints(flow.name, emit, round((time.monotonic() - read_at) * 1000))
-            write_atomically(
-                metrics_file(config.state_dir, flow.name, "checkpoint"),
-                checkpoint_metrics_text(
-                    flow.source.alias, flow.target.alias, store.latest_checkpoint_metrics(flow.name)
-                ),
+    translations = forward_translations(store, flow.name)
+    if flow.settings.reverse_checkpoints:
+        translations |= reverse_translations(store, flow.opposite)
+    source = session.source
+    groups = [g for g in source.consumer_groups() if flow.group_filter.should_replicate_group(g)]
+    read_at = time.monotonic()
+    committed = source.group_offsets(groups)
+    previous = checkpoints(store, flow.name)
+    emit, untranslated = next_positions(committed, translations, previous)
+    if emit:
+        holder = session.holder
+        if holder is not None and store.lock_holder(flow.name) != holder:
+            raise CommitConflictError(
+                f"flow {flow.name}: run {holder} cannot emit checkpoints: it no longer holds the "
+                "flow's lock (another run took it over); nothing was written"
             )
-        synced: dict[str, dict[TP, int]] = {}
-        active: list[str] = []
-        if flow.sync_group_offsets:
-            # Every group's newest position, not only what moved now: a target group may have become
-            # idle since its checkpoint was emitted.
-            newest = {**previous, **{(p.group_id, p.topic, p.partition): p for p in emit}}
-            synced, active = _sync_group_offsets(flow, newest.values())
-        for p in emit:
-            log.info(
-                "checkpoint %s %s-%d: source offset %d -> %s offset %d",
-                p.group_id, p.topic, p.partition, p.upstream_offset, p.remote_topic, p.downstream_offset,
-            )  # fmt: skip
+        _write(session, emit)
+        # MM2's checkpoint latency: from reading the group's offsets to the checkpoint's ack.
+        record_checkpoints(store, flow.name, emit, round((time.monotonic() - read_at) * 1000))
+        text = checkpoint_metrics_text(
+            flow.source.alias, flow.target.alias, latest_checkpoint_metrics(store, flow.name)
+        )
+        write_atomically(metrics_file(session.config.state_dir, flow.name, "checkpoint"), text)
+    synced: dict[str, dict[TP, int]] = {}
+    active: list[str] = []
+    if flow.sync_group_offsets:
+        # Every group's newest position, not only what moved now: a target group may have become
+        # idle since its checkpoint was emitted.
+        newest = {**previous, **{(p.group_id, p.topic, p.partition): p for p in emit}}
+        synced, active = _sync_group_offsets(session, newest.values())
+    for p in emit:
         log.info(
-            "flow %s: %d groups, %d checkpoints emitted, %d committed offsets not mirrored yet",
-            flow.name, len(committed), len(emit), untranslated,
+            "checkpoint %s %s-%d: source offset %d -> %s offset %d",
+            p.group_id, p.topic, p.partition, p.upstream_offset, p.remote_topic, p.downstream_offset,
         )  # fmt: skip
-        return CheckpointReport(len(committed), tuple(emit), untranslated, synced, tuple(active))
+    log.info(
+        "flow %s: %d groups, %d checkpoints emitted, %d committed offsets not mirrored yet",
+        flow.name, len(committed), len(emit), untranslated,
+    )  # fmt: skip
+    return CheckpointReport(len(committed), tuple(emit), untranslated, synced, tuple(active))
 
 
 def _sync_group_offsets(
-    flow: FlowConfig, positions: Iterable[GroupPosition]
+    session: FlowSession, positions: Iterable[GroupPosition]
 ) -> tuple[dict[str, dict[TP, int]], list[str]]:
+    flow, target = session.flow, session.target
     positions = list(positions)
     groups = sorted({p.group_id for p in positions})
-    with ClusterAdmin(flow.target) as target:
-        sync, active = offsets_to_sync(positions, target.group_states(groups), target.group_offsets(groups))
-        for group, offsets in sorted(sync.items()):
-            target.commit_group_offsets(group, offsets)
-            log.info(
-                "group %s on %s: offsets synced %s", group, flow.target.alias, dict(sorted(offsets.items()))
-            )
+    sync, active = offsets_to_sync(positions, target.group_states(groups), target.group_offsets(groups))
+    for group, offsets in sorted(sync.items()):
+        target.commit_group_offsets(group, offsets)
+        log.info("group %s on %s: offsets synced %s", group, flow.target.alias, dict(sorted(offsets.items())))
     for group in active:
         log.warning(
             "group %s is active on %s: its offsets were not synced (MM2 leaves active groups alone too)",
@@ -156,17 +147,17 @@ def _sync_group_offsets(
     return sync, active
 
 
-def _write(flow: FlowConfig, positions: list[GroupPosition], writer: InternalTopicWriter | None) -> None:
+def _write(session: FlowSession, positions: list[GroupPosition]) -> None:
+    flow = session.flow
     checkpoints = [
         Checkpoint(
             p.group_id, p.remote_topic, p.partition, p.upstream_offset, p.downstream_offset, p.metadata
         )
         for p in positions
     ]
-    write_records(
+    session.internal.write(
         flow.target,
         flow.replication_policy.checkpoints_topic(flow.source.alias),
         flow.checkpoints_topic_replication_factor,
         [(c.key(), c.value()) for c in checkpoints],
-        writer,
     )

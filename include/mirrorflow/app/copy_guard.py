@@ -24,7 +24,12 @@ EXIT_CODE = 75  # EX_TEMPFAIL
 def lock_deadline(offsets_db_url: str, flow: str, run_id: str) -> datetime:
     """When the copy of ``run_id`` must have stopped; refuses a run that does not hold the lock."""
     with OffsetsStore(offsets_db_url) as store:
-        lock = store.lock_info(flow)
+        return deadline_in(store, flow, run_id)
+
+
+def deadline_in(store: OffsetsStore, flow: str, run_id: str) -> datetime:
+    """``lock_deadline`` read with an open store."""
+    lock = store.lock_info(flow)
     if lock is None or lock.run_id != run_id:
         holder = "nobody" if lock is None else f"run {lock.run_id}"
         raise FlowLockedError(

@@ -22,6 +22,7 @@ from typing import Any
 
 from mirrorflow.app import runner
 from mirrorflow.app.checkpoints import forward_translations
+from mirrorflow.app.flow_session import check_topic_subset
 from mirrorflow.app.remote_topics import remote_topic_changes
 from mirrorflow.app.run_folder import CUTOVER_REPORT, RunFolder, flow_runs, write_atomically
 from mirrorflow.config.model import FlowConfig, MirrorConfig
@@ -95,7 +96,7 @@ def preflight(config: MirrorConfig, flow_name: str, options: CutoverOptions) -> 
     flow = config.flow(flow_name)
     with OffsetsStore(config.offsets_db_url) as store:
         with ClusterAdmin(flow.source) as source, ClusterAdmin(flow.target) as target:
-            runner.check_topic_subset(flow, source, RunOptions(topics=options.topics))
+            check_topic_subset(flow, source, RunOptions(topics=options.topics))
             groups = _groups(flow, source, options)
             topics = remote_topic_changes(flow, source, target, options.topics)
             tps = [(t, p) for t, n in topics.partitions.items() for p in range(n)]

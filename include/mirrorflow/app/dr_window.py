@@ -19,17 +19,23 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from mirrorflow.app import runner
 from mirrorflow.app.checkpoints import emit_checkpoints
-from mirrorflow.app.copy_guard import lock_deadline
+from mirrorflow.app.copy_guard import deadline_in
+from mirrorflow.app.flow_session import FlowSession
 from mirrorflow.app.freshness import staleness
-from mirrorflow.app.remote_topics import RemoteTopics, ensure_remote_topics
+from mirrorflow.app.remote_topics import RemoteTopics
 from mirrorflow.config.dr import MODE, DrSettings
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS
-from mirrorflow.core.plan import CopyResult, Plan, Writer
+from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.core.recovery import mirrored_as_of
-from mirrorflow.core.report import FailedPartition, PartitionReport, build_report
+from mirrorflow.core.report import (
+    FailedPartition,
+    PartitionReport,
+    RunReport,
+    build_report,
+    partitions_failed,
+)
 from mirrorflow.core.window import StepTimes, Timers, WindowSummary
 from mirrorflow.errors import (
     ConfigError,
@@ -39,9 +45,6 @@ from mirrorflow.errors import (
     TransientError,
     error_class,
 )
-from mirrorflow.kafka.admin import ClusterAdmin
-from mirrorflow.kafka.heartbeats import emit_heartbeats, freshness_seconds
-from mirrorflow.kafka.internal_topics import InternalTopicWriter
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import describe, read_document, save_document
 
@@ -68,30 +71,17 @@ def dr_settings_of(flow: FlowConfig) -> DrSettings:
 
 def take_lock(config: MirrorConfig, flow_name: str, run_id: str) -> None:
     """The window's start: its run takes the flow's lock, held until ``runner.release_run``."""
-    flow = config.flow(flow_name)
-    dr_settings_of(flow)
-    with OffsetsStore(config.offsets_db_url) as store:
-        runner.take_flow_lock(store, flow, run_id)
+    dr_settings_of(config.flow(flow_name))
+    with FlowSession(config, flow_name, run_id) as session:
+        session.take_lock()
 
 
 class _Window:
     """One window's loop and its counts."""
 
-    def __init__(
-        self,
-        config: MirrorConfig,
-        flow: FlowConfig,
-        run_id: str,
-        copy: Copy,
-        store: OffsetsStore,
-        source: ClusterAdmin,
-        target: ClusterAdmin,
-        writer: InternalTopicWriter,
-        clock: Callable[[], float],
-    ) -> None:
-        self.config, self.flow, self.run_id, self.copy = config, flow, run_id, copy
-        self.store, self.source, self.target, self.writer = store, source, target, writer
-        dr = dr_settings_of(flow)
+    def __init__(self, session: FlowSession, copy: Copy, clock: Callable[[], float]) -> None:
+        self.session, self.flow, self.run_id, self.copy = session, session.flow, session.run_id, copy
+        dr = dr_settings_of(self.flow)
         self.idle_wait_s = dr.idle_wait_ms / 1000
         self.timers = Timers(
             {
@@ -107,7 +97,6 @@ class _Window:
         self.clock = clock
         self.steps = StepTimes(clock)
         self.topics: RemoteTopics | None = None
-        self.flow_writer: Writer | None = None
         self.micro_batches = self.spark_jobs = self.records = self.bytes = self.checkpoints = 0
         self.lags: dict[tuple[str, int], int] = {}
         self.age: float | None = None
@@ -125,108 +114,108 @@ class _Window:
     def micro_batch(self, now: float) -> int:
         """Plan, copy and commit one micro-batch, with the periodic steps that are due; returns how
         many records it wrote (heartbeats included)."""
+        self.sync(now)
+        plan = self.plan()
+        if plan.partitions or plan.gaps:
+            report = self.copy_and_commit(plan)
+            written = sum(p.written for p in report.partitions)
+        else:
+            report = self.caught_up(plan, now)
+            written = 0
+        self.lags = {(p.topic, p.partition): p.lag for p in report.partitions}
+        if self.flow.emit_checkpoints and self.timers.due("checkpoints", now):
+            with self.steps.timed("checkpoints"):
+                self.checkpoints += len(emit_checkpoints(self.session).emitted)
+            self.timers.ran("checkpoints", now)
+        if self.timers.due("progress", now):
+            self.log_progress(now)
+            self.settle()
+            self.timers.ran("progress", now)
+        return written
+
+    def sync(self, now: float) -> None:
+        """Heartbeats, remote topics (with their configs) and ACLs, each when its interval is due."""
         flow, timers, timed = self.flow, self.timers, self.steps.timed
         if flow.emit_heartbeats and timers.due("heartbeats", now):
             with timed("heartbeats"):
-                emit_heartbeats(flow, writer=self.writer)
+                self.session.emit_heartbeats()
             timers.ran("heartbeats", now)
         if self.topics is None or timers.due("topics", now):
             with timed("topics"):
-                self.topics = ensure_remote_topics(flow, self.source, self.target)
+                self.topics = self.session.sync_topics()
             timers.ran("topics", now)
             for remote in self.topics.created:
                 log.info("flow %s: remote topic %s created", flow.name, remote)
         if flow.sync_topic_acls and timers.due("acls", now):
             with timed("acls"):
-                runner.sync_acls(flow, self.source, self.target, self.topics.remote_names)
+                self.session.sync_acls(self.topics.remote_names)
             timers.ran("acls", now)
-        batch_id = f"{self.run_id}#{self.micro_batches}"
-        with timed("plan"):
-            planned = runner.plan_for(
-                flow,
-                batch_id,
-                DEFAULT_OPTIONS,
-                self.source,
-                self.target,
-                self.topics,
-                self.store,
-                holder=self.run_id,
-            )
+
+    def plan(self) -> Plan:
+        """The next micro-batch's plan (``<run id>#<n>``) from committed progress to the source's end
+        now, new partitions anchored, without the partitions that failed on their own."""
+        assert self.topics is not None  # set by sync
+        with self.steps.timed("plan"):
+            planned = self.session.plan(f"{self.run_id}#{self.micro_batches}", DEFAULT_OPTIONS, self.topics)
             self.micro_batches += 1
             if planned.anchors or planned.topics:
-                self.store.anchor(flow.name, self.run_id, planned.anchors, planned.topics)
+                self.session.store.anchor(self.flow.name, self.run_id, planned.anchors, planned.topics)
         plan = planned.plan
         if self.failed:
-            plan = replace(
-                plan,
-                partitions=tuple(p for p in plan.partitions if (p.topic, p.partition) not in self.failed),
-            )
-        written = 0
-        if plan.partitions or plan.gaps:
-            if self.flow_writer is None:
-                self.flow_writer = runner.flow_writer(flow, self.target, self.store, self.run_id)
-            plan = replace(plan, writer=self.flow_writer)
-            with timed("copy"):
-                if not plan.partitions:
-                    result = CopyResult(flow.name, batch_id, ())
-                elif plan.in_process:
-                    result = runner.copy_in_process(flow, plan)
-                else:
-                    self.spark_jobs += 1
-                    result = self.copy(plan)
-            with timed("commit"):
-                report = runner.commit_copied(
-                    flow,
-                    self.store,
-                    plan,
-                    result,
-                    holder=self.run_id,
-                    log_level=logging.DEBUG,
-                    writer=self.writer,
-                    metrics=False,
-                )
-                runner.write_source_metrics(self.config, flow, self.store, report, self.heartbeat_age())
-            for failed in report.failed:
-                log.warning("flow %s: partition left out for the rest of the window: %s", flow.name, failed)
-                self.failed[(failed.topic, failed.partition)] = failed
-            written = sum(p.written for p in report.partitions)
-            self.records += sum(p.records for p in report.partitions)
-            self.bytes += sum(p.bytes for p in report.partitions)
-            for p in report.partitions:
-                if p.records:
-                    key = (p.topic, p.partition)
-                    self.unrecorded[key] = self.unrecorded[key].then(p) if key in self.unrecorded else p
-            self.last_batch_id = batch_id
-        else:
-            report = build_report(plan, CopyResult(flow.name, batch_id, ()))
-            as_of = mirrored_as_of(plan, report)
-            if as_of is not None and timers.due("recovery", now):
-                with timed("commit"):
-                    self.store.advance_recovery_point(flow.name, batch_id, as_of, holder=self.run_id)
-                    runner.write_source_metrics(self.config, flow, self.store, report, self.heartbeat_age())
-                timers.ran("recovery", now)
-        self.lags = {(p.topic, p.partition): p.lag for p in report.partitions}
-        if flow.emit_checkpoints and timers.due("checkpoints", now):
-            with timed("checkpoints"):
-                emitted = emit_checkpoints(self.config, flow.name, self.writer, holder=self.run_id).emitted
-                self.checkpoints += len(emitted)
-            timers.ran("checkpoints", now)
-        if timers.due("progress", now):
-            self.settle()
-            self.log_progress(now)
-            timers.ran("progress", now)
-        return written
+            kept = tuple(p for p in plan.partitions if (p.topic, p.partition) not in self.failed)
+            plan = replace(plan, partitions=kept)
+        return plan
+
+    def copy_and_commit(self, plan: Plan) -> RunReport:
+        """Copy the plan (in process when it holds heartbeats only, else one Spark job) and commit it."""
+        timed = self.steps.timed
+        plan = replace(plan, writer=self.session.flow_writer())
+        with timed("copy"):
+            if not plan.partitions:
+                result = CopyResult(plan.flow, plan.run_id, ())
+            elif plan.in_process:
+                result = self.session.copy_in_process(plan)
+            else:
+                self.spark_jobs += 1
+                result = self.copy(plan)
+        with timed("commit"):
+            report = self.session.commit(plan, result, log_level=logging.DEBUG, metrics=False)
+            self.session.write_metrics(report, self.heartbeat_age())
+        for failed in report.failed:
+            log.warning("flow %s: partition left out for the rest of the window: %s", self.flow.name, failed)
+            self.failed[(failed.topic, failed.partition)] = failed
+        self.records += sum(p.records for p in report.partitions)
+        self.bytes += sum(p.bytes for p in report.partitions)
+        for p in report.partitions:
+            if p.records:
+                key = (p.topic, p.partition)
+                self.unrecorded[key] = self.unrecorded[key].then(p) if key in self.unrecorded else p
+        self.last_batch_id = plan.run_id
+        return report
+
+    def caught_up(self, plan: Plan, now: float) -> RunReport:
+        """A micro-batch with nothing to copy: the recovery point it proves, recorded at most once per
+        recovery interval."""
+        report = build_report(plan, CopyResult(plan.flow, plan.run_id, ()))
+        as_of = mirrored_as_of(plan, report)
+        if as_of is not None and self.timers.due("recovery", now):
+            with self.steps.timed("commit"):
+                store = self.session.store
+                store.advance_recovery_point(self.flow.name, plan.run_id, as_of, holder=self.run_id)
+                self.session.write_metrics(report, self.heartbeat_age())
+            self.timers.ran("recovery", now)
+        return report
 
     def settle(self) -> None:
         """Bound what the window leaves in the offsets table: its micro-batches' batch-log rows
         merged into a row per unbroken stretch of each partition, their metrics summed into one
         history entry per partition (under the last micro-batch's id)."""
         with self.steps.timed("settle"):
-            self.store.coalesce_batches(self.flow.name, self.run_id)
+            self.session.store.coalesce_batches(self.flow.name, self.run_id)
             if self.unrecorded and self.last_batch_id is not None:
                 # The lag is the latest micro-batch's, also for a partition it copied nothing of.
                 summed = [replace(p, lag=self.lags.get(tp, p.lag)) for tp, p in self.unrecorded.items()]
-                self.store.record_partition_metrics(
+                self.session.store.record_partition_metrics(
                     self.flow.name, self.last_batch_id, summed, holder=self.run_id
                 )
                 self.unrecorded.clear()
@@ -236,7 +225,7 @@ class _Window:
         consumer's round trips)."""
         now = self.clock()
         if self.flow.emit_heartbeats and self.timers.due("heartbeat_age", now):
-            self.age = freshness_seconds(self.flow)
+            self.age = self.session.heartbeat_age()
             self.timers.ran("heartbeat_age", now)
         return self.age
 
@@ -281,7 +270,7 @@ class _Window:
                 return failed
             if clock() >= ends:
                 if error is None and self.failed:
-                    return runner.partitions_failed(flow, self.run_id, tuple(self.failed.values()))
+                    return partitions_failed(flow.name, self.run_id, tuple(self.failed.values()))
                 return error
             if not written and error is None:
                 with self.steps.timed("idle"):
@@ -299,7 +288,7 @@ class _Window:
             bytes=self.bytes,
             checkpoints=self.checkpoints,
             lags=tuple((t, p, lag) for (t, p), lag in sorted(self.lags.items())),
-            heartbeat_age_s=freshness_seconds(self.flow) if error is None else None,
+            heartbeat_age_s=self.session.heartbeat_age() if error is None else None,
             error=None if error is None else (type(error).__name__, str(error)),
             step_seconds=self.steps.as_tuple(),
         )
@@ -323,17 +312,14 @@ def run_window(
     flow = config.flow(flow_name)
     dr = dr_settings_of(flow)
     started = datetime.now(UTC)
-    with (
-        OffsetsStore(config.offsets_db_url) as store,
-        ClusterAdmin(flow.source) as source,
-        ClusterAdmin(flow.target) as target,
-        InternalTopicWriter() as writer,
-    ):
-        window = _Window(config, flow, run_id, copy, store, source, target, writer, clock)
+    with FlowSession(config, flow_name, run_id, locked=True) as session:
+        # Everything at the start: an unreachable cluster fails the job (Airflow retries it).
+        session.connect()
+        window = _Window(session, copy, clock)
         error: MirrorError | None
         try:
             # The window ends before its run's lock would expire, whatever its length says.
-            left = (lock_deadline(config.offsets_db_url, flow.name, run_id) - started).total_seconds()
+            left = (deadline_in(session.store, flow.name, run_id) - started).total_seconds()
         except MirrorError as locked:
             error = locked
         else:
@@ -342,7 +328,7 @@ def run_window(
             if error is None or isinstance(error, PartitionsFailedError):
                 window.settle()
         summary = window.summary(started, error)
-        save_document(store, flow.name, run_id, "window", summary.to_json())
+        save_document(session.store, flow.name, run_id, "window", summary.to_json())
     log.info(
         "flow %s window %s: %d micro-batches (%d Spark jobs), %d records, %d checkpoints%s",
         flow.name,

@@ -41,6 +41,7 @@ from mirrorflow.core.progress import RecordedGap
 from mirrorflow.core.recovery import RecoveryPoint, RecoveryStep
 from mirrorflow.errors import MirrorError
 from mirrorflow.kafka.heartbeats import freshness_seconds
+from mirrorflow.store.checkpoint_log import emitted_checkpoints, latest_checkpoint_metrics
 from mirrorflow.store.database import absent_sqlite_file
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import PartitionErrorRecord, RunTotals
@@ -351,13 +352,13 @@ def _read_flow(
     gaps = tuple(store.gaps(name))
     lock = store.lock_info(name)
     latencies = {
-        (c.group, c.remote_topic, c.partition): c.latency_ms for c in store.latest_checkpoint_metrics(name)
+        (c.group, c.remote_topic, c.partition): c.latency_ms for c in latest_checkpoint_metrics(store, name)
     }
     lags = newest_lags(store, name)
     committed = run_totals(store, name, run_limit)
     as_of = recovery_point(store, name)
     history = tuple(recovery_history(store, name, HISTORY_LIMIT))
-    emitted = store.emitted_checkpoints(name)
+    emitted = emitted_checkpoints(store, name)
     failed = tuple(failed_partitions(store, name))
     lost: dict[tuple[str, int], int] = {}
     for g in gaps:

@@ -1,5 +1,7 @@
-"""The report of one committed run: per partition and per topic, records, bytes, rates, MM2's record
-age and replication latency, the lag left, and the source gaps the run skipped."""
+"""What a copy's result commits and reports: the batch log rows it proves (``batches_for``, exactly
+the plan's partitions or refused), and the report of the run: per partition and per topic, records,
+bytes, rates, MM2's record age and replication latency, the lag left, the source gaps the run skipped
+and the partitions that failed on their own."""
 
 from __future__ import annotations
 
@@ -8,8 +10,11 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import reduce
 from typing import Any
 
+from mirrorflow.config.model import ON_PARTITION_ERROR
 from mirrorflow.core.metrics import Stats, rate
 from mirrorflow.core.plan import CopyResult, PartitionFailure, Plan, SourceGap
+from mirrorflow.core.progress import Batch
+from mirrorflow.errors import PartitionsFailedError, PlanError
 
 
 @dataclass(frozen=True)
@@ -240,3 +245,52 @@ def build_report(plan: Plan, result: CopyResult) -> RunReport:
             )
         )
     return RunReport(plan.flow, plan.run_id, tuple(partitions), plan.gaps, tuple(failed))
+
+
+def batches_for(plan: Plan, result: CopyResult) -> list[Batch]:
+    """The batch log rows for a result (none for a partition that failed alone); refuses a result
+    that does not match its plan exactly."""
+    if (result.flow, result.run_id) != (plan.flow, plan.run_id):
+        raise PlanError(
+            f"copy result is for flow {result.flow!r} run {result.run_id!r}, the plan for flow {plan.flow!r} "
+            f"run {plan.run_id!r}; re-run the copy task"
+        )
+    by_tp = {(r.topic, r.partition): r for r in result.partitions}
+    if len(by_tp) != len(result.partitions):
+        raise PlanError("copy result lists a partition twice; re-run the copy task")
+    batches = []
+    for p in plan.partitions:
+        r = by_tp.get((p.topic, p.partition))
+        if r is None or r.target_start != p.target_start:
+            raise PlanError(
+                f"copy result does not match the plan for {p.topic}-{p.partition}; re-run the copy task"
+            )
+        if r.failure is not None:
+            continue
+        batches.append(
+            Batch(
+                topic=p.topic,
+                partition=p.partition,
+                remote_topic=p.remote_topic,
+                source_start=p.source_start,
+                source_end=p.source_end,
+                target_start=p.target_start,
+                target_end=r.target_end,
+                records=r.records,
+                bytes=r.bytes,
+                sync_points=r.sync_points,
+            )
+        )
+    if len(by_tp) != len(plan.partitions):
+        raise PlanError("copy result holds partitions the plan does not; re-run the copy task")
+    return batches
+
+
+def partitions_failed(flow: str, run_id: str, failed: Sequence[FailedPartition]) -> PartitionsFailedError:
+    """The error of a run that committed all but the ``failed`` partitions."""
+    listed = "; ".join(str(f) for f in failed)
+    return PartitionsFailedError(
+        f"flow {flow} run {run_id}: {len(failed)} partitions failed and were left for the next "
+        f"run ({ON_PARTITION_ERROR} = isolate), every other partition was committed. {listed}. Fix what "
+        "each error names; the next run copies the failed partitions' records again, nothing twice"
+    )

@@ -34,9 +34,10 @@ starts with ``BEGIN IMMEDIATE`` (one writer at a time, across processes) and wai
 timeout for other writers.
 
 Beside this module in ``mirrorflow.store``: the tables (``schema``), their rows as values and back
-(``rows``), the batch and gap logs' row steps (``batch_log``), the engine, schema creation and outage
-handling (``database``), the values reads return besides core's (``read_model``), the status page's
-aggregates (``status_reads``) and the command line ``python -m mirrorflow.store`` (``cli``).
+(``rows``), the batch and gap logs' row steps (``batch_log``), the checkpoints emitted and their
+latencies (``checkpoint_log``), the engine, schema creation and outage handling (``database``), the
+values reads return besides core's (``read_model``), the status page's aggregates
+(``status_reads``) and the command line ``python -m mirrorflow.store`` (``cli``).
 """
 
 from __future__ import annotations
@@ -50,12 +51,10 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, Engine, case, delete, exc, func, insert, or_, select, update
 
-from mirrorflow.core.metrics import CheckpointMetrics
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import (
     Batch,
     CommittedBatch,
-    GroupPosition,
     LockInfo,
     PartitionProgress,
     RecordedGap,
@@ -77,7 +76,7 @@ from mirrorflow.store.database import (
     redact_url,
 )
 from mirrorflow.store.partition_errors import record_step
-from mirrorflow.store.read_model import EmittedCheckpoint, ProgressRecord
+from mirrorflow.store.read_model import ProgressRecord
 from mirrorflow.store.recovery import advance_step
 from mirrorflow.store.retention import prune_history_step
 from mirrorflow.store.rows import (
@@ -87,7 +86,6 @@ from mirrorflow.store.rows import (
     batch_row,
     committed_batch,
     corrupt,
-    emitted_checkpoint,
     partition_metrics_row,
     partition_report,
     progress_record,
@@ -96,7 +94,6 @@ from mirrorflow.store.rows import (
 )
 from mirrorflow.store.schema import (
     batches_table,
-    checkpoint_metrics_table,
     checkpoints_table,
     gaps_table,
     locks_table,
@@ -514,69 +511,6 @@ class OffsetsStore:
             return sum(
                 conn.execute(delete(t).where(t.c.flow == flow, t.c.topic == topic)).rowcount for t in tables
             )
-
-    def checkpoints(self, flow: str) -> dict[tuple[str, str, int], GroupPosition]:
-        """The last emitted checkpoint per (group, source topic, partition) of ``flow``."""
-        return {
-            (p.group_id, p.topic, p.partition): p
-            for p in (c.position for c in self.emitted_checkpoints(flow))
-        }
-
-    def emitted_checkpoints(self, flow: str) -> list[EmittedCheckpoint]:
-        """The last emitted checkpoint per group and source partition of ``flow``, with when it was
-        emitted, by group, topic and partition."""
-        c = checkpoints_table
-        with self._transaction(write=False) as conn:
-            rows = conn.execute(
-                select(c).where(c.c.flow == flow).order_by(c.c.group_id, c.c.topic, c.c.partition)
-            ).all()
-        return [emitted_checkpoint(r._mapping) for r in rows]
-
-    def record_checkpoints(self, flow: str, positions: Iterable[GroupPosition], latency_ms: int) -> None:
-        """Replace the stored checkpoints of these (group, topic, partition)s and log them with the
-        latency they were emitted with, in one transaction."""
-        rows = [
-            {"flow": flow, **{f: getattr(p, f) for f in GroupPosition.__dataclass_fields__}}
-            for p in positions
-        ]
-        if not rows:
-            return
-        c = checkpoints_table
-        with self._transaction(write=True) as conn:
-            now = self.now()
-            for row in rows:
-                conn.execute(
-                    delete(c).where(
-                        c.c.flow == flow,
-                        c.c.group_id == row["group_id"],
-                        c.c.topic == row["topic"],
-                        c.c.partition == row["partition"],
-                    )
-                )
-            conn.execute(insert(c), [{**row, "emitted_at": now} for row in rows])
-            conn.execute(
-                insert(checkpoint_metrics_table),
-                [
-                    {
-                        **{k: v for k, v in row.items() if k != "metadata"},
-                        "latency_ms": latency_ms,
-                        "emitted_at": now,
-                    }
-                    for row in rows
-                ],
-            )
-
-    def latest_checkpoint_metrics(self, flow: str) -> list[CheckpointMetrics]:
-        """Per group and partition (in that order), the latency of its newest checkpoint."""
-        m = checkpoint_metrics_table
-        newest = (
-            select(func.max(m.c.id)).where(m.c.flow == flow).group_by(m.c.group_id, m.c.topic, m.c.partition)
-        )
-        with self._transaction(write=False) as conn:
-            rows = conn.execute(
-                select(m).where(m.c.id.in_(newest)).order_by(m.c.group_id, m.c.topic, m.c.partition)
-            ).all()
-        return [CheckpointMetrics(r.group_id, r.remote_topic, r.partition, r.latency_ms) for r in rows]
 
     # -------------------------------------------------------------------------------------- helpers
 

@@ -27,6 +27,7 @@ from mirrorflow.core.progress import Batch, GroupPosition, PartitionProgress, Re
 from mirrorflow.core.recovery import RecoveryPoint, RecoveryStep
 from mirrorflow.core.report import PartitionReport
 from mirrorflow.errors import SourceDataLostError, TransientError
+from mirrorflow.store.checkpoint_log import record_checkpoints
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import save_document
 
@@ -139,7 +140,8 @@ def _fill(config: MirrorConfig) -> None:
         mirrored_as_of=_at(3600),
     )  # fmt: skip
     clock.at(3670)
-    store.record_checkpoints(
+    record_checkpoints(
+        store,
         FLOW,
         [
             GroupPosition("billing", "orders", 0, "primary.orders", 100, 100),

@@ -1,5 +1,5 @@
 """Plan and copy result files: JSON round trips, validation, run folders, atomic writes; and the batch
-rows the commit derives from a plan and its result (``runner.batches_for``)."""
+rows the commit derives from a plan and its result (``core.report.batches_for``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from mirrorflow.app.runner import batches_for
 from mirrorflow.core.plan import (
     CopyResult,
     PartitionPlan,
@@ -16,6 +15,7 @@ from mirrorflow.core.plan import (
     Plan,
 )
 from mirrorflow.core.progress import Batch
+from mirrorflow.core.report import batches_for
 from mirrorflow.errors import PlanError
 
 FLOW = "primary->backup"

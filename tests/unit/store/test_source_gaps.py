@@ -18,6 +18,7 @@ from mirrorflow.core.progress import Batch, GroupPosition, PartitionProgress, Re
 from mirrorflow.core.report import build_report
 from mirrorflow.core.translation import OffsetTranslator
 from mirrorflow.errors import CommitConflictError, ConfigError, CorruptStateError, FlowLockedError, PlanError
+from mirrorflow.store.checkpoint_log import checkpoints, record_checkpoints
 from mirrorflow.store.cli import main
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.schema import gaps_table
@@ -187,7 +188,7 @@ def test_forget_topic_removes_the_flows_state_of_that_topic_only(
         ],
     )
     store.commit(FLOW, RUN, [BATCH], gaps=[GAP])
-    store.record_checkpoints(FLOW, [GroupPosition("g", "orders", 0, "primary.orders", 170, 78)], 5)
+    record_checkpoints(store, FLOW, [GroupPosition("g", "orders", 0, "primary.orders", 170, 78)], 5)
 
     with pytest.raises(FlowLockedError, match="locked by run run-1"):
         store.forget_topic(FLOW, "orders")
@@ -199,7 +200,7 @@ def test_forget_topic_removes_the_flows_state_of_that_topic_only(
     assert store.progress(FLOW) == {("payments", 0): PartitionProgress("payments", 0, 0, 0)}
     assert store.topic_ids(FLOW) == {"payments": "id-2"}
     assert (store.batches(FLOW), store.gaps(FLOW)) == ([], [])
-    assert store.checkpoints(FLOW) == {}
+    assert checkpoints(store, FLOW) == {}
 
 
 def test_show_lists_the_gaps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
