@@ -29,7 +29,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.concurrency import run_in_threadpool
 
 from mirrorflow.app.cutover import report_files
-from mirrorflow.app.status import RUN_LIMIT, AirflowRun, FlowStatus, RunStatus, as_json, flow_statuses
+from mirrorflow.app.status import RUN_LIMIT, flow_statuses
+from mirrorflow.app.status_values import AirflowRun, FlowStatus, RunStatus, as_json
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.errors import MirrorError
 

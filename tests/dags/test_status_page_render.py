@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from mirrorflow.app.status import FlowStatus, Freshness, PartitionStatus, RunStatus
+from mirrorflow.app.status_values import FlowStatus, Freshness, PartitionStatus, RunStatus
 from mirrorflow.core.recovery import RecoveryPoint, RecoveryStep
 from mirrorflow.store.read_model import PartitionErrorRecord
 from mirrorflow_airflow.status_page import render_page

@@ -11,14 +11,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from mirrorflow.app import runner
-from mirrorflow.app.status import (
+from mirrorflow.app.status import flow_statuses
+from mirrorflow.app.status_values import (
     AirflowRun,
     CheckpointStatus,
     Freshness,
     PartitionStatus,
     RunStatus,
     as_json,
-    flow_statuses,
 )
 from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
 from mirrorflow.core.metrics import Stats
