@@ -37,6 +37,7 @@ from mirrorflow.core.verify import (
     VerifyPlan,
     VerifyRange,
     VerifyResult,
+    arrow_rows,
     compacts,
     compare_records,
     digest_partitions,
@@ -164,10 +165,10 @@ RECORDS: list[DigestRecord] = [
 def test_the_arrow_path_digests_as_the_record_path(null_headers: bool) -> None:
     whole, split = RecordDigest(), RecordDigest()
     batch = spark_batch(RECORDS, null_headers=null_headers)
-    whole.update_arrow(batch)
-    split.update_arrow(batch.slice(0, 2))
-    split.update_arrow(batch.slice(2, 0))
-    split.update_arrow(batch.slice(2))
+    whole.update_many(arrow_rows(batch))
+    split.update_many(arrow_rows(batch.slice(0, 2)))
+    split.update_many(arrow_rows(batch.slice(2, 0)))
+    split.update_many(arrow_rows(batch.slice(2)))
 
     assert whole.result() == split.result() == digest(*RECORDS)
 
