@@ -23,11 +23,11 @@ pyspark is not installed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from mirrorflow.core import documents
 from mirrorflow.core.digest import DIGEST_SCHEME, RecordDigest, SideDigest
+from mirrorflow.core.documents import Document
 from mirrorflow.core.verify_plan import SIDES, SOURCE, TARGET, VerifyPlan, VerifyRange
 from mirrorflow.errors import PlanError
 
@@ -179,8 +179,12 @@ class PartitionVerdict:
 
 
 @dataclass(frozen=True)
-class VerifyResult:
+class VerifyResult(Document):
     """A verdict for every range of the plan, in plan order."""
+
+    marker = ("digest_scheme", DIGEST_SCHEME)
+    what = default_source = "verify result"
+    remedy = "run the verification again"
 
     flow: str
     run_id: str
@@ -213,32 +217,22 @@ class VerifyResult:
                 line += f"; {total} records compacted away on the {where} after they were copied ({shown})"
         return line
 
-    def to_json(self) -> str:
-        return documents.dump(("digest_scheme", DIGEST_SCHEME), asdict(self))
-
     @classmethod
-    def from_json(cls, text: str, source: str = "verify result") -> VerifyResult:
+    def _build(cls, raw: dict[str, Any]) -> VerifyResult:
         """Reads results written before compacted ranges were compared record by record too: their
         verdicts have no ``records``."""
-        return documents.load(
-            text,
-            ("digest_scheme", DIGEST_SCHEME),
-            lambda raw: cls(
-                raw["flow"],
-                raw["run_id"],
-                tuple(
-                    PartitionVerdict(
-                        VerifyRange.from_dict(v["range"]),
-                        SideDigest(**v["source"]),
-                        SideDigest(**v["target"]),
-                        None if v.get("records") is None else RecordComparison.from_dict(v["records"]),
-                    )
-                    for v in raw["partitions"]
-                ),
+        return cls(
+            raw["flow"],
+            raw["run_id"],
+            tuple(
+                PartitionVerdict(
+                    VerifyRange.from_dict(v["range"]),
+                    SideDigest(**v["source"]),
+                    SideDigest(**v["target"]),
+                    None if v.get("records") is None else RecordComparison.from_dict(v["records"]),
+                )
+                for v in raw["partitions"]
             ),
-            what="verify result",
-            source=source,
-            remedy="run the verification again",
         )
 
 

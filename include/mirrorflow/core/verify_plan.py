@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from mirrorflow.core import documents
+from mirrorflow.core.documents import Document
 from mirrorflow.core.progress import Batch
 from mirrorflow.core.translation import OffsetTranslator, coalesce, runs
 from mirrorflow.errors import PlanError
@@ -191,9 +191,13 @@ def span(r: VerifyRange, side: int) -> tuple[str, int, int, int]:
 
 
 @dataclass(frozen=True)
-class VerifyPlan:
+class VerifyPlan(Document):
     """What one verification compares: ``ranges`` in partition order, never overlapping on either
     cluster (a partition has more than one range only where its batch log has a gap)."""
+
+    marker = ("version", VERIFY_PLAN_VERSION)
+    what = default_source = "verify plan"
+    remedy = "plan the verification again"
 
     flow: str
     run_id: str
@@ -213,21 +217,9 @@ class VerifyPlan:
     def records(self) -> int:
         return sum(r.records for r in self.ranges)
 
-    def to_json(self) -> str:
-        return documents.dump(("version", VERIFY_PLAN_VERSION), asdict(self))
-
     @classmethod
-    def from_json(cls, text: str, source: str = "verify plan") -> VerifyPlan:
-        return documents.load(
-            text,
-            ("version", VERIFY_PLAN_VERSION),
-            lambda raw: cls(
-                raw["flow"], raw["run_id"], tuple(VerifyRange.from_dict(r) for r in raw["ranges"])
-            ),
-            what="verify plan",
-            source=source,
-            remedy="plan the verification again",
-        )
+    def _build(cls, raw: dict[str, Any]) -> VerifyPlan:
+        return cls(raw["flow"], raw["run_id"], tuple(VerifyRange.from_dict(r) for r in raw["ranges"]))
 
     def check_belongs_to(self, flow: str, run_id: str, source: str) -> None:
         if (self.flow, self.run_id) != (flow, run_id):
