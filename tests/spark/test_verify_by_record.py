@@ -20,7 +20,8 @@ from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.range_reader import read_partition
 from mirrorflow.copy.spark_verify import verify_ranges
 from mirrorflow.core.progress import Batch
-from mirrorflow.core.verify import Found, RecordComparison, VerifyRange, VerifyResult, verify_plan
+from mirrorflow.core.verdicts import Found, RecordComparison, VerifyResult
+from mirrorflow.core.verify_plan import VerifyRange, verify_plan
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster

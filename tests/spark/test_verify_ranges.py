@@ -23,16 +23,10 @@ from mirrorflow.app.dag_spec import flow_dag_spec, spark_jars
 from mirrorflow.app.verify import load_verify_result, plan_verification, write_verify_plan
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_verify import verify_ranges
+from mirrorflow.core.digest import SideDigest, digest_records
 from mirrorflow.core.progress import Batch
-from mirrorflow.core.verify import (
-    PartitionVerdict,
-    SideDigest,
-    VerifyPlan,
-    VerifyRange,
-    VerifyResult,
-    digest_records,
-    verify_plan,
-)
+from mirrorflow.core.verdicts import PartitionVerdict, VerifyResult
+from mirrorflow.core.verify_plan import VerifyPlan, VerifyRange, verify_plan
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import find_document
 from mirrorflow_dev import sample_data

@@ -30,7 +30,7 @@ from mirrorflow.config.run_options import ParamTable, RunOptions
 from mirrorflow.core.group_positions import next_positions, offsets_to_sync
 from mirrorflow.core.plan import Plan
 from mirrorflow.core.report import markdown_table
-from mirrorflow.core.verify import VerifyResult
+from mirrorflow.core.verdicts import VerifyResult
 from mirrorflow.errors import DrainTimeoutError, FlowLockedError, ParamError
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.store.offsets_store import OffsetsStore

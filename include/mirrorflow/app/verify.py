@@ -4,7 +4,8 @@
 clusters' log starts now, and writes it to the run's folder; the verify job
 (``jobs/mirror_verify.py``: ``mirrorflow.copy.spark_verify.verify_ranges``) compares both sides of
 every range and writes the result next to it; ``load_verify_result`` hands it to the cutover. What a
-verification compares, how the digest is made and what it cannot see: ``mirrorflow.core.verify``.
+verification compares and what it cannot see: ``mirrorflow.core.verify_plan``; how the digest is
+made: ``mirrorflow.core.digest``; what counts as a difference: ``mirrorflow.core.verdicts``.
 
 Imports no pyspark: the plan task runs where pyspark is not installed.
 """
@@ -12,11 +13,11 @@ Imports no pyspark: the plan task runs where pyspark is not installed.
 from __future__ import annotations
 
 from mirrorflow.config.model import FlowConfig, MirrorConfig
-from mirrorflow.core.verify import (
+from mirrorflow.core.verdicts import VerifyResult
+from mirrorflow.core.verify_plan import (
     CLEANUP_POLICY,
     TIMESTAMP_TYPE,
     VerifyPlan,
-    VerifyResult,
     compacts,
     stamps_append_time,
     verify_plan,

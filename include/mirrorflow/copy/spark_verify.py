@@ -1,6 +1,6 @@
 """The Spark side of a verification: read both sides of every range of a verify plan and compare them.
 
-``verify_ranges`` reads each range of a ``VerifyPlan`` (``mirrorflow.core.verify``) on the source and
+``verify_ranges`` reads each range of a ``VerifyPlan`` (``mirrorflow.core.verify_plan``) on the source and
 on the target with Spark's Kafka source, committed records only (``read_ranges``), and compares them
 inside the Spark tasks (through ``mapInArrow``): a range by its digest (``digest_partitions``), a
 compacted or LogAppendTime range record by record (``record_keys``, paired by source offset in
@@ -26,24 +26,19 @@ from mirrorflow.config.clients import spark_reader_options
 from mirrorflow.config.model import FlowConfig
 from mirrorflow.copy import batch_copy, spark_copy
 from mirrorflow.core.plan import PartitionPlan
-from mirrorflow.core.verify import (
+from mirrorflow.core.verdicts import VerifyResult, verdicts
+from mirrorflow.core.verify_arrow import (
     DIGEST_DDL,
     DIGEST_INPUT_COLUMNS,
     DIGEST_INPUT_DDL,
     FOUND_DDL,
     KEY_DDL,
-    SOURCE,
-    TARGET,
-    VerifyPlan,
-    VerifyRange,
-    VerifyResult,
     compare_records,
     digest_partitions,
     input_batch,
     record_keys,
-    span,
-    verdicts,
 )
+from mirrorflow.core.verify_plan import SOURCE, TARGET, VerifyPlan, VerifyRange, span
 from mirrorflow.errors import PlanError, SourceDataLostError
 
 __all__ = ["verify_ranges"]

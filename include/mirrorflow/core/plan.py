@@ -7,10 +7,10 @@ documents (``core.documents``) in the run's folder (``app.run_folder``).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from mirrorflow.core import documents
+from mirrorflow.core.documents import Document
 from mirrorflow.core.metrics import Stats
 from mirrorflow.errors import PlanError
 
@@ -114,7 +114,11 @@ RECORDS_PER_TASK = 10_000
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(Document):
+    marker = ("version", PLAN_VERSION)
+    what = default_source = "plan"
+    remedy = "re-run the plan task"
+
     flow: str
     run_id: str
     created_at: str
@@ -172,20 +176,6 @@ class Plan:
             loads[least] += p.source_end - p.source_start
         order = {(p.topic, p.partition): i for i, p in enumerate(self.partitions)}
         return [tuple(sorted(g, key=lambda p: order[p.topic, p.partition])) for g in groups if g]
-
-    def to_json(self) -> str:
-        return documents.dump(("version", PLAN_VERSION), asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str, source: str = "plan") -> Plan:
-        return documents.load(
-            text,
-            ("version", PLAN_VERSION),
-            cls._build,
-            what="plan",
-            source=source,
-            remedy="re-run the plan task",
-        )
 
     @classmethod
     def _build(cls, raw: dict[str, Any]) -> Plan:
@@ -252,24 +242,14 @@ class PartitionResult:
 
 
 @dataclass(frozen=True)
-class CopyResult:
+class CopyResult(Document):
+    marker = ("version", RESULT_VERSION)
+    what, default_source = "copy result", "result"
+    remedy = "re-run the copy task"
+
     flow: str
     run_id: str
     partitions: tuple[PartitionResult, ...]
-
-    def to_json(self) -> str:
-        return documents.dump(("version", RESULT_VERSION), asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str, source: str = "result") -> CopyResult:
-        return documents.load(
-            text,
-            ("version", RESULT_VERSION),
-            cls._build,
-            what="copy result",
-            source=source,
-            remedy="re-run the copy task",
-        )
 
     @classmethod
     def _build(cls, raw: dict[str, Any]) -> CopyResult:

@@ -8,22 +8,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from mirrorflow.core import documents
+from mirrorflow.core.documents import Document
 
 WINDOW_VERSION = 1
 
 
 @dataclass(frozen=True)
-class WindowSummary:
+class WindowSummary(Document):
     """Counts of one window, the lag its last micro-batch left per partition, and the error that
     ended it early (``error``: the ``MirrorError`` class name and message), if any.
 
     ``micro_batches`` counts every plan made; ``spark_jobs`` those that needed Spark (an empty plan,
     or one of heartbeats only, needs none). ``records`` and ``bytes`` count what was written.
     """
+
+    marker = ("window_version", WINDOW_VERSION)
+    what, default_source = "DR window summary", "window summary"
+    remedy = "re-run the window task"
 
     flow: str
     run_id: str
@@ -58,20 +62,6 @@ class WindowSummary:
             "started_at": self.started_at,
             "ended_at": self.ended_at,
         }
-
-    def to_json(self) -> str:
-        return documents.dump(("window_version", WINDOW_VERSION), asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str, source: str = "window summary") -> WindowSummary:
-        return documents.load(
-            text,
-            ("window_version", WINDOW_VERSION),
-            cls._build,
-            what="DR window summary",
-            source=source,
-            remedy="re-run the window task",
-        )
 
     @classmethod
     def _build(cls, raw: dict[str, Any]) -> WindowSummary:
