@@ -23,7 +23,8 @@ from sqlalchemy.exc import ArgumentError
 
 from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, check_translatable, copy_ignored
 from mirrorflow.config.dr import DR_SETTINGS, DrSettings, dr_settings
-from mirrorflow.config.keys import DEPRECATED_ALIASES, PROJECT_PREFIX, KeyUse, classify
+from mirrorflow.config.key_classes import KeyUse, classify
+from mirrorflow.config.keys import DEPRECATED_ALIASES, PROJECT_PREFIX
 from mirrorflow.config.properties import parse_properties
 from mirrorflow.config.property_view import PropertyView
 from mirrorflow.config.providers import resolve_references
@@ -297,7 +298,7 @@ class MirrorConfig:
     flows: tuple[FlowConfig, ...]
     state_dir: Path
     offsets_db_url: str
-    # Every key of the file as written, with what this product does with it (``config.keys``).
+    # Every key of the file as written, with what this product does with it (``config.key_classes``).
     keys: tuple[KeyUse, ...] = ()
 
     def flow(self, name: str) -> FlowConfig:
