@@ -24,7 +24,8 @@ from pathlib import Path
 from mirrorflow.app.dry_run import DryRun, dry_run_of
 from mirrorflow.app.remote_topics import RemoteTopics, ensure_remote_topics, remote_topic_changes
 from mirrorflow.app.run_folder import metrics_file, write_atomically
-from mirrorflow.config.model import ON_PARTITION_ERROR, ON_SOURCE_DATA_LOSS, FlowConfig, MirrorConfig
+from mirrorflow.config.keys import ON_PARTITION_ERROR, ON_SOURCE_DATA_LOSS
+from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS, RunOptions
 from mirrorflow.copy.batch_copy import CopySettings, allocate_writer, copy_partitions, copy_result
 from mirrorflow.copy.range_reader import record_digests

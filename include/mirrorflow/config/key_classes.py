@@ -23,9 +23,11 @@ from mirrorflow.config.keys import (
     CLIENT_KEYS,
     DEPRECATED_ALIASES,
     FLOW_KEYS,
+    FLOW_SETTINGS,
     NO_OAUTH,
     PROJECT_PREFIX,
     TOP_LEVEL_KEYS,
+    TOP_LEVEL_SETTINGS,
     UNLISTED_CLIENT_KEY,
     WORKER_KEY,
     WORKER_STORAGE_KEY,
@@ -40,7 +42,6 @@ from mirrorflow.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-_PROJECT = "this product's setting (see the table of mirrorflow settings)"
 _DEPRECATED = "deprecated name of"
 
 
@@ -58,6 +59,7 @@ _FLOW_CLIENT_PREFIXES = tuple(
     f"{side}.{kind}." for side in ("source", "target") for kind in ("cluster", *[r[:-1] for r in _ROLES])
 )
 _TOP_LEVEL_CLIENT = re.compile(r"security\.protocol|ssl\..*|sasl\..*")
+_SETTINGS = (*FLOW_SETTINGS, *TOP_LEVEL_SETTINGS)
 
 
 def client_key(name: str) -> Key | None:
@@ -76,7 +78,8 @@ def classify(
 ) -> tuple[KeyUse, ...]:
     """Every key of the file by scope (prefixes stripped) with its treatment; warns about keys with
     no effect and deprecated names, raises ``ConfigError`` for a refused, unknown or mistyped key.
-    This product's own keys (``mirrorflow.*``) are checked where they are read. The values of a
+    This product's own keys (``mirrorflow.*``) had their names checked as the file was split into
+    scopes (``check_setting``), and have their values checked where they are read. The values of a
     flow not ``enabled`` are not checked: MM2 builds nothing from them."""
     uses: list[KeyUse] = []
     for key, value in top.items():
@@ -93,7 +96,7 @@ def classify(
 
 def _top_level(key: str, value: str) -> KeyUse:
     if key.startswith(PROJECT_PREFIX):
-        return KeyUse(key, H, _PROJECT)
+        return _setting_use(key, key)
     rule = _rule(key, TOP_LEVEL_KEYS) or _rule(key, FLOW_KEYS)
     if key == "enabled":
         raise ConfigError("only `<source>-><target>.enabled` enables a flow; set it per flow", key=key)
@@ -143,7 +146,7 @@ def _cluster_level(prefix: str, key: str, value: str) -> KeyUse:
 def _flow_level(prefix: str, key: str, value: str, check: bool) -> KeyUse:
     written = prefix + key
     if key.startswith(PROJECT_PREFIX):
-        return KeyUse(written, H, _PROJECT)
+        return _setting_use(written, key)
     for client_prefix in _FLOW_CLIENT_PREFIXES:
         if key.startswith(client_prefix):
             name = key[len(client_prefix) :]
@@ -164,6 +167,36 @@ def _flow_level(prefix: str, key: str, value: str, check: bool) -> KeyUse:
         _unknown(written, key, [*_names(FLOW_KEYS), *DEPRECATED_ALIASES], "an MM2 flow setting")
     assert rule is not None
     return _use(written, value, rule, check)
+
+
+def check_setting(written: str, name: str, *, top_level: bool) -> None:
+    """Typo protection for this product's keys (``name``: a ``mirrorflow.*`` key without its flow
+    prefix; ``written``: as in the file): an unknown one, or a top-level-only one set per flow, is
+    an error naming it. Other keys are left to ``classify``."""
+    if not name.startswith(PROJECT_PREFIX) or _setting(name, FLOW_SETTINGS):
+        return
+    if _setting(name, TOP_LEVEL_SETTINGS):
+        if top_level:
+            return
+        raise ConfigError(
+            f"{name} applies to all flows; set it at top level, without a flow prefix", key=written
+        )
+    known = ", ".join(rule.name.replace("*", "<spark key>") for rule in _SETTINGS)
+    raise ConfigError(f"unknown mirrorflow setting; known settings: {known}", key=written)
+
+
+def _setting(name: str, table: Sequence[Key]) -> Key | None:
+    """The row of this product's setting ``name``; a prefix's row (``mirrorflow.spark.conf.*``)
+    takes only names with something after the prefix."""
+    rule = _rule(name, table)
+    return None if rule is None or rule.name == f"{name}*" else rule
+
+
+def _setting_use(written: str, name: str) -> KeyUse:
+    """The use of a setting whose name ``check_setting`` checked."""
+    rule = _setting(name, _SETTINGS)
+    assert rule is not None
+    return KeyUse(written, rule.treatment, rule.note)
 
 
 def _worker_key(key: str) -> Key:

@@ -1,13 +1,17 @@
-"""The key table: every key an MM2 config may hold, and what this product does with it. Each is
-**honoured**, has **no effect** in a batch system (accepted, and warned about by name with the
-reason), or is **refused** (an error naming the key as written and what to do). A table says where
-its keys may be written: ``TOP_LEVEL_KEYS`` at top level only, ``FLOW_KEYS`` at top level (every
-flow) or as ``<source>-><target>.<key>``, ``CLIENT_KEYS`` as a cluster's or a flow's client
-settings. ``config.key_classes`` classifies a file's keys by these rows (a key in none of them is
-unknown) and writes the README's key table from them, so the two cannot drift.
+"""The key table: every key an mm2.properties file may hold, MM2's and this product's own
+(``mirrorflow.*``), and what this product does with it. Each is **honoured**, has **no effect** in
+a batch system (accepted, and warned about by name with the reason), or is **refused** (an error
+naming the key as written and what to do). The section a row is in says where its key may be
+written: ``TOP_LEVEL_KEYS`` and ``TOP_LEVEL_SETTINGS`` at top level only, ``FLOW_KEYS`` and
+``FLOW_SETTINGS`` at top level (every flow) or as ``<source>-><target>.<key>``, ``CLIENT_KEYS`` as a
+cluster's or a flow's client settings.
 
-Invariants: a row holds what MM2 documents for its key (name, default, type); a refused key lists
-the values that change nothing (its MM2 default), which are accepted.
+``config.key_classes`` classifies a file's keys by these rows (a key no row takes is unknown) and
+writes the README's key table from MM2's; ``config.key_values`` reads a typed key by its row. So a
+key's kind, default and choices are stated once, here.
+
+Invariants: a refused key lists the values that change nothing (its MM2 default), which are
+accepted; a setting of this product with choices has its first as its default.
 """
 
 from __future__ import annotations
@@ -500,3 +504,63 @@ UNLISTED_CLIENT_KEY = Key(
 )
 WORKER_STORAGE_KEY = Key("", N, _STATE)
 WORKER_KEY = Key("", N, _NO_REST)
+
+# This product's own settings (MM2 ignores them), named here for the code that reads them.
+SCHEDULE = "mirrorflow.schedule"
+MAX_RECORDS_PER_PARTITION = "mirrorflow.max.records.per.partition"
+SPARK_CONN_ID = "mirrorflow.spark.conn.id"
+SPARK_DEPLOY_MODE = "mirrorflow.spark.deploy.mode"
+SPARK_CONF_PREFIX = "mirrorflow.spark.conf."
+COPY_TIMEOUT = "mirrorflow.copy.timeout.seconds"
+TASK_RETRIES = "mirrorflow.task.retries"
+LOCK_WAIT = "mirrorflow.lock.wait.seconds"
+AIRFLOW_QUEUE = "mirrorflow.airflow.queue"
+AIRFLOW_POOL = "mirrorflow.airflow.pool"
+REVERSE_CHECKPOINTS = "mirrorflow.reverse.checkpoints.enabled"
+ON_SOURCE_DATA_LOSS = "mirrorflow.on.source.data.loss"
+ON_PARTITION_ERROR = "mirrorflow.on.partition.error"
+ALERT_LAG_MAX_RECORDS = "mirrorflow.alert.lag.max.records"
+ALERT_HEARTBEAT_AGE_MAX_SECONDS = "mirrorflow.alert.heartbeat.age.max.seconds"
+ALERT_NOTIFIER = "mirrorflow.alert.notifier"
+MODE = "mirrorflow.mode"
+DR_WINDOW_SECONDS = "mirrorflow.dr.window.seconds"
+DR_IDLE_WAIT_MS = "mirrorflow.dr.idle.wait.ms"
+STATE_DIR = "mirrorflow.state.dir"
+OFFSETS_DB_URL = "mirrorflow.offsets.db.url"
+_PROJECT = "this product's setting (see the table of mirrorflow settings)"
+
+
+def _ours(name: str, default: str = "", kind: str = "text", choices: tuple[str, ...] = ()) -> Key:
+    return Key(name, H, _PROJECT, default, kind, choices=choices)
+
+
+# This product's settings of a flow, at top level (every flow) or as <source>-><target>.<key>. A
+# setting with choices defaults to its first; a number without a default is optional (none when
+# absent or empty). The README's table of mirrorflow settings, written by hand, says what each does.
+FLOW_SETTINGS: tuple[Key, ...] = (
+    _ours(SCHEDULE),
+    _ours(MAX_RECORDS_PER_PARTITION, "1000000", "pos"),
+    _ours(SPARK_CONN_ID, "spark_default"),
+    # Where a flow's Spark drivers run.
+    _ours(SPARK_DEPLOY_MODE, "client", choices=("client", "cluster")),
+    _ours(COPY_TIMEOUT, "21600", "pos"),  # 6 h
+    _ours(TASK_RETRIES, "2", "int"),
+    _ours(LOCK_WAIT, "60", "int"),
+    _ours(AIRFLOW_QUEUE),
+    _ours(AIRFLOW_POOL),
+    _ours(REVERSE_CHECKPOINTS, "false", "bool"),
+    # What a run does when source records it has not mirrored yet were deleted.
+    _ours(ON_SOURCE_DATA_LOSS, "fail", choices=("fail", "skip")),
+    # What a run does when one partition meets an error a retry would meet again.
+    _ours(ON_PARTITION_ERROR, "fail", choices=("fail", "isolate")),
+    _ours(ALERT_LAG_MAX_RECORDS, kind="int"),
+    _ours(ALERT_HEARTBEAT_AGE_MAX_SECONDS, kind="pos"),
+    _ours(ALERT_NOTIFIER),
+    # DR mode (config.dr): each run a window of micro-batches instead of one bounded copy.
+    _ours(MODE, "batch", choices=("batch", "dr")),
+    _ours(DR_WINDOW_SECONDS, "600", "pos"),
+    _ours(DR_IDLE_WAIT_MS, "250", "int"),
+    _ours(SPARK_CONF_PREFIX + "*"),
+)
+# This product's settings that apply to all flows at once: at top level only.
+TOP_LEVEL_SETTINGS: tuple[Key, ...] = (_ours(STATE_DIR), _ours(OFFSETS_DB_URL))
