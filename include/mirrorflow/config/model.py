@@ -24,7 +24,7 @@ from sqlalchemy.exc import ArgumentError
 
 from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, check_translatable, copy_ignored
 from mirrorflow.config.dr import DrSettings, dr_settings
-from mirrorflow.config.key_classes import KeyUse, check_setting, classify
+from mirrorflow.config.key_classes import KeyUse, classify
 from mirrorflow.config.key_values import (
     choice,
     default,
@@ -47,7 +47,6 @@ from mirrorflow.config.keys import (
     OFFSETS_DB_URL,
     ON_PARTITION_ERROR,
     ON_SOURCE_DATA_LOSS,
-    PROJECT_PREFIX,
     REVERSE_CHECKPOINTS,
     SCHEDULE,
     SPARK_CONF_PREFIX,
@@ -59,6 +58,7 @@ from mirrorflow.config.keys import (
 from mirrorflow.config.properties import parse_properties
 from mirrorflow.config.property_view import PropertyView
 from mirrorflow.config.providers import resolve_references
+from mirrorflow.config.scopes import FLOW_ARROW, cluster_aliases, split_scopes
 from mirrorflow.config.strimzi import is_strimzi, secrets_folder, to_properties
 from mirrorflow.config.transforms import TransformConfig, transforms_of
 from mirrorflow.errors import ConfigError
@@ -103,7 +103,6 @@ TASK_RETRY_DELAY_SECONDS = 30
 # Time for the plan, commit, checkpoint and release tasks of a run, on top of its copy attempts.
 _RUN_OVERHEAD_SECONDS = 3600
 
-_FLOW_ARROW = "->"
 # (prefix as written in the file, properties under it with the prefix stripped), lowest precedence first.
 _Layers = Sequence[tuple[str, Mapping[str, str]]]
 _CLIENT_ROLES = ("consumer", "producer", "admin")
@@ -222,12 +221,12 @@ class FlowConfig:
     @property
     def name(self) -> str:
         """MM2's name of the flow, e.g. ``primary->backup``."""
-        return f"{self.source.alias}{_FLOW_ARROW}{self.target.alias}"
+        return f"{self.source.alias}{FLOW_ARROW}{self.target.alias}"
 
     @property
     def opposite(self) -> str:
         """The name of the flow the other way between the same two clusters."""
-        return f"{self.target.alias}{_FLOW_ARROW}{self.source.alias}"
+        return f"{self.target.alias}{FLOW_ARROW}{self.source.alias}"
 
     @property
     def dag_id(self) -> str:
@@ -329,13 +328,13 @@ def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] 
     parsed = {key: value.strip() for key, value in parse_properties(text, str(path or "<string>")).items()}
     # MM2's config providers: ${file:...}, ${env:...} and ${directory:...} become what they refer to.
     raw = resolve_references(parsed, env, base)
-    aliases = _cluster_aliases(raw)
-    top, by_cluster, by_flow = _split_scopes(raw, aliases)
+    aliases = cluster_aliases(raw)
+    top, by_cluster, by_flow = split_scopes(raw, aliases)
     enabled = [
         (source, target)
         for (source, target), overrides in by_flow.items()
         # MM2: flows are disabled unless enabled, and only the flow's own key enables one.
-        if PropertyView.layered([(f"{source}{_FLOW_ARROW}{target}.", overrides)]).get_bool("enabled", False)
+        if PropertyView.layered([(f"{source}{FLOW_ARROW}{target}.", overrides)]).get_bool("enabled", False)
     ]
     keys = classify(top, by_cluster, by_flow, enabled)
 
@@ -362,72 +361,6 @@ def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] 
         offsets_db_url=_offsets_db_url(top, env, state_dir),
         keys=keys,
     )
-
-
-def _cluster_aliases(raw: Mapping[str, str]) -> tuple[str, ...]:
-    aliases = PropertyView.layered([("", raw)]).get_list("clusters", ())
-    if not aliases:
-        raise ConfigError(
-            "no clusters; list the cluster aliases, e.g. `clusters = primary, backup`", key="clusters"
-        )
-    if "" in aliases or len(set(aliases)) != len(aliases):
-        raise ConfigError(
-            f"empty or repeated alias in {', '.join(aliases)}; list each cluster once", key="clusters"
-        )
-    return aliases
-
-
-def _split_scopes(
-    raw: Mapping[str, str], aliases: Sequence[str]
-) -> tuple[dict[str, str], dict[str, dict[str, str]], dict[tuple[str, str], dict[str, str]]]:
-    """Sort keys into top level, ``<alias>.*`` and ``<src>-><tgt>.*`` (prefixes stripped).
-
-    Flows come out in ``clusters`` order (source, then target) whatever the order of the file.
-    """
-    top: dict[str, str] = {}
-    by_cluster: dict[str, dict[str, str]] = {}
-    found: dict[tuple[str, str], dict[str, str]] = {}
-    for key, value in raw.items():
-        if _FLOW_ARROW in key:
-            source, target, setting = _parse_flow_key(key, aliases)
-            check_setting(key, setting, top_level=False)
-            found.setdefault((source, target), {})[setting] = value
-        elif alias := _alias_of(key, aliases):
-            setting = key[len(alias) + 1 :]
-            if setting.startswith(PROJECT_PREFIX):
-                raise ConfigError(
-                    "mirrorflow settings are not per cluster; set them at top level or per flow "
-                    f"(`<source>-><target>.{setting}`)",
-                    key=key,
-                )
-            by_cluster.setdefault(alias, {})[setting] = value
-        else:
-            check_setting(key, key, top_level=True)
-            top[key] = value
-    by_flow = {(s, t): found[(s, t)] for s in aliases for t in aliases if (s, t) in found}
-    return top, by_cluster, by_flow
-
-
-def _alias_of(key: str, aliases: Sequence[str]) -> str | None:
-    """The alias ``key`` is scoped to; the longest wins, so ``eu.west`` beats ``eu``."""
-    matching = [alias for alias in aliases if key.startswith(f"{alias}.")]
-    return max(matching, key=len) if matching else None
-
-
-def _parse_flow_key(key: str, aliases: Sequence[str]) -> tuple[str, str, str]:
-    source, rest = key.split(_FLOW_ARROW, 1)
-    target = _alias_of(rest, aliases)
-    known = ", ".join(aliases)
-    if source not in aliases or target is None:
-        unknown = source if source not in aliases else rest.split(".", 1)[0]
-        raise ConfigError(
-            f"flow keys look like `<source>-><target>.<setting>` with both aliases listed in clusters "
-            f"({known}), but {unknown!r} is not; add it to clusters or fix the alias",
-            key=key,
-        )
-    if source == target:
-        raise ConfigError(f"a flow from {source!r} to itself is not possible; remove the key", key=key)
-    return source, target, rest[len(target) + 1 :]
 
 
 def _flow_side_layers(
@@ -483,7 +416,7 @@ def _flow_config(
     overrides: Mapping[str, str],
 ) -> FlowConfig:
     """The flow ``source->target`` from the clusters' layers, the top level and its own keys."""
-    name = f"{source}{_FLOW_ARROW}{target}"
+    name = f"{source}{FLOW_ARROW}{target}"
     props = PropertyView.layered([("", top), (f"{name}.", overrides)])
     for old, new in DEPRECATED_ALIASES.items():
         props = props.aliased(old, new)
