@@ -19,9 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
 from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, check_translatable, copy_ignored
 from mirrorflow.config.dr import DrSettings, dr_settings
 from mirrorflow.config.key_classes import KeyUse, classify
@@ -44,7 +41,6 @@ from mirrorflow.config.keys import (
     DEPRECATED_ALIASES,
     LOCK_WAIT,
     MAX_RECORDS_PER_PARTITION,
-    OFFSETS_DB_URL,
     ON_PARTITION_ERROR,
     ON_SOURCE_DATA_LOSS,
     REVERSE_CHECKPOINTS,
@@ -52,13 +48,13 @@ from mirrorflow.config.keys import (
     SPARK_CONF_PREFIX,
     SPARK_CONN_ID,
     SPARK_DEPLOY_MODE,
-    STATE_DIR,
     TASK_RETRIES,
 )
 from mirrorflow.config.properties import parse_properties
 from mirrorflow.config.property_view import PropertyView
 from mirrorflow.config.providers import resolve_references
 from mirrorflow.config.scopes import FLOW_ARROW, cluster_aliases, split_scopes
+from mirrorflow.config.state import offsets_db_url, state_dir
 from mirrorflow.config.strimzi import is_strimzi, secrets_folder, to_properties
 from mirrorflow.config.transforms import TransformConfig, transforms_of
 from mirrorflow.errors import ConfigError
@@ -86,8 +82,6 @@ from mirrorflow.mm2.policy import (
 log = logging.getLogger(__name__)
 
 ENV_CONFIG = "MIRROR_CONFIG"
-ENV_STATE_DIR = "MIRROR_STATE_DIR"
-ENV_OFFSETS_DB_URL = "MIRROR_OFFSETS_DB_URL"
 # MM2's --clusters: the DAG files make DAGs only of the flows whose target is listed.
 ENV_CLUSTERS = "MIRROR_CLUSTERS"
 
@@ -352,13 +346,13 @@ def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] 
     _check_identity_pairs(flows)
     _check_reverse_checkpoints(flows)
 
-    state_dir = _state_dir(top, env, base)
+    state = state_dir(top, env, base)
     return MirrorConfig(
         path=path,
         clusters=MappingProxyType(clusters),
         flows=tuple(flows),
-        state_dir=state_dir,
-        offsets_db_url=_offsets_db_url(top, env, state_dir),
+        state_dir=state,
+        offsets_db_url=offsets_db_url(top, env, state),
         keys=keys,
     )
 
@@ -575,40 +569,3 @@ def flows_for_dags(config: MirrorConfig, env: Mapping[str, str] = os.environ) ->
             key=f"env {ENV_CLUSTERS}",
         )
     return tuple(flow for flow in config.flows if flow.target.alias in aliases)
-
-
-def _state_dir(top: Mapping[str, str], env: Mapping[str, str], base: Path) -> Path:
-    """Env ``MIRROR_STATE_DIR`` (relative to the current directory) > ``mirrorflow.state.dir``
-    (relative to the config file's folder); one of them must say where.
-    """
-    if env.get(ENV_STATE_DIR):
-        return Path(env[ENV_STATE_DIR]).absolute()
-    if top.get(STATE_DIR):
-        return base / top[STATE_DIR]
-    raise ConfigError(
-        f"no state folder: set {STATE_DIR} (relative to the config file's folder) or env "
-        f"{ENV_STATE_DIR} to a folder the Airflow workers share; it holds the metrics files, cutover and "
-        "failover reports and, unless mirrorflow.offsets.db.url is set, the SQLite offsets database"
-    )
-
-
-def _offsets_db_url(top: Mapping[str, str], env: Mapping[str, str], state_dir: Path) -> str:
-    """Env ``MIRROR_OFFSETS_DB_URL`` > ``mirrorflow.offsets.db.url`` > a SQLite file in the state dir.
-
-    The URL's syntax and dialect are checked here, without connecting, so that a bad one is a DAG
-    import error rather than a failed run.
-    """
-    key = ENV_OFFSETS_DB_URL if env.get(ENV_OFFSETS_DB_URL) else OFFSETS_DB_URL
-    url = env.get(ENV_OFFSETS_DB_URL) or top.get(OFFSETS_DB_URL)
-    if not url:
-        return f"sqlite:///{state_dir / 'offsets.db'}"
-    try:
-        make_url(url).get_dialect()
-    except (ArgumentError, ValueError) as error:
-        # The URL itself is not repeated: it may hold a password.
-        raise ConfigError(
-            f"not a usable database URL ({error}); write a SQLAlchemy URL, e.g. "
-            "postgresql+psycopg2://user:password@host:5432/mirror or sqlite:////absolute/path/offsets.db",
-            key=key,
-        ) from error
-    return url
