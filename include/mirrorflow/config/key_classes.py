@@ -181,6 +181,7 @@ def check_setting(written: str, name: str, *, top_level: bool) -> None:
         raise ConfigError(
             f"{name} applies to all flows; set it at top level, without a flow prefix", key=written
         )
+    # The one prefix's row among them reads mirrorflow.spark.conf.<spark key>.
     known = ", ".join(rule.name.replace("*", "<spark key>") for rule in _SETTINGS)
     raise ConfigError(f"unknown mirrorflow setting; known settings: {known}", key=written)
 
