@@ -3,7 +3,7 @@ between its markers; a unit test fails while the two differ."""
 
 from __future__ import annotations
 
-from mirrorflow.config.keys import markdown
+from mirrorflow.config.key_classes import markdown
 from mirrorflow_dev.paths import REPO_ROOT
 
 README = REPO_ROOT / "README.md"

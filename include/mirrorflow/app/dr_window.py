@@ -24,7 +24,8 @@ from mirrorflow.app.copy_guard import deadline_in
 from mirrorflow.app.flow_session import FlowSession
 from mirrorflow.app.freshness import staleness
 from mirrorflow.app.remote_topics import RemoteTopics
-from mirrorflow.config.dr import MODE, DrSettings
+from mirrorflow.config.dr import DrSettings
+from mirrorflow.config.keys import MODE
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS
 from mirrorflow.core.plan import CopyResult, Plan

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mirrorflow.config.model import ALERT_NOTIFIER, MirrorSettings
+from mirrorflow.config.keys import ALERT_NOTIFIER
+from mirrorflow.config.model import MirrorSettings
 from mirrorflow.config.property_view import load_reference
 
 TopicPartition = tuple[str, int]

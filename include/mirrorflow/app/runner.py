@@ -24,7 +24,8 @@ from mirrorflow.app.checkpoints import CheckpointReport, emit_checkpoints
 from mirrorflow.app.dry_run import DryRun, dry_run_of
 from mirrorflow.app.flow_session import FlowSession, check_topic_subset
 from mirrorflow.app.remote_topics import remote_topic_changes
-from mirrorflow.config.model import ON_SOURCE_DATA_LOSS, FlowConfig, MirrorConfig
+from mirrorflow.config.keys import ON_SOURCE_DATA_LOSS
+from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS, RunOptions
 from mirrorflow.core.plan import CopyResult, Plan, offset_range
 from mirrorflow.core.planner import lost_data_choice

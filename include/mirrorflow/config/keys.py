@@ -1,29 +1,24 @@
-"""Every key an MM2 config may hold, and what this product does with it: each is **honoured**, has
-**no effect** in a batch system (accepted, and warned about by name with the reason), or is
-**refused** (an error naming the key as written and what to do). A key in none of the tables is
-unknown: an error suggesting the closest known key. The README's key table is generated from here
-(``python -m mirrorflow.config.keys``), so the two cannot drift.
+"""The key table: every key an mm2.properties file may hold, MM2's and this product's own
+(``mirrorflow.*``), and what this product does with it. Each is **honoured**, has **no effect** in
+a batch system (accepted, and warned about by name with the reason), or is **refused** (an error
+naming the key as written and what to do). The section a row is in says where its key may be
+written: ``TOP_LEVEL_KEYS`` and ``TOP_LEVEL_SETTINGS`` at top level only, ``FLOW_KEYS`` and
+``FLOW_SETTINGS`` at top level (every flow) or as ``<source>-><target>.<key>``, ``CLIENT_KEYS`` as a
+cluster's or a flow's client settings.
 
-Invariants: no key of a loaded config is silently ignored; a refused key set to a value that
-changes nothing (its MM2 default, e.g. ``topic.filter.class = ...DefaultTopicFilter``) is accepted;
-a typed key (boolean, number) holds a value of its type whatever its class, as MM2's ConfigDef
-demands.
+``config.key_classes`` classifies a file's keys by these rows (a key no row takes is unknown) and
+writes the README's key table from MM2's; ``config.key_values`` reads a typed key by its row. So a
+key's kind, default and choices are stated once, here.
+
+Invariants: a refused key lists the values that change nothing (its MM2 default), which are
+accepted; a setting of this product with choices has its first as its default.
 """
 
 from __future__ import annotations
 
-import difflib
 import enum
-import logging
-import re
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-from mirrorflow.config.java_clients import CONNECT_WORKER_KEYS, JAVA_CLIENT_KEYS
-from mirrorflow.config.property_view import checked_bool, checked_integer, checked_whole_number, shown
-from mirrorflow.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 
 class Treatment(enum.StrEnum):
@@ -52,18 +47,8 @@ class Key:
         return key.startswith(self.name[:-1]) if self.name.endswith(".*") else key == self.name
 
 
-@dataclass(frozen=True)
-class KeyUse:
-    """A key as written in the file, and what this product does with it."""
-
-    written: str
-    treatment: Treatment
-    note: str
-
-
 H, N, R = Treatment.HONOURED, Treatment.NO_EFFECT, Treatment.REFUSED
 PROJECT_PREFIX = "mirrorflow."
-_PROJECT = "this product's setting (see the table of mirrorflow settings)"
 
 
 def _dr(what: str) -> str:
@@ -75,7 +60,6 @@ _STATE = "progress lives in the offsets table (mirrorflow.offsets.db.url), not i
 _TRANSFORMS = "see Transforms: Connect's Filter, DropHeaders and InsertHeader, python hooks"
 _PREDICATES = "see Transforms: Connect's HasHeaderKey, TopicNameMatches and RecordIsTombstone"
 _JAVA_CLASS = "the Python clients cannot load Java classes; remove the key"
-_DEPRECATED = "deprecated name of"
 
 # MM2's connector and MirrorMaker settings, at top level (every flow) or as <source>-><target>.<key>.
 FLOW_KEYS: tuple[Key, ...] = (
@@ -344,17 +328,16 @@ TOP_LEVEL_KEYS: tuple[Key, ...] = (
     Key("config.providers.*", H, "the providers' `.class` and `.param.*`"),
 )
 
-_COPY_OWN = "not used: the copy and the control plane fetch and write record batches with their own sizes"
 _NO_GROUP = "the copy reads planned offset ranges, without a consumer group"
 _EXACTLY_ONCE = "every copy writes idempotently as the flow's one producer id, exactly once"
 _AS_BYTES = "records are copied as bytes"
 _OPENSSL = "TLS versions and ciphers are OpenSSL's defaults (TLS 1.2 or newer)"
-_NO_OAUTH = (
+NO_OAUTH = (
     "SASL OAUTHBEARER and GSSAPI (Kerberos) are not supported; use SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN"
 )
 
 # Java client settings (at <alias>., <alias>.<role>., top-level security keys, and a flow's
-# source.cluster. / target.<role>. etc.). A client key not listed has no effect (_COPY_OWN).
+# source.cluster. / target.<role>. etc.). A client key not listed is an UNLISTED_CLIENT_KEY.
 CLIENT_KEYS: tuple[Key, ...] = (
     Key("bootstrap.servers", H, "every client of the cluster (required per cluster)"),
     Key("client.id", H, "every client"),
@@ -451,9 +434,9 @@ CLIENT_KEYS: tuple[Key, ...] = (
         R,
         "write the certificates to a PEM file and point `ssl.truststore.location` at it",
     ),
-    Key("sasl.kerberos.*", R, _NO_OAUTH),
-    Key("sasl.oauthbearer.*", R, _NO_OAUTH),
-    Key("sasl.login.*", R, _NO_OAUTH),
+    Key("sasl.kerberos.*", R, NO_OAUTH),
+    Key("sasl.oauthbearer.*", R, NO_OAUTH),
+    Key("sasl.login.*", R, NO_OAUTH),
     Key("sasl.client.callback.handler.class", R, _JAVA_CLASS),
     Key("ssl.engine.factory.class", R, _JAVA_CLASS),
     Key("interceptor.classes", R, _JAVA_CLASS),
@@ -513,244 +496,71 @@ CLIENT_KEYS: tuple[Key, ...] = (
     ),
 )
 
-_ROLES = ("consumer.", "producer.", "admin.")
-_FLOW_CLIENT_PREFIXES = tuple(
-    f"{side}.{kind}." for side in ("source", "target") for kind in ("cluster", *[r[:-1] for r in _ROLES])
+# What a key no row names gets: any other Java client setting (java_clients.JAVA_CLIENT_KEYS), and
+# Connect's worker settings (java_clients.CONNECT_WORKER_KEYS; those that are connector settings
+# too are rows of FLOW_KEYS).
+UNLISTED_CLIENT_KEY = Key(
+    "", N, "not used: the copy and the control plane fetch and write record batches with their own sizes"
 )
-_TOP_LEVEL_CLIENT = re.compile(r"security\.protocol|ssl\..*|sasl\..*")
+WORKER_STORAGE_KEY = Key("", N, _STATE)
+WORKER_KEY = Key("", N, _NO_REST)
+
+# This product's own settings (MM2 ignores them), named here for the code that reads them.
+SCHEDULE = "mirrorflow.schedule"
+MAX_RECORDS_PER_PARTITION = "mirrorflow.max.records.per.partition"
+SPARK_CONN_ID = "mirrorflow.spark.conn.id"
+SPARK_DEPLOY_MODE = "mirrorflow.spark.deploy.mode"
+SPARK_CONF_PREFIX = "mirrorflow.spark.conf."
+COPY_TIMEOUT = "mirrorflow.copy.timeout.seconds"
+TASK_RETRIES = "mirrorflow.task.retries"
+LOCK_WAIT = "mirrorflow.lock.wait.seconds"
+AIRFLOW_QUEUE = "mirrorflow.airflow.queue"
+AIRFLOW_POOL = "mirrorflow.airflow.pool"
+REVERSE_CHECKPOINTS = "mirrorflow.reverse.checkpoints.enabled"
+ON_SOURCE_DATA_LOSS = "mirrorflow.on.source.data.loss"
+ON_PARTITION_ERROR = "mirrorflow.on.partition.error"
+ALERT_LAG_MAX_RECORDS = "mirrorflow.alert.lag.max.records"
+ALERT_HEARTBEAT_AGE_MAX_SECONDS = "mirrorflow.alert.heartbeat.age.max.seconds"
+ALERT_NOTIFIER = "mirrorflow.alert.notifier"
+MODE = "mirrorflow.mode"
+DR_WINDOW_SECONDS = "mirrorflow.dr.window.seconds"
+DR_IDLE_WAIT_MS = "mirrorflow.dr.idle.wait.ms"
+STATE_DIR = "mirrorflow.state.dir"
+OFFSETS_DB_URL = "mirrorflow.offsets.db.url"
+_PROJECT = "this product's setting (see the table of mirrorflow settings)"
 
 
-def client_key(name: str) -> Key | None:
-    """What a Java client setting does here; None for a key no Java client has."""
-    rule = _rule(name, CLIENT_KEYS)
-    if rule is not None:
-        return rule
-    return Key(name, N, _COPY_OWN) if name in JAVA_CLIENT_KEYS else None
+def _ours(name: str, default: str = "", kind: str = "text", choices: tuple[str, ...] = ()) -> Key:
+    return Key(name, H, _PROJECT, default, kind, choices=choices)
 
 
-def classify(
-    top: Mapping[str, str],
-    by_cluster: Mapping[str, Mapping[str, str]],
-    by_flow: Mapping[tuple[str, str], Mapping[str, str]],
-    enabled: Container[tuple[str, str]],
-) -> tuple[KeyUse, ...]:
-    """Every key of the file by scope (prefixes stripped) with its treatment; warns about keys with
-    no effect and deprecated names, raises ``ConfigError`` for a refused, unknown or mistyped key.
-    This product's own keys (``mirrorflow.*``) are checked where they are read. The values of a
-    flow not ``enabled`` are not checked: MM2 builds nothing from them."""
-    uses: list[KeyUse] = []
-    for key, value in top.items():
-        uses.append(_top_level(key, value))
-    for alias, props in by_cluster.items():
-        for key, value in props.items():
-            uses.append(_cluster_level(f"{alias}.", key, value))
-    for (source, target), props in by_flow.items():
-        for key, value in props.items():
-            uses.append(_flow_level(f"{source}->{target}.", key, value, (source, target) in enabled))
-    _warn(uses)
-    return tuple(uses)
-
-
-def _top_level(key: str, value: str) -> KeyUse:
-    if key.startswith(PROJECT_PREFIX):
-        return KeyUse(key, H, _PROJECT)
-    rule = _rule(key, TOP_LEVEL_KEYS) or _rule(key, FLOW_KEYS)
-    if key == "enabled":
-        raise ConfigError("only `<source>-><target>.enabled` enables a flow; set it per flow", key=key)
-    if rule is None and _TOP_LEVEL_CLIENT.fullmatch(key):
-        rule = client_key(key)
-    if rule is None and key in CONNECT_WORKER_KEYS:
-        rule = _worker_key(key)
-    if rule is None and key.startswith(_ROLES):
-        raise ConfigError(
-            "client settings of one kind are set per cluster: write `<alias>." + key + "` (or per flow, "
-            f"`<source>-><target>.source.{key}` / `target.{key}`)",
-            key=key,
-        )
-    if rule is None:
-        alias = DEPRECATED_ALIASES.get(key)
-        if alias is not None:
-            return _deprecated(key, alias)
-        candidates = [*_names(TOP_LEVEL_KEYS), *_names(FLOW_KEYS), *DEPRECATED_ALIASES]
-        _unknown(key, key, candidates, "an MM2 setting")
-    assert rule is not None
-    return _use(key, value, rule)
-
-
-def _cluster_level(prefix: str, key: str, value: str) -> KeyUse:
-    written = prefix + key
-    name = key
-    for role in _ROLES:
-        if key.startswith(role):
-            name = key[len(role) :]
-            break
-    rule = client_key(name)
-    if rule is None and name == key and key in CONNECT_WORKER_KEYS:
-        rule = _worker_key(key)
-    if rule is None and (_rule(key, FLOW_KEYS) or key in DEPRECATED_ALIASES):
-        raise ConfigError(
-            f"`{key}` is a flow setting, not a cluster's: set it at top level or per flow "
-            f"(`<source>-><target>.{key}`)",
-            key=written,
-        )
-    if rule is None:
-        known = JAVA_CLIENT_KEYS | (CONNECT_WORKER_KEYS if name == key else frozenset())
-        _unknown(written, name, known, "a client setting")
-    assert rule is not None
-    return _use(written, value, rule)
-
-
-def _flow_level(prefix: str, key: str, value: str, check: bool) -> KeyUse:
-    written = prefix + key
-    if key.startswith(PROJECT_PREFIX):
-        return KeyUse(written, H, _PROJECT)
-    for client_prefix in _FLOW_CLIENT_PREFIXES:
-        if key.startswith(client_prefix):
-            name = key[len(client_prefix) :]
-            rule = client_key(name)
-            if rule is None:
-                _unknown(written, name, JAVA_CLIENT_KEYS, "a client setting")
-            assert rule is not None
-            return _use(written, value, rule, check)
-    if key.startswith(_ROLES):
-        raise ConfigError(
-            f"say which cluster's clients: `{prefix}source.{key}` or `{prefix}target.{key}`", key=written
-        )
-    alias = DEPRECATED_ALIASES.get(key)
-    if alias is not None:
-        return _deprecated(written, alias)
-    rule = _rule(key, FLOW_KEYS)
-    if rule is None:
-        _unknown(written, key, [*_names(FLOW_KEYS), *DEPRECATED_ALIASES], "an MM2 flow setting")
-    assert rule is not None
-    return _use(written, value, rule, check)
-
-
-def _worker_key(key: str) -> Key:
-    """A Connect worker setting (converters and exactly-once support are also connector settings)."""
-    return _rule(key, FLOW_KEYS) or Key(key, N, _STATE if "storage" in key else _NO_REST)
-
-
-def _deprecated(written: str, new: str) -> KeyUse:
-    return KeyUse(written, H, f"{_DEPRECATED} `{new}` (MM2 3.x; `{new}` wins where both are set)")
-
-
-def _use(written: str, value: str, rule: Key, check: bool = True) -> KeyUse:
-    """The key's use, after checking the refusals and (``check``) its value's type."""
-    if rule.treatment is R and value not in rule.harmless:
-        raise ConfigError(rule.note, key=written)
-    if not check:
-        return KeyUse(written, rule.treatment, rule.note)
-    if rule.kind == "bool":
-        checked_bool(written, value)
-    if rule.kind == "long":
-        checked_integer(written, value)
-    if rule.kind in ("int", "pos"):
-        example = int(rule.default) if rule.default else None
-        checked_whole_number(written, value, zero_allowed=rule.kind == "int", example=example)
-    # Java reads the protocol in any case, the mechanism as written.
-    chosen = value.upper() if rule.name == "security.protocol" else value
-    if rule.choices and chosen not in rule.choices:
-        if rule.name in ("sasl.mechanism",):
-            raise ConfigError(f"{value} is not supported: {_NO_OAUTH}", key=written)
-        raise ConfigError(f"expected {' or '.join(rule.choices)}, got {shown(written, value)}", key=written)
-    return KeyUse(written, rule.treatment, rule.note)
-
-
-def _rule(key: str, table: Sequence[Key]) -> Key | None:
-    exact = [k for k in table if k.name == key]
-    if exact:
-        return exact[0]
-    return next((k for k in table if k.name.endswith(".*") and k.matches(key)), None)
-
-
-def _names(table: Sequence[Key]) -> list[str]:
-    return [k.name for k in table if not k.name.endswith(".*")]
-
-
-# Names from MirrorMaker 1 and other tools that MM2 never read, with what they meant in MM2's words.
-_MEANT = {
-    "topics.whitelist": "topics",
-    "groups.whitelist": "groups",
-    "whitelist": "topics",
-    "blacklist": "topics.exclude",
-}
-
-
-def closest(name: str, candidates: Iterable[str]) -> str | None:
-    """The candidate ``name`` was probably meant to be, if any."""
-    if name in _MEANT:
-        return _MEANT[name]
-    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.75)
-    return close[0] if close else None
-
-
-def _unknown(written: str, name: str, candidates: Iterable[str], what: str) -> None:
-    """``name``: the key without its scope's and client kind's prefixes, as ``candidates`` are."""
-    close = closest(name, candidates)
-    hint = f"; did you mean `{written[: len(written) - len(name)]}{close}`?" if close else ""
-    raise ConfigError(f"unknown key: not {what} that MM2 or this product knows{hint}", key=written)
-
-
-def _warn(uses: Sequence[KeyUse]) -> None:
-    """One warning per reason, naming its keys as written."""
-    by_note: dict[str, list[str]] = {}
-    for use in uses:
-        if use.treatment is N:
-            by_note.setdefault(use.note, []).append(use.written)
-        elif use.note.startswith(_DEPRECATED):
-            new = use.note.split("`")[1]
-            # MM2's own words.
-            log.warning(
-                "Configuration key %s is deprecated and may be removed in the future. Please update your "
-                "configuration to use %s instead.",
-                use.written,
-                new,
-            )
-    for note, keys in by_note.items():
-        log.warning("no effect here: %s (%s)", ", ".join(sorted(keys)), note)
-
-
-def markdown() -> str:
-    """The README's key table: one row per key (or per group of client keys sharing a note)."""
-    rows = ["| key | class | default | what it does, or why not, or what to do |", "|---|---|---|---|"]
-
-    def row(names: Sequence[str], rule: Key) -> None:
-        keys = ", ".join(f"`{n}`" for n in names)
-        default = f"`{rule.default}`" if rule.default else ""
-        rows.append(f"| {keys} | {rule.treatment.value} | {default} | {rule.note} |")
-
-    rows.append("| **top level only** | | | |")
-    for rule in TOP_LEVEL_KEYS:
-        row([rule.name], rule)
-    rows.append("| **every flow (top level) or one flow (`<source>-><target>.<key>`)** | | | |")
-    for rule in sorted(FLOW_KEYS, key=lambda k: (list(Treatment).index(k.treatment), k.name)):
-        row([rule.name], rule)
-    for old, new in DEPRECATED_ALIASES.items():
-        rows.append(
-            f"| `{old}` | honoured | | {_DEPRECATED} `{new}`, with MM2's warning (MM2 3.x; `{new}` wins "
-            "where both are set) |"
-        )
-    rows.append(
-        "| **client settings: `<alias>.<key>`, `<alias>.consumer\\|producer\\|admin.<key>`, a flow's "
-        "`source.cluster.<key>`, `target.producer.<key>` etc.; top level: `security.protocol`, `ssl.*`, "
-        "`sasl.*` for every cluster** | | | |"
-    )
-    grouped: dict[tuple[Treatment, str, str], list[str]] = {}
-    for rule in CLIENT_KEYS:
-        grouped.setdefault((rule.treatment, rule.note, rule.default), []).append(rule.name)
-    others = sorted(JAVA_CLIENT_KEYS - {k for k in JAVA_CLIENT_KEYS if _rule(k, CLIENT_KEYS)})
-    grouped[(N, _COPY_OWN, "")] = others
-    for (treatment, note, default), names in sorted(
-        grouped.items(), key=lambda g: list(Treatment).index(g[0][0])
-    ):
-        row(names, Key(names[0], treatment, note, default))
-    rows.append("| **Connect worker settings, top level or `<alias>.<key>`** | | | |")
-    worker = sorted(k for k in CONNECT_WORKER_KEYS if not _rule(k, FLOW_KEYS))
-    row([k for k in worker if "storage" in k], Key("", N, _STATE))
-    row([k for k in worker if "storage" not in k], Key("", N, _NO_REST))
-    return "\n".join(rows) + "\n"
-
-
-if __name__ == "__main__":
-    print(markdown(), end="")
+# This product's settings of a flow, at top level (every flow) or as <source>-><target>.<key>. A
+# setting with choices defaults to its first; a number without a default is optional (none when
+# absent or empty). The README's table of mirrorflow settings, written by hand, says what each does.
+FLOW_SETTINGS: tuple[Key, ...] = (
+    _ours(SCHEDULE),
+    _ours(MAX_RECORDS_PER_PARTITION, "1000000", "pos"),
+    _ours(SPARK_CONN_ID, "spark_default"),
+    # Where a flow's Spark drivers run.
+    _ours(SPARK_DEPLOY_MODE, "client", choices=("client", "cluster")),
+    _ours(COPY_TIMEOUT, "21600", "pos"),  # 6 h
+    _ours(TASK_RETRIES, "2", "int"),
+    _ours(LOCK_WAIT, "60", "int"),
+    _ours(AIRFLOW_QUEUE),
+    _ours(AIRFLOW_POOL),
+    _ours(REVERSE_CHECKPOINTS, "false", "bool"),
+    # What a run does when source records it has not mirrored yet were deleted.
+    _ours(ON_SOURCE_DATA_LOSS, "fail", choices=("fail", "skip")),
+    # What a run does when one partition meets an error a retry would meet again.
+    _ours(ON_PARTITION_ERROR, "fail", choices=("fail", "isolate")),
+    _ours(ALERT_LAG_MAX_RECORDS, kind="int"),
+    _ours(ALERT_HEARTBEAT_AGE_MAX_SECONDS, kind="pos"),
+    _ours(ALERT_NOTIFIER),
+    # DR mode (config.dr): each run a window of micro-batches instead of one bounded copy.
+    _ours(MODE, "batch", choices=("batch", "dr")),
+    _ours(DR_WINDOW_SECONDS, "600", "pos"),
+    _ours(DR_IDLE_WAIT_MS, "250", "int"),
+    _ours(SPARK_CONF_PREFIX + "*"),
+)
+# This product's settings that apply to all flows at once: at top level only.
+TOP_LEVEL_SETTINGS: tuple[Key, ...] = (_ours(STATE_DIR), _ours(OFFSETS_DB_URL))

@@ -5,7 +5,8 @@ cluster) < ``<source>-><target>.*`` (flow overrides win). Settings of this produ
 ``mirrorflow.``, at top level or per flow; MM2 ignores them, so one file serves both.
 
 Everything is validated while parsing: a ``MirrorConfig`` that exists is usable, and every error is a
-``ConfigError`` naming the key as written in the file.
+``ConfigError`` naming the key as written in the file. A typed key's kind, default and choices are
+its row's in the key table (``config.keys``), read through ``config.key_values``.
 """
 
 from __future__ import annotations
@@ -18,15 +19,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
 from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, check_translatable, copy_ignored
-from mirrorflow.config.dr import DR_SETTINGS, DrSettings, dr_settings
-from mirrorflow.config.keys import DEPRECATED_ALIASES, PROJECT_PREFIX, KeyUse, classify
+from mirrorflow.config.dr import DrSettings, dr_settings
+from mirrorflow.config.key_classes import KeyUse, classify
+from mirrorflow.config.key_values import (
+    choice,
+    default,
+    default_flag,
+    default_number,
+    flag,
+    number,
+    optional_number,
+)
+from mirrorflow.config.keys import (
+    AIRFLOW_POOL,
+    AIRFLOW_QUEUE,
+    ALERT_HEARTBEAT_AGE_MAX_SECONDS,
+    ALERT_LAG_MAX_RECORDS,
+    ALERT_NOTIFIER,
+    COPY_TIMEOUT,
+    DEPRECATED_ALIASES,
+    LOCK_WAIT,
+    MAX_RECORDS_PER_PARTITION,
+    ON_PARTITION_ERROR,
+    ON_SOURCE_DATA_LOSS,
+    REVERSE_CHECKPOINTS,
+    SCHEDULE,
+    SPARK_CONF_PREFIX,
+    SPARK_CONN_ID,
+    SPARK_DEPLOY_MODE,
+    TASK_RETRIES,
+)
 from mirrorflow.config.properties import parse_properties
 from mirrorflow.config.property_view import PropertyView
 from mirrorflow.config.providers import resolve_references
+from mirrorflow.config.scopes import FLOW_ARROW, cluster_aliases, split_scopes
+from mirrorflow.config.state import offsets_db_url, state_dir
 from mirrorflow.config.strimzi import is_strimzi, secrets_folder, to_properties
 from mirrorflow.config.transforms import TransformConfig, transforms_of
 from mirrorflow.errors import ConfigError
@@ -54,14 +82,9 @@ from mirrorflow.mm2.policy import (
 log = logging.getLogger(__name__)
 
 ENV_CONFIG = "MIRROR_CONFIG"
-ENV_STATE_DIR = "MIRROR_STATE_DIR"
-ENV_OFFSETS_DB_URL = "MIRROR_OFFSETS_DB_URL"
 # MM2's --clusters: the DAG files make DAGs only of the flows whose target is listed.
 ENV_CLUSTERS = "MIRROR_CLUSTERS"
 
-REPLICATION_FACTOR_DEFAULT = 2
-# MM2: checkpoints.topic.replication.factor (and the heartbeats and offset-syncs ones).
-INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT = 3
 CONFIG_PROPERTIES_EXCLUDE_DEFAULT: tuple[str, ...] = (
     "follower.replication.throttled.replicas",
     "leader.replication.throttled.replicas",
@@ -70,61 +93,10 @@ CONFIG_PROPERTIES_EXCLUDE_DEFAULT: tuple[str, ...] = (
     "unclean.leader.election.enable",
     "min.insync.replicas",
 )
-MAX_RECORDS_PER_PARTITION_DEFAULT = 1_000_000
-SPARK_CONN_ID_DEFAULT = "spark_default"
-# Where a flow's Spark drivers run: the first is the default.
-SPARK_DEPLOY_MODES = ("client", "cluster")
-# What a run does when source records it has not mirrored yet were deleted: the first is the default.
-ON_SOURCE_DATA_LOSS = "mirrorflow.on.source.data.loss"
-ON_SOURCE_DATA_LOSS_CHOICES = ("fail", "skip")
-# What a run does when one partition meets an error a retry would meet again: the first is the default.
-ON_PARTITION_ERROR = "mirrorflow.on.partition.error"
-ON_PARTITION_ERROR_CHOICES = ("fail", "isolate")
-COPY_TIMEOUT_SECONDS_DEFAULT = 6 * 3600
-TASK_RETRIES_DEFAULT = 2
 TASK_RETRY_DELAY_SECONDS = 30
-LOCK_WAIT_SECONDS_DEFAULT = 60
 # Time for the plan, commit, checkpoint and release tasks of a run, on top of its copy attempts.
 _RUN_OVERHEAD_SECONDS = 3600
 
-_SCHEDULE = "mirrorflow.schedule"
-_MAX_RECORDS_PER_PARTITION = "mirrorflow.max.records.per.partition"
-_SPARK_CONN_ID = "mirrorflow.spark.conn.id"
-_SPARK_DEPLOY_MODE = "mirrorflow.spark.deploy.mode"
-_COPY_TIMEOUT = "mirrorflow.copy.timeout.seconds"
-_TASK_RETRIES = "mirrorflow.task.retries"
-_LOCK_WAIT = "mirrorflow.lock.wait.seconds"
-_AIRFLOW_QUEUE = "mirrorflow.airflow.queue"
-_AIRFLOW_POOL = "mirrorflow.airflow.pool"
-_REVERSE_CHECKPOINTS = "mirrorflow.reverse.checkpoints.enabled"
-_SPARK_CONF_PREFIX = "mirrorflow.spark.conf."
-ALERT_LAG_MAX_RECORDS = "mirrorflow.alert.lag.max.records"
-ALERT_HEARTBEAT_AGE_MAX_SECONDS = "mirrorflow.alert.heartbeat.age.max.seconds"
-ALERT_NOTIFIER = "mirrorflow.alert.notifier"
-_STATE_DIR = "mirrorflow.state.dir"
-_OFFSETS_DB_URL = "mirrorflow.offsets.db.url"
-_FLOW_SETTINGS = (
-    _SCHEDULE,
-    _MAX_RECORDS_PER_PARTITION,
-    _SPARK_CONN_ID,
-    _SPARK_DEPLOY_MODE,
-    _COPY_TIMEOUT,
-    _TASK_RETRIES,
-    _LOCK_WAIT,
-    _AIRFLOW_QUEUE,
-    _AIRFLOW_POOL,
-    _REVERSE_CHECKPOINTS,
-    ON_SOURCE_DATA_LOSS,
-    ON_PARTITION_ERROR,
-    ALERT_LAG_MAX_RECORDS,
-    ALERT_HEARTBEAT_AGE_MAX_SECONDS,
-    ALERT_NOTIFIER,
-    *DR_SETTINGS,
-)
-_TOP_LEVEL_ONLY_SETTINGS = (_STATE_DIR, _OFFSETS_DB_URL)
-_KNOWN_SETTINGS = (*_FLOW_SETTINGS, _SPARK_CONF_PREFIX + "<spark key>", *_TOP_LEVEL_ONLY_SETTINGS)
-
-_FLOW_ARROW = "->"
 # (prefix as written in the file, properties under it with the prefix stripped), lowest precedence first.
 _Layers = Sequence[tuple[str, Mapping[str, str]]]
 _CLIENT_ROLES = ("consumer", "producer", "admin")
@@ -181,21 +153,21 @@ class MirrorSettings:
     """
 
     schedule: str | None = None
-    max_records_per_partition: int = MAX_RECORDS_PER_PARTITION_DEFAULT
-    spark_conn_id: str = SPARK_CONN_ID_DEFAULT
-    spark_deploy_mode: str = SPARK_DEPLOY_MODES[0]
+    max_records_per_partition: int = default_number(MAX_RECORDS_PER_PARTITION)
+    spark_conn_id: str = default(SPARK_CONN_ID)
+    spark_deploy_mode: str = default(SPARK_DEPLOY_MODE)
     spark_conf: Mapping[str, str] = field(default_factory=PropertyView)
-    copy_timeout_seconds: int = COPY_TIMEOUT_SECONDS_DEFAULT
-    task_retries: int = TASK_RETRIES_DEFAULT
-    lock_wait_seconds: int = LOCK_WAIT_SECONDS_DEFAULT
-    on_source_data_loss: str = ON_SOURCE_DATA_LOSS_CHOICES[0]
-    on_partition_error: str = ON_PARTITION_ERROR_CHOICES[0]
+    copy_timeout_seconds: int = default_number(COPY_TIMEOUT)
+    task_retries: int = default_number(TASK_RETRIES)
+    lock_wait_seconds: int = default_number(LOCK_WAIT)
+    on_source_data_loss: str = default(ON_SOURCE_DATA_LOSS)
+    on_partition_error: str = default(ON_PARTITION_ERROR)
     alert_lag_max_records: int | None = None
     alert_heartbeat_age_max_seconds: int | None = None
     alert_notifier: str | None = None
     airflow_queue: str | None = None
     airflow_pool: str | None = None
-    reverse_checkpoints: bool = False
+    reverse_checkpoints: bool = default_flag(REVERSE_CHECKPOINTS)
 
 
 @dataclass(frozen=True)
@@ -215,18 +187,18 @@ class FlowConfig:
     groups: tuple[str, ...] = GROUPS_DEFAULT
     groups_exclude: tuple[str, ...] = GROUPS_EXCLUDE_DEFAULT
     replication_policy: ReplicationPolicy = field(default_factory=DefaultReplicationPolicy)
-    replication_factor: int = REPLICATION_FACTOR_DEFAULT
+    replication_factor: int = default_number("replication.factor")
     config_properties_exclude: tuple[str, ...] = CONFIG_PROPERTIES_EXCLUDE_DEFAULT
-    sync_topic_configs: bool = True
-    sync_topic_acls: bool = True
-    emit_checkpoints: bool = True
-    sync_group_offsets: bool = False
-    emit_heartbeats: bool = True
-    emit_offset_syncs: bool = True
-    offset_syncs_topic_location: str = "source"
-    offset_syncs_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
-    heartbeats_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
-    checkpoints_topic_replication_factor: int = INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
+    sync_topic_configs: bool = default_flag("sync.topic.configs.enabled")
+    sync_topic_acls: bool = default_flag("sync.topic.acls.enabled")
+    emit_checkpoints: bool = default_flag("emit.checkpoints.enabled")
+    sync_group_offsets: bool = default_flag("sync.group.offsets.enabled")
+    emit_heartbeats: bool = default_flag("emit.heartbeats.enabled")
+    emit_offset_syncs: bool = default_flag("emit.offset-syncs.enabled")
+    offset_syncs_topic_location: str = default("offset-syncs.topic.location")
+    offset_syncs_topic_replication_factor: int = default_number("offset-syncs.topic.replication.factor")
+    heartbeats_topic_replication_factor: int = default_number("heartbeats.topic.replication.factor")
+    checkpoints_topic_replication_factor: int = default_number("checkpoints.topic.replication.factor")
     settings: MirrorSettings = field(default_factory=MirrorSettings)
     # The transforms applied to every mirrored record, in order (``config.transforms``).
     transforms: tuple[TransformConfig, ...] = ()
@@ -243,12 +215,12 @@ class FlowConfig:
     @property
     def name(self) -> str:
         """MM2's name of the flow, e.g. ``primary->backup``."""
-        return f"{self.source.alias}{_FLOW_ARROW}{self.target.alias}"
+        return f"{self.source.alias}{FLOW_ARROW}{self.target.alias}"
 
     @property
     def opposite(self) -> str:
         """The name of the flow the other way between the same two clusters."""
-        return f"{self.target.alias}{_FLOW_ARROW}{self.source.alias}"
+        return f"{self.target.alias}{FLOW_ARROW}{self.source.alias}"
 
     @property
     def dag_id(self) -> str:
@@ -297,7 +269,7 @@ class MirrorConfig:
     flows: tuple[FlowConfig, ...]
     state_dir: Path
     offsets_db_url: str
-    # Every key of the file as written, with what this product does with it (``config.keys``).
+    # Every key of the file as written, with what this product does with it (``config.key_classes``).
     keys: tuple[KeyUse, ...] = ()
 
     def flow(self, name: str) -> FlowConfig:
@@ -350,13 +322,13 @@ def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] 
     parsed = {key: value.strip() for key, value in parse_properties(text, str(path or "<string>")).items()}
     # MM2's config providers: ${file:...}, ${env:...} and ${directory:...} become what they refer to.
     raw = resolve_references(parsed, env, base)
-    aliases = _cluster_aliases(raw)
-    top, by_cluster, by_flow = _split_scopes(raw, aliases)
+    aliases = cluster_aliases(raw)
+    top, by_cluster, by_flow = split_scopes(raw, aliases)
     enabled = [
         (source, target)
         for (source, target), overrides in by_flow.items()
         # MM2: flows are disabled unless enabled, and only the flow's own key enables one.
-        if PropertyView.layered([(f"{source}{_FLOW_ARROW}{target}.", overrides)]).get_bool("enabled", False)
+        if PropertyView.layered([(f"{source}{FLOW_ARROW}{target}.", overrides)]).get_bool("enabled", False)
     ]
     keys = classify(top, by_cluster, by_flow, enabled)
 
@@ -374,97 +346,15 @@ def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] 
     _check_identity_pairs(flows)
     _check_reverse_checkpoints(flows)
 
-    state_dir = _state_dir(top, env, base)
+    state = state_dir(top, env, base)
     return MirrorConfig(
         path=path,
         clusters=MappingProxyType(clusters),
         flows=tuple(flows),
-        state_dir=state_dir,
-        offsets_db_url=_offsets_db_url(top, env, state_dir),
+        state_dir=state,
+        offsets_db_url=offsets_db_url(top, env, state),
         keys=keys,
     )
-
-
-def _cluster_aliases(raw: Mapping[str, str]) -> tuple[str, ...]:
-    aliases = PropertyView.layered([("", raw)]).get_list("clusters", ())
-    if not aliases:
-        raise ConfigError(
-            "no clusters; list the cluster aliases, e.g. `clusters = primary, backup`", key="clusters"
-        )
-    if "" in aliases or len(set(aliases)) != len(aliases):
-        raise ConfigError(
-            f"empty or repeated alias in {', '.join(aliases)}; list each cluster once", key="clusters"
-        )
-    return aliases
-
-
-def _split_scopes(
-    raw: Mapping[str, str], aliases: Sequence[str]
-) -> tuple[dict[str, str], dict[str, dict[str, str]], dict[tuple[str, str], dict[str, str]]]:
-    """Sort keys into top level, ``<alias>.*`` and ``<src>-><tgt>.*`` (prefixes stripped).
-
-    Flows come out in ``clusters`` order (source, then target) whatever the order of the file.
-    """
-    top: dict[str, str] = {}
-    by_cluster: dict[str, dict[str, str]] = {}
-    found: dict[tuple[str, str], dict[str, str]] = {}
-    for key, value in raw.items():
-        if _FLOW_ARROW in key:
-            source, target, setting = _parse_flow_key(key, aliases)
-            _check_project_key(key, setting, top_level=False)
-            found.setdefault((source, target), {})[setting] = value
-        elif alias := _alias_of(key, aliases):
-            setting = key[len(alias) + 1 :]
-            if setting.startswith(PROJECT_PREFIX):
-                raise ConfigError(
-                    "mirrorflow settings are not per cluster; set them at top level or per flow "
-                    f"(`<source>-><target>.{setting}`)",
-                    key=key,
-                )
-            by_cluster.setdefault(alias, {})[setting] = value
-        else:
-            _check_project_key(key, key, top_level=True)
-            top[key] = value
-    by_flow = {(s, t): found[(s, t)] for s in aliases for t in aliases if (s, t) in found}
-    return top, by_cluster, by_flow
-
-
-def _alias_of(key: str, aliases: Sequence[str]) -> str | None:
-    """The alias ``key`` is scoped to; the longest wins, so ``eu.west`` beats ``eu``."""
-    matching = [alias for alias in aliases if key.startswith(f"{alias}.")]
-    return max(matching, key=len) if matching else None
-
-
-def _parse_flow_key(key: str, aliases: Sequence[str]) -> tuple[str, str, str]:
-    source, rest = key.split(_FLOW_ARROW, 1)
-    target = _alias_of(rest, aliases)
-    known = ", ".join(aliases)
-    if source not in aliases or target is None:
-        unknown = source if source not in aliases else rest.split(".", 1)[0]
-        raise ConfigError(
-            f"flow keys look like `<source>-><target>.<setting>` with both aliases listed in clusters "
-            f"({known}), but {unknown!r} is not; add it to clusters or fix the alias",
-            key=key,
-        )
-    if source == target:
-        raise ConfigError(f"a flow from {source!r} to itself is not possible; remove the key", key=key)
-    return source, target, rest[len(target) + 1 :]
-
-
-def _check_project_key(key: str, setting: str, *, top_level: bool) -> None:
-    """Typo protection for ``mirrorflow.*``: unknown keys, and top-level-only keys set per flow."""
-    if not setting.startswith(PROJECT_PREFIX):
-        return
-    is_spark_conf = setting.startswith(_SPARK_CONF_PREFIX) and len(setting) > len(_SPARK_CONF_PREFIX)
-    if setting in _FLOW_SETTINGS or is_spark_conf:
-        return
-    if setting in _TOP_LEVEL_ONLY_SETTINGS:
-        if top_level:
-            return
-        raise ConfigError(
-            f"{setting} applies to all flows; set it at top level, without a flow prefix", key=key
-        )
-    raise ConfigError(f"unknown mirrorflow setting; known settings: {', '.join(_KNOWN_SETTINGS)}", key=key)
 
 
 def _flow_side_layers(
@@ -520,7 +410,7 @@ def _flow_config(
     overrides: Mapping[str, str],
 ) -> FlowConfig:
     """The flow ``source->target`` from the clusters' layers, the top level and its own keys."""
-    name = f"{source}{_FLOW_ARROW}{target}"
+    name = f"{source}{FLOW_ARROW}{target}"
     props = PropertyView.layered([("", top), (f"{name}.", overrides)])
     for old, new in DEPRECATED_ALIASES.items():
         props = props.aliased(old, new)
@@ -534,11 +424,11 @@ def _flow_config(
             ("config.properties.exclude", CONFIG_PROPERTIES_EXCLUDE_DEFAULT),
         )
     }
-    deploy_mode_conf = f"{_SPARK_CONF_PREFIX}spark.submit.deployMode"
+    deploy_mode_conf = f"{SPARK_CONF_PREFIX}spark.submit.deployMode"
     if props.get(deploy_mode_conf) is not None:
         # spark-submit's --deploy-mode, which the flow's DAG always passes, would override it.
         raise ConfigError(
-            f"the deploy mode is set by {_SPARK_DEPLOY_MODE} (client or cluster); remove this key",
+            f"the deploy mode is set by {SPARK_DEPLOY_MODE} (client or cluster); remove this key",
             key=props.written_as(deploy_mode_conf),
         )
     # Validated here so that a bad pattern is reported under the key as written (flow prefix).
@@ -562,45 +452,35 @@ def _flow_config(
             class_key=props.written_as(CLASS_CONFIG),
             separator_key=props.written_as(SEPARATOR_CONFIG),
         ),
-        replication_factor=props.get_positive_int("replication.factor", REPLICATION_FACTOR_DEFAULT),
+        replication_factor=number(props, "replication.factor"),
         config_properties_exclude=lists["config.properties.exclude"],
-        sync_topic_configs=props.get_bool("sync.topic.configs.enabled", True),
-        sync_topic_acls=props.get_bool("sync.topic.acls.enabled", True),
-        emit_checkpoints=props.get_bool("emit.checkpoints.enabled", True),
-        sync_group_offsets=props.get_bool("sync.group.offsets.enabled", False),
-        emit_heartbeats=props.get_bool("emit.heartbeats.enabled", True),
-        emit_offset_syncs=props.get_bool("emit.offset-syncs.enabled", True),
+        sync_topic_configs=flag(props, "sync.topic.configs.enabled"),
+        sync_topic_acls=flag(props, "sync.topic.acls.enabled"),
+        emit_checkpoints=flag(props, "emit.checkpoints.enabled"),
+        sync_group_offsets=flag(props, "sync.group.offsets.enabled"),
+        emit_heartbeats=flag(props, "emit.heartbeats.enabled"),
+        emit_offset_syncs=flag(props, "emit.offset-syncs.enabled"),
         offset_syncs_topic_location=props.get_choice("offset-syncs.topic.location", ("source", "target")),
-        offset_syncs_topic_replication_factor=props.get_positive_int(
-            "offset-syncs.topic.replication.factor", INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
-        ),
-        heartbeats_topic_replication_factor=props.get_positive_int(
-            "heartbeats.topic.replication.factor", INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
-        ),
-        checkpoints_topic_replication_factor=props.get_positive_int(
-            "checkpoints.topic.replication.factor", INTERNAL_TOPIC_REPLICATION_FACTOR_DEFAULT
-        ),
+        offset_syncs_topic_replication_factor=number(props, "offset-syncs.topic.replication.factor"),
+        heartbeats_topic_replication_factor=number(props, "heartbeats.topic.replication.factor"),
+        checkpoints_topic_replication_factor=number(props, "checkpoints.topic.replication.factor"),
         settings=MirrorSettings(
-            schedule=props.get(_SCHEDULE) or None,
-            max_records_per_partition=props.get_positive_int(
-                _MAX_RECORDS_PER_PARTITION, MAX_RECORDS_PER_PARTITION_DEFAULT
-            ),
-            spark_conn_id=props.get_required(_SPARK_CONN_ID, SPARK_CONN_ID_DEFAULT),
-            spark_deploy_mode=props.get_choice(_SPARK_DEPLOY_MODE, SPARK_DEPLOY_MODES),
-            spark_conf=props.stripped(_SPARK_CONF_PREFIX),
-            copy_timeout_seconds=props.get_positive_int(_COPY_TIMEOUT, COPY_TIMEOUT_SECONDS_DEFAULT),
-            task_retries=props.get_positive_int(_TASK_RETRIES, TASK_RETRIES_DEFAULT, zero_allowed=True),
-            lock_wait_seconds=props.get_positive_int(
-                _LOCK_WAIT, LOCK_WAIT_SECONDS_DEFAULT, zero_allowed=True
-            ),
-            on_source_data_loss=props.get_choice(ON_SOURCE_DATA_LOSS, ON_SOURCE_DATA_LOSS_CHOICES),
-            on_partition_error=props.get_choice(ON_PARTITION_ERROR, ON_PARTITION_ERROR_CHOICES),
-            alert_lag_max_records=props.get_optional_int(ALERT_LAG_MAX_RECORDS, zero_allowed=True),
-            alert_heartbeat_age_max_seconds=props.get_optional_int(ALERT_HEARTBEAT_AGE_MAX_SECONDS),
+            schedule=props.get(SCHEDULE) or None,
+            max_records_per_partition=number(props, MAX_RECORDS_PER_PARTITION),
+            spark_conn_id=props.get_required(SPARK_CONN_ID, default(SPARK_CONN_ID)),
+            spark_deploy_mode=choice(props, SPARK_DEPLOY_MODE),
+            spark_conf=props.stripped(SPARK_CONF_PREFIX),
+            copy_timeout_seconds=number(props, COPY_TIMEOUT),
+            task_retries=number(props, TASK_RETRIES),
+            lock_wait_seconds=number(props, LOCK_WAIT),
+            on_source_data_loss=choice(props, ON_SOURCE_DATA_LOSS),
+            on_partition_error=choice(props, ON_PARTITION_ERROR),
+            alert_lag_max_records=optional_number(props, ALERT_LAG_MAX_RECORDS),
+            alert_heartbeat_age_max_seconds=optional_number(props, ALERT_HEARTBEAT_AGE_MAX_SECONDS),
             alert_notifier=props.get_reference(ALERT_NOTIFIER),
-            airflow_queue=props.get(_AIRFLOW_QUEUE) or None,
-            airflow_pool=props.get(_AIRFLOW_POOL) or None,
-            reverse_checkpoints=props.get_bool(_REVERSE_CHECKPOINTS, False),
+            airflow_queue=props.get(AIRFLOW_QUEUE) or None,
+            airflow_pool=props.get(AIRFLOW_POOL) or None,
+            reverse_checkpoints=flag(props, REVERSE_CHECKPOINTS),
         ),
         transforms=transforms_of(props),
         dr=dr_settings(props, name),
@@ -651,7 +531,7 @@ def _check_reverse_checkpoints(flows: Sequence[FlowConfig]) -> None:
     for flow in flows:
         if not flow.settings.reverse_checkpoints:
             continue
-        key = _written(flow, _REVERSE_CHECKPOINTS)
+        key = _written(flow, REVERSE_CHECKPOINTS)
         if flow.opposite not in names:
             raise ConfigError(
                 f"flow {flow.name} asks for reverse checkpoints, but flow {flow.opposite} is not enabled: "
@@ -689,40 +569,3 @@ def flows_for_dags(config: MirrorConfig, env: Mapping[str, str] = os.environ) ->
             key=f"env {ENV_CLUSTERS}",
         )
     return tuple(flow for flow in config.flows if flow.target.alias in aliases)
-
-
-def _state_dir(top: Mapping[str, str], env: Mapping[str, str], base: Path) -> Path:
-    """Env ``MIRROR_STATE_DIR`` (relative to the current directory) > ``mirrorflow.state.dir``
-    (relative to the config file's folder); one of them must say where.
-    """
-    if env.get(ENV_STATE_DIR):
-        return Path(env[ENV_STATE_DIR]).absolute()
-    if top.get(_STATE_DIR):
-        return base / top[_STATE_DIR]
-    raise ConfigError(
-        f"no state folder: set {_STATE_DIR} (relative to the config file's folder) or env "
-        f"{ENV_STATE_DIR} to a folder the Airflow workers share; it holds the metrics files, cutover and "
-        "failover reports and, unless mirrorflow.offsets.db.url is set, the SQLite offsets database"
-    )
-
-
-def _offsets_db_url(top: Mapping[str, str], env: Mapping[str, str], state_dir: Path) -> str:
-    """Env ``MIRROR_OFFSETS_DB_URL`` > ``mirrorflow.offsets.db.url`` > a SQLite file in the state dir.
-
-    The URL's syntax and dialect are checked here, without connecting, so that a bad one is a DAG
-    import error rather than a failed run.
-    """
-    key = ENV_OFFSETS_DB_URL if env.get(ENV_OFFSETS_DB_URL) else _OFFSETS_DB_URL
-    url = env.get(ENV_OFFSETS_DB_URL) or top.get(_OFFSETS_DB_URL)
-    if not url:
-        return f"sqlite:///{state_dir / 'offsets.db'}"
-    try:
-        make_url(url).get_dialect()
-    except (ArgumentError, ValueError) as error:
-        # The URL itself is not repeated: it may hold a password.
-        raise ConfigError(
-            f"not a usable database URL ({error}); write a SQLAlchemy URL, e.g. "
-            "postgresql+psycopg2://user:password@host:5432/mirror or sqlite:////absolute/path/offsets.db",
-            key=key,
-        ) from error
-    return url

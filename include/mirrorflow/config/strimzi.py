@@ -1,6 +1,6 @@
 """Strimzi's ``KafkaMirrorMaker2`` resource as an MM2 config: the spec becomes the ``mm2.properties``
 text it means (``to_properties``), which the loader then reads as any other, so every key of it is
-classified as in ``mirrorflow.config.keys``.
+classified as in ``mirrorflow.config.key_classes``.
 
 Both forms are read: ``spec.clusters`` with ``connectCluster`` and mirrors naming ``sourceCluster``
 and ``targetCluster`` (v1beta2), and ``spec.target`` with mirrors holding their ``source`` (the
@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from mirrorflow.config.keys import closest
+from mirrorflow.config.key_classes import closest
 from mirrorflow.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from mirrorflow.config.model import ON_SOURCE_DATA_LOSS
+from mirrorflow.config.keys import ON_SOURCE_DATA_LOSS
 from mirrorflow.core.plan import PartitionPlan, PartitionState, Plan, SourceGap
 from mirrorflow.core.progress import PartitionProgress, TopicIdentity
 from mirrorflow.errors import SourceDataLostError, SourceTopicRecreatedError, TargetStateError

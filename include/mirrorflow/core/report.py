@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import reduce
 from typing import Any
 
-from mirrorflow.config.model import ON_PARTITION_ERROR
+from mirrorflow.config.keys import ON_PARTITION_ERROR
 from mirrorflow.core.metrics import Stats, rate
 from mirrorflow.core.plan import CopyResult, PartitionFailure, Plan, SourceGap
 from mirrorflow.core.progress import Batch

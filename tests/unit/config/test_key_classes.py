@@ -186,7 +186,7 @@ def test_the_table_covers_at_least_60_keys() -> None:
 def test_keys_with_no_effect_are_warned_about_by_name_once_per_reason(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="mirrorflow.config.keys"):
+    with caplog.at_level(logging.WARNING, logger="mirrorflow.config.key_classes"):
         load("tasks.max = 4\nprimary->backup.tasks.max = 2\noffset.lag.max = 10")
 
     assert caplog.messages == [
@@ -198,7 +198,7 @@ def test_keys_with_no_effect_are_warned_about_by_name_once_per_reason(
 
 
 def test_a_deprecated_name_is_read_as_mm2_3_reads_it(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="mirrorflow.config.keys"):
+    with caplog.at_level(logging.WARNING, logger="mirrorflow.config.key_classes"):
         alone = load("topics.blacklist = tmp.*, scratch\ngroups.blacklist = test.*")
     (flow,) = alone.flows
     assert flow.topics_exclude == ("tmp.*", "scratch")
