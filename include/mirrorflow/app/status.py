@@ -46,14 +46,13 @@ from mirrorflow.app.status_values import (
 )
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.core.plan import Plan
+from mirrorflow.core.progress import as_utc
 from mirrorflow.core.recovery import RecoveryPoint
 from mirrorflow.errors import MirrorError
 from mirrorflow.kafka.heartbeats import freshness_seconds
 from mirrorflow.store.checkpoint_log import emitted_checkpoints, latest_checkpoint_metrics
-from mirrorflow.store.database import absent_sqlite_file
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import RunTotals
-from mirrorflow.store.rows import as_utc
 from mirrorflow.store.run_documents import describe, find_document, recent_documents
 from mirrorflow.store.status_reads import (
     failed_partitions,
@@ -136,7 +135,7 @@ def _read_all(
     runs_of: Mapping[str, Sequence[AirflowRun]],
     run_limit: int,
 ) -> list[FlowStatus]:
-    if absent_sqlite_file(config.offsets_db_url):
+    if OffsetsStore.absent(config.offsets_db_url):
         # Nothing committed yet; opening the store would create the file.
         return [_empty(f, runs_of.get(f.name, ()), None, config, run_limit) for f in chosen]
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.errors import PlanError
@@ -146,6 +146,12 @@ class GroupPosition:
 def format_time(value: datetime) -> str:
     """A time as messages and the command line show it: ISO 8601 to the second."""
     return value.isoformat(timespec="seconds")
+
+
+def as_utc(value: datetime) -> datetime:
+    """``value`` in UTC; a naive one (SQLite keeps no zone, nor do older documents) is taken to be
+    UTC already."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, exc, insert, select, tuple_, update
 
-from mirrorflow.core.progress import CommittedBatch, format_time
+from mirrorflow.core.progress import CommittedBatch, as_utc, format_time
 from mirrorflow.core.translation import coalesce
 from mirrorflow.errors import CommitConflictError
-from mirrorflow.store.rows import Log, as_utc, batch_row, committed_batch
+from mirrorflow.store.rows import Log, batch_row, committed_batch
 from mirrorflow.store.schema import batches_table, progress_table
 
 

@@ -59,6 +59,7 @@ from mirrorflow.core.progress import (
     PartitionProgress,
     RecordedGap,
     TopicIdentity,
+    as_utc,
     format_time,
 )
 from mirrorflow.core.recovery import HISTORY_RETENTION
@@ -69,6 +70,7 @@ from mirrorflow.store.database import (
     DEFAULT_BUSY_TIMEOUT_SECONDS,
     INSERT_CHUNK,
     WRITE_OPTION,
+    absent_sqlite_file,
     create_schema,
     create_store_engine,
     insert_missing,
@@ -82,7 +84,6 @@ from mirrorflow.store.retention import prune_history_step
 from mirrorflow.store.rows import (
     BATCH_LOG,
     GAP_LOG,
-    as_utc,
     batch_row,
     committed_batch,
     corrupt,
@@ -132,6 +133,12 @@ class OffsetsStore:
         self._clock = clock
         self._schema_ready = False
         self._schema_lock = threading.Lock()
+
+    @staticmethod
+    def absent(url: str) -> bool:
+        """Whether the database at ``url`` is a SQLite file that does not exist yet: opening a store
+        on it would create it (``store.database.absent_sqlite_file``)."""
+        return absent_sqlite_file(url)
 
     @property
     def url(self) -> str:

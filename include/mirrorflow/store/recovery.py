@@ -13,8 +13,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection, delete, insert, select, update
 
+from mirrorflow.core.progress import as_utc
 from mirrorflow.core.recovery import HISTORY_RETENTION, minute_of, worst_seconds
-from mirrorflow.store.rows import as_utc
 from mirrorflow.store.schema import recovery_history_table, recovery_table
 
 __all__ = ["advance_step"]

@@ -11,7 +11,7 @@ import json
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Table
@@ -24,6 +24,7 @@ from mirrorflow.core.progress import (
     GroupPosition,
     PartitionProgress,
     RecordedGap,
+    as_utc,
 )
 from mirrorflow.core.report import PartitionReport
 from mirrorflow.errors import CorruptStateError, PlanError
@@ -31,11 +32,6 @@ from mirrorflow.store.read_model import EmittedCheckpoint, ProgressRecord
 from mirrorflow.store.schema import STATS_FIELDS, batches_table, gaps_table
 
 # ------------------------------------------------------------------------------------------- times
-
-
-def as_utc(value: datetime) -> datetime:
-    """``value`` in UTC; a naive one (SQLite keeps no zone) is taken to be UTC already."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 # ---------------------------------------------------------------------------------------- messages

@@ -18,9 +18,9 @@ from typing import Literal
 
 from sqlalchemy import delete, func, insert, select
 
+from mirrorflow.core.progress import as_utc
 from mirrorflow.errors import PlanError
 from mirrorflow.store.offsets_store import OffsetsStore
-from mirrorflow.store.rows import as_utc
 from mirrorflow.store.schema import run_documents_table
 
 __all__ = [

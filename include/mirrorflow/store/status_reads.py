@@ -11,10 +11,10 @@ from datetime import datetime
 
 from sqlalchemy import func, select
 
+from mirrorflow.core.progress import as_utc
 from mirrorflow.core.recovery import RecoveryStep
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import PartitionErrorRecord, PartitionLag, RunTotals
-from mirrorflow.store.rows import as_utc
 from mirrorflow.store.schema import (
     partition_errors_table,
     partition_metrics_table,
