@@ -48,14 +48,7 @@ from kafka.structs import TopicPartition
 from mirrorflow.config.clients import kafka_python_config
 from mirrorflow.config.model import FlowConfig
 from mirrorflow.config.transforms import TransformConfig
-from mirrorflow.copy.record_batches import (
-    Fetched,
-    SourceBatch,
-    SourceRecord,
-    committed_batches,
-    encode,
-    stamp,
-)
+from mirrorflow.copy.record_batches import encode, passes, stamp
 from mirrorflow.core.metrics import Stats, Timestamps
 from mirrorflow.core.plan import CopyResult, PartitionFailure, PartitionPlan, PartitionResult, Plan, Writer
 from mirrorflow.core.transforms import Chain, Encodable, Record
@@ -67,6 +60,7 @@ from mirrorflow.errors import (
     TransformError,
     TransientError,
 )
+from mirrorflow.kafka.fetched_batches import Fetched, SourceBatch, SourceRecord, committed_batches
 
 TP = tuple[str, int]
 
@@ -501,7 +495,7 @@ class _Reader(threading.Thread):
             return
         if not part.first_received_ms:
             part.first_received_ms = received
-        if not self.chain and batch.passes(start, end):
+        if not self.chain and passes(batch, start, end):
             part.count(range(batch.base_offset, batch.last_offset + 1))
             pieces = [(bytearray(batch.data), batch.count, batch.timestamps())]
         else:
