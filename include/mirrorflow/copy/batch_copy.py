@@ -38,14 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from kafka.errors import for_code
-from kafka.net.compat import KafkaNetClient
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.producer import ProduceRequest
 from kafka.protocol.producer.transaction import InitProducerIdRequest
-from kafka.structs import TopicPartition
 
-from mirrorflow.config.clients import kafka_python_config
 from mirrorflow.config.model import FlowConfig
 from mirrorflow.config.transforms import TransformConfig
 from mirrorflow.copy.record_batches import encode, passes, stamp
@@ -60,30 +55,32 @@ from mirrorflow.errors import (
     TransformError,
     TransientError,
 )
-from mirrorflow.kafka.fetched_batches import Fetched, SourceBatch, SourceRecord, committed_batches
+from mirrorflow.kafka.connection import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    REFUSED,
+    TIMEOUT_S,
+    TP,
+    Connection,
+    end_offsets,
+    error_description,
+    error_name,
+)
+from mirrorflow.kafka.fetched_batches import SourceBatch, SourceRecord
+from mirrorflow.kafka.record_reads import fetch, read_records
 
-TP = tuple[str, int]
-
-_TIMEOUT_S = 30.0
 # How long a batch may keep failing with retriable errors before the task gives up (the producer's
 # delivery.timeout.ms default).
 _DELIVERY_TIMEOUT_S = 120.0
 _BUFFER_BYTES = 64 << 20
-_FETCH_MAX_BYTES = 52_428_800
-_PARTITION_FETCH_BYTES = 10_485_760
 # Re-encoded batches: the size the Java producer's batch.size would give at most, well below the
 # broker's 1 MiB default message.max.bytes.
 _ENCODE_BYTES = 512 << 10
-_READ_COMMITTED = 1
-_READ_UNCOMMITTED = 0
-_LATEST = -1
 
 _DUPLICATE_SEQUENCE = 46
 # Producer sequences wrap at 2^31 (the broker's own arithmetic).
 _SEQUENCES = 1 << 31
 _TOO_LARGE = frozenset({10, 18})  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE
-_REFUSED = frozenset({29, 31})  # TOPIC_/CLUSTER_AUTHORIZATION_FAILED
-_OUT_OF_RANGE = 1
 # A batch whose sequence is not the partition's next one for the flow's writer: written where the
 # partition no longer ends (see the module's invariants).
 _OUT_OF_ORDER_SEQUENCE = 45
@@ -97,214 +94,6 @@ _MAYBE_APPENDED = frozenset({7, 13, 20})
 # topic's message.timestamp.*.max.ms), UNSUPPORTED_FOR_MESSAGE_FORMAT, POLICY_VIOLATION,
 # UNSUPPORTED_COMPRESSION_TYPE, INVALID_RECORD.
 _REFUSED_BATCH = frozenset({17, 32, 43, 44, 76, 87})
-
-
-class _Cluster:
-    """One cluster's connections for the task, with its partitions' leaders."""
-
-    def __init__(self, props: Mapping[str, str], side: str, topics: Iterable[str]) -> None:
-        self.side = side
-        self.client = KafkaNetClient(
-            **kafka_python_config(props),
-            request_timeout_ms=int(_TIMEOUT_S * 1000),
-            # A whole fetch response is one frame.
-            receive_message_max_bytes=_FETCH_MAX_BYTES + (1 << 20),
-        )
-        try:
-            # Topics first: the bootstrap's metadata then names their leaders. A refresh right after
-            # it would wait out the client's retry backoff (100 ms), a third of a small copy's time.
-            self.client.cluster.set_topics(sorted(set(topics)))
-            self.client._manager.bootstrap(int(_TIMEOUT_S * 1000))
-        except Exception as exc:
-            self.client.close()
-            raise TransientError(f"cannot reach the {side} cluster: {exc}") from exc
-
-    def refresh(self) -> None:
-        update = self.client.cluster.request_update()
-        self.client.poll(timeout_ms=int(_TIMEOUT_S * 1000), future=update)
-        if not update.succeeded():
-            raise TransientError(f"cannot read the {self.side} cluster's metadata: {update.exception}")
-
-    def leader(self, tp: TP) -> int:
-        node = self.client.cluster.leader_for_partition(TopicPartition(*tp))
-        if node is None or node < 0:
-            self.refresh()
-            node = self.client.cluster.leader_for_partition(TopicPartition(*tp))
-        if node is None or node < 0:
-            raise TransientError(f"{self.side} partition {tp[0]}-{tp[1]} has no leader")
-        return int(node)
-
-    def by_leader(self, tps: Iterable[TP]) -> dict[int, list[TP]]:
-        nodes: dict[int, list[TP]] = {}
-        for tp in tps:
-            nodes.setdefault(self.leader(tp), []).append(tp)
-        return nodes
-
-    def call(self, node: int, request: Any) -> Any:
-        try:
-            return self.client.send_and_receive(node, request, timeout_ms=int(_TIMEOUT_S * 1000))
-        except Exception as exc:
-            self.client.cluster.request_update()
-            raise TransientError(f"request to the {self.side} cluster failed: {exc!r}") from exc
-
-    def close(self) -> None:
-        self.client.close()
-
-
-def _error(code: int) -> str:
-    return str(for_code(code).__name__)
-
-
-def end_offsets(cluster: _Cluster, tps: Sequence[TP]) -> dict[TP, int]:
-    """Each partition's end offset (read_uncommitted: every record the mirror wrote counts)."""
-    ends: dict[TP, int] = {}
-    topic_type = ListOffsetsRequest.ListOffsetsTopic
-    for node, owned in cluster.by_leader(tps).items():
-        topics: dict[str, list[Any]] = {}
-        for topic, partition in owned:
-            topics.setdefault(topic, []).append(
-                topic_type.ListOffsetsPartition(
-                    partition_index=partition, timestamp=_LATEST, current_leader_epoch=-1
-                )
-            )
-        request = ListOffsetsRequest(
-            replica_id=-1,
-            isolation_level=_READ_UNCOMMITTED,
-            topics=[topic_type(name=t, partitions=ps) for t, ps in topics.items()],
-            min_version=1,
-        )
-        for t in cluster.call(node, request).topics:
-            for p in t.partitions:
-                if p.error_code:
-                    raise TransientError(
-                        f"cannot read the end offset of {t.name}-{p.partition_index} on the "
-                        f"{cluster.side} cluster: {_error(p.error_code)}"
-                    )
-                ends[(t.name, p.partition_index)] = int(p.offset)
-    return ends
-
-
-@dataclass
-class _Fetch(Fetched):
-    """One partition's part of a fetch response: its committed batches, and the end of what is
-    committed on the broker (the last stable offset, or the high watermark reading uncommitted)."""
-
-    stable_end: int = 0
-    # A partition's error a retry would meet again (transient ones are raised).
-    error: MirrorError | None = None
-
-
-def fetch(cluster: _Cluster, positions: Mapping[TP, int], isolation: int) -> dict[TP, _Fetch]:
-    """One fetch round: each partition's whole batches from its position on (as many as the size
-    limits allow); read_committed drops control batches and aborted transactions."""
-    fetched: dict[TP, _Fetch] = {}
-    topic_type = FetchRequest.FetchTopic
-    for node, owned in cluster.by_leader(positions).items():
-        topics: dict[str, list[Any]] = {}
-        for topic, partition in owned:
-            topics.setdefault(topic, []).append(
-                topic_type.FetchPartition(
-                    partition=partition,
-                    fetch_offset=positions[(topic, partition)],
-                    partition_max_bytes=_PARTITION_FETCH_BYTES,
-                    current_leader_epoch=-1,
-                    last_fetched_epoch=-1,
-                    log_start_offset=-1,
-                )
-            )
-        request = FetchRequest(
-            replica_id=-1,
-            max_wait_ms=10,
-            min_bytes=1,
-            max_bytes=_FETCH_MAX_BYTES,
-            isolation_level=isolation,
-            session_id=0,
-            session_epoch=-1,
-            topics=[topic_type(topic=t, partitions=ps) for t, ps in topics.items()],
-            forgotten_topics_data=[],
-            rack_id="",
-            min_version=4,
-            # v13 names topics by id only.
-            max_version=12,
-        )
-        response = cluster.call(node, request)
-        if response.error_code:
-            raise TransientError(
-                f"fetch from the {cluster.side} cluster failed: {_error(response.error_code)}"
-            )
-        for t in response.responses:
-            for p in t.partitions:
-                tp = (t.topic, p.partition_index)
-                if p.error_code:
-                    fetched[tp] = _Fetch(error=fetched_error(cluster, tp, positions[tp], p.error_code))
-                    continue
-                aborted = [(a.producer_id, a.first_offset) for a in p.aborted_transactions or ()]
-                got = committed_batches(bytes(p.records or b""), aborted if isolation else ())
-                stable = p.last_stable_offset if isolation and p.last_stable_offset >= 0 else p.high_watermark
-                fetched[tp] = _Fetch(got.batches, got.next_offset, int(stable))
-    return fetched
-
-
-def fetched_error(cluster: _Cluster, tp: TP, position: int, code: int) -> MirrorError:
-    """The error of a partition's part of a fetch, if a retry would meet it again; transient ones
-    are raised."""
-    if code == _OUT_OF_RANGE:
-        return SourceDataLostError(
-            f"offset {position} of {tp[0]}-{tp[1]} is no longer on the {cluster.side} cluster (deleted by "
-            "retention, or the topic was recreated)"
-        )
-    if code in _REFUSED:
-        return AuthorizationError(
-            f"the {cluster.side} cluster refused the mirror's login reading {tp[0]}-{tp[1]}: "
-            f"{_error(code)}. Grant it READ on the mirrored topics (README: Secured clusters); nothing "
-            "was committed."
-        )
-    cluster.client.cluster.request_update()
-    raise TransientError(f"fetching {tp[0]}-{tp[1]} from the {cluster.side} cluster failed: {_error(code)}")
-
-
-def read_records(
-    cluster: _Cluster, tp: TP, start: int, end: int, isolation: int, limit: int
-) -> list[SourceRecord]:
-    """Up to ``limit`` records of ``[start, end)``, decoded: only for the few read back after a
-    failed attempt."""
-    records: list[SourceRecord] = []
-    for batch in _batches(cluster, tp, start, end, isolation):
-        records += [r for r in batch.records() if start <= r.offset < end]
-        if len(records) >= limit:
-            break
-    return records[:limit]
-
-
-def written_records(props: Mapping[str, str], tp: TP, start: int, end: int) -> Iterator[list[SourceRecord]]:
-    """The committed records of ``[start, end)`` on the target cluster ``props`` reach, one batch at
-    a time, each with the timestamp its batch carries for it (``SourceBatch.written_records``): what
-    the copy wrote, also where a LogAppendTime remote topic shows its consumers another time."""
-    cluster = _Cluster(props, "target", [tp[0]])
-    try:
-        for batch in _batches(cluster, tp, start, end, _READ_COMMITTED):
-            yield [r for r in batch.written_records() if start <= r.offset < end]
-    finally:
-        cluster.close()
-
-
-def _batches(cluster: _Cluster, tp: TP, start: int, end: int, isolation: int) -> Iterator[SourceBatch]:
-    """The committed batches holding the records of ``[start, end)``, in order; a partition error
-    is raised, and so is a fetch that brings nothing for ``_TIMEOUT_S``."""
-    position = start
-    deadline = time.monotonic() + _TIMEOUT_S
-    while position < end:
-        got = fetch(cluster, {tp: position}, isolation)[tp]
-        if got.error is not None:
-            raise got.error
-        yield from got.batches
-        if got.next_offset is None:
-            if time.monotonic() > deadline:
-                raise TransientError(
-                    f"{cluster.side} partition {tp[0]}-{tp[1]}: nothing to read at {position}"
-                )
-            continue
-        position, deadline = got.next_offset, time.monotonic() + _TIMEOUT_S
 
 
 @dataclass
@@ -428,7 +217,7 @@ class _Reader(threading.Thread):
 
     def __init__(
         self,
-        source: _Cluster,
+        source: Connection,
         parts: Sequence[_Partition],
         budget: _Budget,
         chain: Chain,
@@ -464,7 +253,7 @@ class _Reader(threading.Thread):
             }
             if not todo:
                 return
-            for tp, got in fetch(self.source, todo, _READ_COMMITTED).items():
+            for tp, got in fetch(self.source, todo, READ_COMMITTED).items():
                 part = self.parts[tp]
                 received = _now_ms()
                 if got.error is not None:
@@ -482,7 +271,7 @@ class _Reader(threading.Thread):
                 elif got.stable_end <= part.position:
                     # Waiting for an open transaction before the planned end to finish.
                     since = stalled_since.setdefault(tp, time.monotonic())
-                    if time.monotonic() - since > _TIMEOUT_S:
+                    if time.monotonic() - since > TIMEOUT_S:
                         raise TransientError(
                             f"{tp[0]}-{tp[1]} has no committed records at {part.position} (planned up "
                             f"to {part.plan.source_end}): a transaction stays open; the plan can be re-run"
@@ -550,9 +339,9 @@ class BatchCopy:
         self.writer = writer
         self.isolate = settings.isolate
         self.chain = Chain(settings.transforms)
-        self.target = _Cluster(settings.target, "target", {p.remote_topic for p in plans})
+        self.target = Connection(settings.target, "target", {p.remote_topic for p in plans})
         try:
-            self.source = _Cluster(settings.source, "source", {p.topic for p in plans})
+            self.source = Connection(settings.source, "source", {p.topic for p in plans})
         except BaseException:
             self.target.close()
             raise
@@ -567,7 +356,7 @@ class BatchCopy:
         self.target.close()
 
     def run(self) -> list[PartitionResult]:
-        ends = end_offsets(self.target, [(p.remote_topic, p.partition) for p in self.plans])
+        ends = end_offsets(self.target, [(p.remote_topic, p.partition) for p in self.plans], READ_UNCOMMITTED)
         parts = []
         for plan in self.plans:
             written = ends[(plan.remote_topic, plan.partition)] - plan.target_start
@@ -591,9 +380,9 @@ class BatchCopy:
             self._write(reader, parts, producer_id, epoch)
         finally:
             self.budget.close()
-            reader.join(_TIMEOUT_S)
+            reader.join(TIMEOUT_S)
         # One request per broker for every partition's end, not one per partition.
-        ends = end_offsets(self.target, [part.remote for part in parts])
+        ends = end_offsets(self.target, [part.remote for part in parts], READ_UNCOMMITTED)
         for part in parts:
             if part.failed is None:
                 try:
@@ -625,7 +414,7 @@ class BatchCopy:
         n = part.already_written
         source = self._planned_records(part, n)
         target = read_records(
-            self.target, part.remote, plan.target_start, plan.target_start + n, _READ_UNCOMMITTED, n
+            self.target, part.remote, plan.target_start, plan.target_start + n, READ_UNCOMMITTED, n
         )
         if len(source) < n:
             raise _too_many(plan, n, len(source))
@@ -649,7 +438,7 @@ class BatchCopy:
         position = plan.source_start
         while len(records) < n and position < plan.source_end:
             read = read_records(
-                self.source, part.tp, position, plan.source_end, _READ_COMMITTED, n - len(records)
+                self.source, part.tp, position, plan.source_end, READ_COMMITTED, n - len(records)
             )
             if not read:
                 break
@@ -664,9 +453,9 @@ class BatchCopy:
         except BaseException:
             # A retry must never race a request of this attempt still on the wire: wait for the
             # answers (or the connections' end) before giving up.
-            deadline = time.monotonic() + _TIMEOUT_S
+            deadline = time.monotonic() + TIMEOUT_S
             while any(not f.is_done for f, _ in in_flight.values()) and time.monotonic() < deadline:
-                self.target.client.poll(timeout_ms=100)
+                self.target.poll(100)
             raise
 
     def _write_all(
@@ -704,7 +493,7 @@ class BatchCopy:
                 reader.wake.wait(0.05)
                 reader.wake.clear()
                 continue
-            self.target.client.poll(timeout_ms=5)
+            self.target.poll(5)
             for node, (future, sending) in list(in_flight.items()):
                 if future.is_done:
                     del in_flight[node]
@@ -724,7 +513,7 @@ class BatchCopy:
         return ProduceRequest(
             transactional_id=None,
             acks=-1,
-            timeout_ms=int(_TIMEOUT_S * 1000),
+            timeout_ms=int(TIMEOUT_S * 1000),
             topic_data=[topic_type(name=t, partition_data=ps) for t, ps in topics.items()],
             min_version=3,
             max_version=9,
@@ -763,8 +552,8 @@ class BatchCopy:
         """The head batch was not appended, or its answer was lost: classify, count it as written if
         the target's end says it was, or resend it as it is (same producer id and sequence)."""
         where = f"{part.plan.remote_topic}-{part.plan.partition}"
-        if code in _REFUSED:
-            raise _refused_write(f"{where}: {_error(code)}")
+        if code in REFUSED:
+            raise _refused_write(f"{where}: {error_name(code)}")
         if code == _OUT_OF_ORDER_SEQUENCE:
             raise TransientError(
                 f"the target refused this copy's batch for {where} as out of order: a newer copy of the "
@@ -773,21 +562,21 @@ class BatchCopy:
             )
         if code in _WRITER_LOST:
             raise TransientError(
-                f"the target lost this copy's producer state for {where} ({_error(code)}); the plan can be "
-                "re-run safely: the next attempt reads back what is there"
+                f"the target lost this copy's producer state for {where} ({error_name(code)}); the plan can "
+                "be re-run safely: the next attempt reads back what is there"
             )
         if code in _TOO_LARGE:
             self._split(part, where)
             return
         if code in _REFUSED_BATCH:
             raise TargetStateError(
-                f"the target refused a batch for {where}: {_error(code)} ({for_code(code).description}) "
+                f"the target refused a batch for {where}: {error_name(code)} ({error_description(code)}) "
                 "Nothing of that partition was committed; change the remote topic (or the broker) to accept "
                 "the source's records, then run the flow again"
             )
         if not part.failing_since:
             part.failing_since = time.monotonic()
-        reason = _error(code) if code is not None else repr(exception)
+        reason = error_name(code) if code is not None else repr(exception)
         if time.monotonic() - part.failing_since > _DELIVERY_TIMEOUT_S:
             raise TransientError(
                 f"the target kept refusing a batch for {where}: {reason}; the plan can be re-run safely"
@@ -795,7 +584,7 @@ class BatchCopy:
         if (code is None or code in _MAYBE_APPENDED) and self._appended(part, where, reason):
             self._acked(part, _now_ms())
             return
-        self.target.client.cluster.request_update()
+        self.target.request_update()
         time.sleep(0.1)
 
     def _appended(self, part: _Partition, where: str, reason: str) -> bool:
@@ -808,7 +597,7 @@ class BatchCopy:
         before = part.next_target_offset
         while True:
             try:
-                end = end_offsets(self.target, [part.remote])[part.remote]
+                end = end_offsets(self.target, [part.remote], READ_UNCOMMITTED)[part.remote]
                 break
             except TransientError:
                 if time.monotonic() - part.failing_since > _DELIVERY_TIMEOUT_S:
@@ -856,24 +645,24 @@ class BatchCopy:
             )
 
 
-def new_writer(target: _Cluster) -> Writer:
+def new_writer(target: Connection) -> Writer:
     """A producer id of the target's own (any broker gives one): a flow's ``Writer``."""
-    deadline = time.monotonic() + _TIMEOUT_S
+    deadline = time.monotonic() + TIMEOUT_S
     while True:
         node = target.client.least_loaded_node(bootstrap_fallback=True)
         response = target.call(node, InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1))
         if not response.error_code:
             return Writer(int(response.producer_id), int(response.producer_epoch))
-        if response.error_code in _REFUSED:
-            raise _refused_write(_error(response.error_code))
+        if response.error_code in REFUSED:
+            raise _refused_write(error_name(response.error_code))
         if time.monotonic() > deadline:
-            raise TransientError(f"the target gave no producer id: {_error(response.error_code)}")
+            raise TransientError(f"the target gave no producer id: {error_name(response.error_code)}")
         time.sleep(0.1)
 
 
 def allocate_writer(target_props: Mapping[str, str]) -> Writer:
     """A new ``Writer`` for a flow writing to the cluster of ``target_props``."""
-    target = _Cluster(target_props, "target", ())
+    target = Connection(target_props, "target", ())
     try:
         return new_writer(target)
     finally:
