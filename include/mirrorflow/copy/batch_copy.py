@@ -33,13 +33,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
-from kafka.protocol.producer import ProduceRequest
-from kafka.protocol.producer.transaction import InitProducerIdRequest
 
 from mirrorflow.config.model import FlowConfig
 from mirrorflow.config.transforms import TransformConfig
@@ -48,7 +45,6 @@ from mirrorflow.core.metrics import Stats, Timestamps
 from mirrorflow.core.plan import CopyResult, PartitionFailure, PartitionPlan, PartitionResult, Plan, Writer
 from mirrorflow.core.transforms import Chain, Encodable, Record
 from mirrorflow.errors import (
-    AuthorizationError,
     MirrorError,
     SourceDataLostError,
     TargetStateError,
@@ -67,6 +63,7 @@ from mirrorflow.kafka.connection import (
     error_name,
 )
 from mirrorflow.kafka.fetched_batches import SourceBatch, SourceRecord
+from mirrorflow.kafka.produce import ProduceCall, new_writer, produce, refused_write
 from mirrorflow.kafka.record_reads import fetch, read_records
 
 # How long a batch may keep failing with retriable errors before the task gives up (the producer's
@@ -447,14 +444,14 @@ class BatchCopy:
         return records[:n]
 
     def _write(self, reader: _Reader, parts: Sequence[_Partition], producer_id: int, epoch: int) -> None:
-        in_flight: dict[int, tuple[Any, list[_Partition]]] = {}
+        in_flight: dict[int, tuple[ProduceCall, list[_Partition]]] = {}
         try:
             self._write_all(reader, parts, producer_id, epoch, in_flight)
         except BaseException:
             # A retry must never race a request of this attempt still on the wire: wait for the
             # answers (or the connections' end) before giving up.
             deadline = time.monotonic() + TIMEOUT_S
-            while any(not f.is_done for f, _ in in_flight.values()) and time.monotonic() < deadline:
+            while any(not call.done for call, _ in in_flight.values()) and time.monotonic() < deadline:
                 self.target.poll(100)
             raise
 
@@ -464,7 +461,7 @@ class BatchCopy:
         parts: Sequence[_Partition],
         producer_id: int,
         epoch: int,
-        in_flight: dict[int, tuple[Any, list[_Partition]]],
+        in_flight: dict[int, tuple[ProduceCall, list[_Partition]]],
     ) -> None:
         while True:
             if reader.error is not None:
@@ -479,10 +476,8 @@ class BatchCopy:
                     continue
                 batch_of = {p.remote: p for p in idle}
                 sending = [batch_of[tp] for tp in owned]
-                in_flight[node] = (
-                    self.target.client.send(node, self._produce(sending, producer_id, epoch)),
-                    sending,
-                )
+                batches = [(p.remote, self._stamped(p, producer_id, epoch)) for p in sending]
+                in_flight[node] = (produce(self.target, node, batches), sending)
                 for p in sending:
                     p.in_flight = True
             if not in_flight:
@@ -494,39 +489,23 @@ class BatchCopy:
                 reader.wake.clear()
                 continue
             self.target.poll(5)
-            for node, (future, sending) in list(in_flight.items()):
-                if future.is_done:
+            for node, (call, sending) in list(in_flight.items()):
+                if call.done:
                     del in_flight[node]
-                    self._settle(future, sending)
+                    self._settle(call, sending)
 
-    def _produce(self, sending: Sequence[_Partition], producer_id: int, epoch: int) -> ProduceRequest:
-        topic_type = ProduceRequest.TopicProduceData
-        topics: dict[str, list[Any]] = {}
-        for part in sending:
-            piece = part.pending[0]
-            if not piece.stamped:
-                stamp(piece.data, producer_id, epoch, part.next_target_offset % _SEQUENCES)
-                piece.stamped = True
-            topics.setdefault(part.plan.remote_topic, []).append(
-                topic_type.PartitionProduceData(index=part.plan.partition, records=bytes(piece.data))
-            )
-        return ProduceRequest(
-            transactional_id=None,
-            acks=-1,
-            timeout_ms=int(TIMEOUT_S * 1000),
-            topic_data=[topic_type(name=t, partition_data=ps) for t, ps in topics.items()],
-            min_version=3,
-            max_version=9,
-        )
+    def _stamped(self, part: _Partition, producer_id: int, epoch: int) -> bytes:
+        """The partition's head batch as the writer's, its sequence the target offset it lands at."""
+        piece = part.pending[0]
+        if not piece.stamped:
+            stamp(piece.data, producer_id, epoch, part.next_target_offset % _SEQUENCES)
+            piece.stamped = True
+        return bytes(piece.data)
 
-    def _settle(self, future: Any, sending: Sequence[_Partition]) -> None:
+    def _settle(self, call: ProduceCall, sending: Sequence[_Partition]) -> None:
         now = _now_ms()
         by_tp = {p.remote: p for p in sending}
-        codes: dict[TP, int] = {}
-        if future.succeeded():
-            for t in future.value.responses:
-                for r in t.partition_responses:
-                    codes[(t.name, r.index)] = r.error_code
+        codes = call.codes()
         for tp, part in by_tp.items():
             part.in_flight = False
             code = codes.get(tp)
@@ -536,7 +515,7 @@ class BatchCopy:
                 self._acked(part, now)
                 continue
             try:
-                self._failed(part, code, future.exception if code is None else None)
+                self._failed(part, code, call.exception if code is None else None)
             except MirrorError as exc:
                 self._give_up(part, exc)
 
@@ -553,7 +532,7 @@ class BatchCopy:
         the target's end says it was, or resend it as it is (same producer id and sequence)."""
         where = f"{part.plan.remote_topic}-{part.plan.partition}"
         if code in REFUSED:
-            raise _refused_write(f"{where}: {error_name(code)}")
+            raise refused_write(f"{where}: {error_name(code)}")
         if code == _OUT_OF_ORDER_SEQUENCE:
             raise TransientError(
                 f"the target refused this copy's batch for {where} as out of order: a newer copy of the "
@@ -645,30 +624,6 @@ class BatchCopy:
             )
 
 
-def new_writer(target: Connection) -> Writer:
-    """A producer id of the target's own (any broker gives one): a flow's ``Writer``."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
-        node = target.client.least_loaded_node(bootstrap_fallback=True)
-        response = target.call(node, InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1))
-        if not response.error_code:
-            return Writer(int(response.producer_id), int(response.producer_epoch))
-        if response.error_code in REFUSED:
-            raise _refused_write(error_name(response.error_code))
-        if time.monotonic() > deadline:
-            raise TransientError(f"the target gave no producer id: {error_name(response.error_code)}")
-        time.sleep(0.1)
-
-
-def allocate_writer(target_props: Mapping[str, str]) -> Writer:
-    """A new ``Writer`` for a flow writing to the cluster of ``target_props``."""
-    target = Connection(target_props, "target", ())
-    try:
-        return new_writer(target)
-    finally:
-        target.close()
-
-
 def _same(target: SourceRecord, source: Encodable) -> bool:
     """The target record is a copy of the source one; a time the target's broker stamped (a
     LogAppendTime remote topic) is not compared."""
@@ -682,13 +637,6 @@ def _too_many(plan: PartitionPlan, found: int, planned: int) -> TargetStateError
         f"remote partition {plan.remote_topic}-{plan.partition} holds {found} records past the planned "
         f"start {plan.target_start}, more than the {planned} planned: something else writes to the "
         "remote topic. Nothing was committed; stop the other writer."
-    )
-
-
-def _refused_write(detail: str) -> AuthorizationError:
-    return AuthorizationError(
-        f"the target cluster refused the mirror's login to write: {detail}. Grant it WRITE on the "
-        "remote topics (README: Secured clusters); nothing was committed."
     )
 
 
