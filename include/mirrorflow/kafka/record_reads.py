@@ -1,12 +1,15 @@
-"""Records read with Fetch, as Kafka's consumer reads them: the copy's fetch rounds (``fetch``) and
-the few records read whole outside Spark (``read_records``, ``written_records``).
+"""Records read with Fetch, as Kafka's consumer reads them: the copy's fetch rounds (``fetch``), and
+the few records read outside Spark: the copy's read-back (``read_records``), the verification's
+LogAppendTime ranges (``written_records``), the plan's gap check (``record_digests``) and the
+failover's checkpoints (``read_partition``).
 
 Invariants:
 - read_committed returns committed records only: aborted transactions and control batches are
   dropped (``fetched_batches.committed_batches``); a batch is returned whole, in offset order.
 - A position the log no longer holds is lost data (``SourceDataLostError``), never a reason to read
-  elsewhere; a read the cluster refuses is an ``AuthorizationError``; any other failure is
-  transient.
+  elsewhere; a read the cluster refuses is an ``AuthorizationError`` for the copy, a transient
+  error for the control plane's reads (``record_digests``, ``read_partition``), which retry
+  anything but lost data; any other failure is transient.
 - Every wait is bounded: a read that brings nothing for ``TIMEOUT_S`` fails (transient).
 """
 
@@ -14,20 +17,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
 
+from mirrorflow.config.model import ClusterConfig
+from mirrorflow.core.verify import record_digest
 from mirrorflow.errors import AuthorizationError, MirrorError, SourceDataLostError, TransientError
 from mirrorflow.kafka.connection import (
     FETCH_MAX_BYTES,
     READ_COMMITTED,
+    READ_UNCOMMITTED,
     REFUSED,
     TIMEOUT_S,
     TP,
     Connection,
+    end_offsets,
     error_name,
+    log_start_offsets,
 )
 from mirrorflow.kafka.fetched_batches import Fetched, SourceBatch, SourceRecord, committed_batches
 
@@ -137,6 +146,47 @@ def written_records(props: Mapping[str, str], tp: TP, start: int, end: int) -> I
     try:
         for batch in _batches(connection, tp, start, end, READ_COMMITTED):
             yield [r for r in batch.written_records() if start <= r.offset < end]
+    finally:
+        connection.close()
+
+
+def record_digests(
+    cluster: ClusterConfig, topic: str, partition: int, start: int, stop: int, limit: int
+) -> list[bytes]:
+    """The ``record_digest`` of key, value, headers and timestamp (what the copy keeps) of each
+    committed record of a partition from offset ``start`` on, before offset ``stop``, at most
+    ``limit``, oldest first."""
+    with _control_plane_read(cluster.consumer, cluster.alias, topic) as connection:
+        records = read_records(connection, (topic, partition), start, stop, READ_COMMITTED, limit)
+    return [record_digest((r.key, r.value, r.headers, r.timestamp)) for r in records]
+
+
+def read_partition(
+    consumer_props: Mapping[str, str], cluster: str, topic: str, partition: int
+) -> list[SourceRecord]:
+    """Every committed record of ``topic``-``partition``, from its log start to its end (high
+    watermark) when called."""
+    tp = (topic, partition)
+    with _control_plane_read(consumer_props, cluster, topic) as connection:
+        start = log_start_offsets(connection, [tp])[tp]
+        end = end_offsets(connection, [tp], READ_UNCOMMITTED)[tp]
+        return [
+            r
+            for batch in _batches(connection, tp, start, end, READ_COMMITTED)
+            for r in batch.records()
+            if start <= r.offset < end
+        ]
+
+
+@contextmanager
+def _control_plane_read(props: Mapping[str, str], cluster: str, topic: str) -> Iterator[Connection]:
+    """A connection to ``cluster`` for a read outside the copy: closed after it; a refused read is
+    transient there, as every failure but lost data."""
+    connection = Connection(props, cluster, [topic])
+    try:
+        yield connection
+    except AuthorizationError as exc:
+        raise TransientError(str(exc)) from exc
     finally:
         connection.close()
 
