@@ -36,7 +36,7 @@ from pyspark.sql import SparkSession
 from mirrorflow.app.failover import FailoverOptions, run_failover
 from mirrorflow.app.runner import checkpoint_run
 from mirrorflow.config.model import MirrorConfig
-from mirrorflow.copy.range_reader import read_partition
+from mirrorflow.kafka.record_reads import read_partition
 from mirrorflow_dev import local_kafka, sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 
@@ -72,11 +72,11 @@ def _resume_at(config: MirrorConfig, primary: LocalCluster, topic: str, partitio
     source's end when it read every copy."""
     source = read_partition(config.clusters["primary"].consumer, "primary", topic, partition)
     copies = read_partition(config.clusters["backup"].consumer, "backup", f"primary.{topic}", partition)
-    assert [(m.key(), m.value()) for m in copies] == [(m.key(), m.value()) for m in source]
-    copied_at = [m.offset() for m in copies]
+    assert [(r.key, r.value) for r in copies] == [(r.key, r.value) for r in source]
+    copied_at = [r.offset for r in copies]
     if position in copied_at:
-        return source[copied_at.index(position)].offset() or 0
-    assert position == (copied_at[-1] or 0) + 1, f"{position} is not a position of the remote partition"
+        return source[copied_at.index(position)].offset
+    assert position == copied_at[-1] + 1, f"{position} is not a position of the remote partition"
     return _end(primary, topic, partition)
 
 

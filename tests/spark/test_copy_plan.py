@@ -20,12 +20,13 @@ from pyspark.sql import SparkSession
 from mirrorflow.app import runner
 from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.model import MirrorConfig
-from mirrorflow.copy import batch_copy
 from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.plan import RECORDS_PER_TASK, CopyResult, Plan
 from mirrorflow.core.progress import PartitionProgress
 from mirrorflow.core.report import RunReport
 from mirrorflow.errors import TargetStateError
+from mirrorflow.kafka.connection import READ_UNCOMMITTED, Connection
+from mirrorflow.kafka.record_reads import fetch
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import save_document
 from mirrorflow_dev import sample_data
@@ -442,13 +443,12 @@ def test_compressed_batches_stay_compressed_and_logappendtime_records_keep_the_s
         assert _read(backup, f"primary.{topic}", 0) == source, f"primary.{topic} differs"
     # Consumers of the source saw the broker's append times: so do consumers of the copy.
     assert all(r.timestamp > BASE_TIMESTAMP_MS + 10**9 for r in _read(backup, f"primary.{appended}", 0))
-    target = batch_copy._Cluster({"bootstrap.servers": backup.bootstrap}, "target", ())
+    remotes = {codec: (f"primary.{unique_name}-{codec}", 0) for codec in CODECS}
+    target = Connection({"bootstrap.servers": backup.bootstrap}, "target", [t for t, _ in remotes.values()])
     try:
         for codec, number in CODECS.items():
-            remote = (f"primary.{unique_name}-{codec}", 0)
-            target.client.cluster.set_topics([remote[0]])
-            target.refresh()
-            batches = batch_copy.fetch(target, {remote: 0}, 0)[remote].batches
+            remote = remotes[codec]
+            batches = fetch(target, {remote: 0}, READ_UNCOMMITTED)[remote].batches
             assert batches and {b.codec for b in batches} == {number}, f"{codec} batches recompressed"
     finally:
         target.close()

@@ -17,12 +17,12 @@ from pyspark.sql import SparkSession
 
 from mirrorflow.app.verify import plan_verification
 from mirrorflow.config.model import MirrorConfig
-from mirrorflow.copy.range_reader import read_partition
 from mirrorflow.copy.spark_verify import verify_ranges
 from mirrorflow.core.progress import Batch
 from mirrorflow.core.verdicts import Found, RecordComparison, VerifyResult
 from mirrorflow.core.verify_plan import VerifyRange, verify_plan
 from mirrorflow.kafka.admin import ClusterAdmin
+from mirrorflow.kafka.record_reads import read_partition
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.sample_data import Record, sample_record
@@ -57,7 +57,7 @@ def _wait_offsets(cluster: LocalCluster, topic: str, expected: list[int]) -> Non
     """Until partition 0 of ``topic`` holds exactly the records at ``expected`` (the cleaner ran)."""
     deadline = time.monotonic() + 30
     while True:
-        held = [m.offset() for m in read_partition({"bootstrap.servers": cluster.bootstrap}, "", topic, 0)]
+        held = [r.offset for r in read_partition({"bootstrap.servers": cluster.bootstrap}, "", topic, 0)]
         if held == expected:
             return
         assert time.monotonic() < deadline, f"{topic} holds offsets {held}, expected {expected}"

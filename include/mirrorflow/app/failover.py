@@ -39,10 +39,10 @@ from typing import Any
 from mirrorflow.app.run_folder import RunFolder, write_atomically
 from mirrorflow.config.model import ClusterConfig, FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import ParamTable
-from mirrorflow.copy.range_reader import read_partition
 from mirrorflow.core.failover_rules import FailoverReport, Timings, decide, newest_checkpoints, or_none
 from mirrorflow.errors import ParamError, TargetStateError
 from mirrorflow.kafka.admin import ClusterAdmin
+from mirrorflow.kafka.record_reads import read_partition
 
 __all__ = [
     "FAILOVER_PARAMS",
@@ -205,7 +205,4 @@ def _log(report: FailoverReport) -> None:
 
 def _read_partition(cluster: ClusterConfig, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
     """Every record of partition 0 of ``topic``, in offset order, up to its end when read."""
-    return [
-        (m.offset() or 0, m.key(), m.value())
-        for m in read_partition(cluster.consumer, cluster.alias, topic, 0)
-    ]
+    return [(r.offset, r.key, r.value) for r in read_partition(cluster.consumer, cluster.alias, topic, 0)]

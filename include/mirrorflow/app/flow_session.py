@@ -36,8 +36,7 @@ from mirrorflow.app.remote_topics import RemoteTopics, ensure_remote_topics
 from mirrorflow.app.run_folder import metrics_file, write_atomically
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import RunOptions
-from mirrorflow.copy.batch_copy import CopySettings, allocate_writer, copy_partitions, copy_result
-from mirrorflow.copy.range_reader import record_digests
+from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
 from mirrorflow.core.metrics import PartitionMetrics, source_metrics_text
 from mirrorflow.core.plan import CopyResult, Plan, SourceGap, Writer
 from mirrorflow.core.planner import (
@@ -55,6 +54,8 @@ from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.kafka.heartbeats import emit_heartbeats, freshness_seconds
 from mirrorflow.kafka.internal_topics import InternalTopicWriter
 from mirrorflow.kafka.offset_syncs import emit_offset_syncs
+from mirrorflow.kafka.produce import allocate_writer
+from mirrorflow.kafka.record_reads import record_digests
 from mirrorflow.mm2.acl_rules import TopicAcl, missing_acls, target_acls
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import prune_documents

@@ -1,4 +1,4 @@
-"""Kafka record batches as the mirror moves them: passed through as bytes, or re-encoded exactly.
+"""Kafka record batches as the mirror writes them: passed through as bytes, or re-encoded exactly.
 
 A magic-v2 batch already holds every record's key, value, headers, offset and timestamp deltas and
 the compression codec. Only its writer's header fields belong to whoever appends it. Invariants:
@@ -11,29 +11,24 @@ the compression codec. Only its writer's header fields belong to whoever appends
 - Every other batch is re-encoded record by record with the source's codec: key, value, headers
   (repeated, binary, null) and timestamp kept; a LogAppendTime batch's records carry the time the
   source appended them, which is what consumers of the source saw (MM2 does the same).
-- read_committed as Kafka's consumer reads: control batches and aborted transactions never pass.
 
-Records of v2 batches are decoded and encoded by aiokafka's record codec (in C: three to four
-times kafka-python's pure-Python one); kafka-python supplies the batch layout and legacy formats.
+What is read, and how (read_committed, decoding), is ``kafka.fetched_batches``'. Records are encoded
+by aiokafka's record codec (in C: three to four times kafka-python's pure-Python one); kafka-python
+supplies the batch layout.
 """
 
 from __future__ import annotations
 
 import struct
-from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from collections.abc import Sequence
 
-from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.default_records import DefaultRecordBase
-from kafka.record.memory_records import MemoryRecords
 from kafka.record.util import calc_crc32c
 
-from mirrorflow.core.metrics import Timestamps
 from mirrorflow.core.transforms import Encodable
+from mirrorflow.kafka.fetched_batches import SourceBatch
 
-_HEADER = DefaultRecordBase.HEADER_STRUCT
 _CRC_AT = DefaultRecordBase.CRC_OFFSET
 _ATTRIBUTES_AT = DefaultRecordBase.ATTRIBUTES_OFFSET
 # Base offset, length, partition leader epoch: before the CRC'd part, rewritten without it.
@@ -42,155 +37,18 @@ _PREFIX = struct.Struct(">qii")
 _WRITER = struct.Struct(">h")
 _PRODUCER = struct.Struct(">qhi")
 _PRODUCER_AT = struct.calcsize(">qiibIhiqq")
-_CODEC_MASK = DefaultRecordBase.CODEC_MASK
 _TRANSACTIONAL = DefaultRecordBase.TRANSACTIONAL_MASK
-_CONTROL = DefaultRecordBase.CONTROL_MASK
-_LOG_APPEND_TIME = DefaultRecordBase.TIMESTAMP_TYPE_MASK
-_ABORT_MARKER = 0
-# Base offset and length: what precedes every batch of any magic.
-_LOG_OVERHEAD = 12
-_LENGTH = struct.Struct(">i")
 
 
-class SourceRecord(NamedTuple):
-    """A decoded record; ``appended``: its timestamp is the time the broker appended it. A named
-    tuple: the record path builds one per record, and a tuple is built in a third of a frozen
-    dataclass's time."""
-
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-    appended: bool = False
-
-
-@dataclass(frozen=True)
-class SourceBatch:
-    """One whole batch as fetched from the source, with the header fields the mirror decides by."""
-
-    data: memoryview
-    base_offset: int
-    last_offset: int
-    magic: int
-    attributes: int = 0
-    count: int = 0
-    first_timestamp: int = 0
-    max_timestamp: int = 0
-    producer_id: int = -1
-
-    @classmethod
-    def parse(cls, data: memoryview) -> SourceBatch:
-        if data[16] < 2:
-            legacy = next(iter(MemoryRecords(bytes(data))))
-            records = list(legacy)
-            return cls(data, records[0].offset, records[-1].offset, data[16], count=len(records))
-        base, _, _, magic, _, attributes, delta, first_ts, max_ts, pid, _, _, count = _HEADER.unpack_from(
-            data
-        )
-        return cls(data, base, base + delta, magic, attributes, count, first_ts, max_ts, pid)
-
-    @property
-    def codec(self) -> int:
-        return int(self.attributes & _CODEC_MASK)
-
-    @property
-    def is_control(self) -> bool:
-        return self.magic >= 2 and bool(self.attributes & _CONTROL)
-
-    @property
-    def is_transactional(self) -> bool:
-        return self.magic >= 2 and bool(self.attributes & _TRANSACTIONAL)
-
-    def passes(self, start: int, end: int) -> bool:
-        """Whether the batch can travel as it is for the planned range ``[start, end)``."""
-        return (
-            self.magic == 2
-            and not self.attributes & _LOG_APPEND_TIME
-            and self.count == self.last_offset - self.base_offset + 1
-            and start <= self.base_offset
-            and self.last_offset < end
-        )
-
-    def records(self) -> list[SourceRecord]:
-        """Every record of the batch, decoded; a LogAppendTime batch's records get its append time."""
-        if self.magic < 2:
-            return [
-                SourceRecord(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
-                for r in MemoryRecords(bytes(self.data))
-            ]
-        if self.attributes & _LOG_APPEND_TIME:
-            return [
-                SourceRecord(r.offset, self.max_timestamp, r.key, r.value, tuple(r.headers), appended=True)
-                for r in DefaultRecordBatch(self.data)
-            ]
-        return [
-            SourceRecord(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
-            for r in DefaultRecordBatch(self.data)
-        ]
-
-    def written_records(self) -> list[SourceRecord]:
-        """Every record of the batch with the timestamp it carries (the batch's first timestamp plus
-        the record's delta), as its writer wrote it. For a v2 LogAppendTime batch that is not the
-        time consumers see: the broker stamps its append time into the header alone."""
-        if self.magic < 2 or not self.attributes & _LOG_APPEND_TIME:
-            return self.records()
-        as_written = bytearray(self.data)
-        # Read as CreateTime, each record's timestamp is its own (reading checks no CRC).
-        _WRITER.pack_into(as_written, _ATTRIBUTES_AT, self.attributes & ~_LOG_APPEND_TIME)
-        return [
-            SourceRecord(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
-            for r in DefaultRecordBatch(memoryview(as_written))
-        ]
-
-    def timestamps(self) -> Timestamps:
-        """The records' timestamps as far as the header tells without decoding: the first and the
-        largest, the records' mean taken midway between them."""
-        oldest = min(self.first_timestamp, self.max_timestamp)
-        total = self.count * oldest + (self.max_timestamp - oldest) * self.count // 2
-        return Timestamps(self.count, oldest, self.max_timestamp, total, self.max_timestamp)
-
-    def is_abort_marker(self) -> bool:
-        record = next(iter(DefaultRecordBatch(self.data)))
-        return record.key is not None and struct.unpack_from(">h", record.key, 2)[0] == _ABORT_MARKER
-
-
-@dataclass
-class Fetched:
-    """The committed batches of one fetch response's records for one partition, and where the next
-    fetch starts (after the last whole batch, read or dropped; None: no whole batch came)."""
-
-    batches: list[SourceBatch] = field(default_factory=list)
-    next_offset: int | None = None
-
-
-def committed_batches(records: bytes, aborted: Iterable[tuple[int, int]]) -> Fetched:
-    """The batches a read_committed consumer reads from ``records`` (one fetch response's bytes for
-    one partition), given its aborted transactions as (producer id, first offset) pairs."""
-    pending = deque(sorted(aborted, key=lambda t: t[1]))
-    aborted_producers: set[int] = set()
-    fetched = Fetched()
-    view = memoryview(records)
-    position = 0
-    # The response may end inside a batch (it is cut at the size limit): that part is fetched again.
-    while position + _LOG_OVERHEAD <= len(view):
-        end = position + _LOG_OVERHEAD + _LENGTH.unpack_from(view, position + 8)[0]
-        if end > len(view):
-            break
-        batch = SourceBatch.parse(view[position:end])
-        position = end
-        fetched.next_offset = batch.last_offset + 1
-        if batch.is_transactional or batch.is_control:
-            while pending and pending[0][1] <= batch.last_offset:
-                aborted_producers.add(pending.popleft()[0])
-            if batch.is_control:
-                if batch.is_abort_marker():
-                    aborted_producers.discard(batch.producer_id)
-                continue
-            if batch.producer_id in aborted_producers:
-                continue
-        fetched.batches.append(batch)
-    return fetched
+def passes(batch: SourceBatch, start: int, end: int) -> bool:
+    """Whether ``batch`` can travel as it is for the planned range ``[start, end)``."""
+    return (
+        batch.magic == 2
+        and not batch.is_log_append_time
+        and batch.count == batch.last_offset - batch.base_offset + 1
+        and start <= batch.base_offset
+        and batch.last_offset < end
+    )
 
 
 def stamp(batch: bytearray, producer_id: int, producer_epoch: int, base_sequence: int) -> bytearray:

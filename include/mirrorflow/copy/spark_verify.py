@@ -5,8 +5,8 @@ on the target with Spark's Kafka source, committed records only (``read_ranges``
 inside the Spark tasks (through ``mapInArrow``): a range by its digest (``digest_partitions``), a
 compacted or LogAppendTime range record by record (``record_keys``, paired by source offset in
 ``compare_records``). The target side of a range copied to a LogAppendTime remote topic is read
-from its record batches instead (``batch_copy.written_records``): Spark's source would show the
-target's append time, not the timestamp the copy wrote. A Spark module: it imports pyspark, and
+from its record batches instead (``kafka.record_reads.written_records``): Spark's source would
+show the target's append time, not the timestamp the copy wrote. A Spark module: it imports pyspark, and
 only the verify job (``jobs/mirror_verify.py``) imports it.
 """
 
@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 
 from mirrorflow.config.clients import spark_reader_options
 from mirrorflow.config.model import FlowConfig
-from mirrorflow.copy import batch_copy, spark_copy
+from mirrorflow.copy import spark_copy
 from mirrorflow.core.plan import PartitionPlan
 from mirrorflow.core.verdicts import VerifyResult, verdicts
 from mirrorflow.core.verify_arrow import (
@@ -40,6 +40,7 @@ from mirrorflow.core.verify_arrow import (
 )
 from mirrorflow.core.verify_plan import SOURCE, TARGET, VerifyPlan, VerifyRange, span
 from mirrorflow.errors import PlanError, SourceDataLostError
+from mirrorflow.kafka import record_reads
 
 __all__ = ["verify_ranges"]
 
@@ -131,7 +132,7 @@ def _written_reads(
     spark: SparkSession, consumer_props: Mapping[str, str], spans: Sequence[tuple[str, int, int, int]]
 ) -> DataFrame:
     """The target records of ``spans`` (topic, partition, start, end) with the timestamps their
-    batches carry (``batch_copy.written_records``), one Spark partition per span, in
+    batches carry (``kafka.record_reads.written_records``), one Spark partition per span, in
     ``DIGEST_INPUT_COLUMNS``."""
     props = dict(consumer_props)
 
@@ -139,7 +140,7 @@ def _written_reads(
         for batch in batches:
             columns = (batch.column(name).to_pylist() for name in ("topic", "partition", "start", "end"))
             for topic, partition, start, end in zip(*columns, strict=True):
-                for records in batch_copy.written_records(props, (topic, partition), start, end):
+                for records in record_reads.written_records(props, (topic, partition), start, end):
                     yield input_batch(TARGET, topic, partition, records)
 
     wanted = spark.sparkContext.parallelize(spans, len(spans))

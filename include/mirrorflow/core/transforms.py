@@ -40,7 +40,7 @@ class Record(NamedTuple):
 
 class Encodable(Protocol):
     """A record as the copy writes it and a verification reads it: a ``Record``, what a transform
-    returned, or a record decoded from a batch (``copy.record_batches.SourceRecord``)."""
+    returned, or a record decoded from a batch (``kafka.fetched_batches.SourceRecord``)."""
 
     @property
     def offset(self) -> int: ...

@@ -1,0 +1,150 @@
+"""One cluster's connections for record traffic (kafka-python's ``KafkaNetClient``): partition
+leaders, requests to them, and partitions' offsets (ListOffsets).
+
+The copy opens one per cluster in each Spark task and drives it from the thread that sends
+(``poll``), so that a request is one more message on a connection already open; the range reads
+(``record_reads``) open one per read. Control-plane requests go through ``admin.ClusterAdmin``,
+whose client runs its own I/O thread. Invariants:
+- An unreachable cluster, a request without an answer after ``TIMEOUT_S`` and a partition without
+  a leader are ``TransientError``s naming the cluster; a failed request asks for fresh metadata, so
+  that the next one finds a moved leader.
+- A request goes to the leader of the partitions it names: one request per broker, whatever the
+  number of partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kafka.errors import for_code
+from kafka.net.compat import KafkaNetClient
+from kafka.protocol.consumer import ListOffsetsRequest
+from kafka.structs import TopicPartition
+
+from mirrorflow.config.clients import kafka_python_config
+from mirrorflow.errors import TransientError
+
+TP = tuple[str, int]
+
+TIMEOUT_S = 30.0
+# The largest fetch response (a whole one is one frame).
+FETCH_MAX_BYTES = 52_428_800
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+# TOPIC_/CLUSTER_AUTHORIZATION_FAILED
+REFUSED = frozenset({29, 31})
+_EARLIEST = -2
+_LATEST = -1
+
+
+def error_name(code: int) -> str:
+    """The name Kafka gives an error code (``NOT_LEADER_OR_FOLLOWER`` as kafka-python's class)."""
+    return str(for_code(code).__name__)
+
+
+def error_description(code: int) -> str:
+    return str(for_code(code).description)
+
+
+class Connection:
+    """One cluster's connections, with its partitions' leaders; ``side`` names the cluster in
+    errors ("the {side} cluster")."""
+
+    def __init__(self, props: Mapping[str, str], side: str, topics: Iterable[str]) -> None:
+        self.side = side
+        self.client = KafkaNetClient(
+            **kafka_python_config(props),
+            request_timeout_ms=int(TIMEOUT_S * 1000),
+            receive_message_max_bytes=FETCH_MAX_BYTES + (1 << 20),
+        )
+        try:
+            # Topics first: the bootstrap's metadata then names their leaders. A refresh right after
+            # it would wait out the client's retry backoff (100 ms), a third of a small copy's time.
+            self.client.cluster.set_topics(sorted(set(topics)))
+            self.client._manager.bootstrap(int(TIMEOUT_S * 1000))
+        except Exception as exc:
+            self.client.close()
+            raise TransientError(f"cannot reach the {side} cluster: {exc}") from exc
+
+    def refresh(self) -> None:
+        update = self.client.cluster.request_update()
+        self.client.poll(timeout_ms=int(TIMEOUT_S * 1000), future=update)
+        if not update.succeeded():
+            raise TransientError(f"cannot read the {self.side} cluster's metadata: {update.exception}")
+
+    def request_update(self) -> None:
+        """Fresh metadata with the next request: a leader may have moved."""
+        self.client.cluster.request_update()
+
+    def leader(self, tp: TP) -> int:
+        node = self.client.cluster.leader_for_partition(TopicPartition(*tp))
+        if node is None or node < 0:
+            self.refresh()
+            node = self.client.cluster.leader_for_partition(TopicPartition(*tp))
+        if node is None or node < 0:
+            raise TransientError(f"{self.side} partition {tp[0]}-{tp[1]} has no leader")
+        return int(node)
+
+    def by_leader(self, tps: Iterable[TP]) -> dict[int, list[TP]]:
+        nodes: dict[int, list[TP]] = {}
+        for tp in tps:
+            nodes.setdefault(self.leader(tp), []).append(tp)
+        return nodes
+
+    def call(self, node: int, request: Any) -> Any:
+        """``request``'s answer from broker ``node``."""
+        try:
+            return self.client.send_and_receive(node, request, timeout_ms=int(TIMEOUT_S * 1000))
+        except Exception as exc:
+            self.request_update()
+            raise TransientError(f"request to the {self.side} cluster failed: {exc!r}") from exc
+
+    def poll(self, timeout_ms: int) -> None:
+        """Move requests sent (``send``) and their answers, for at most ``timeout_ms``."""
+        self.client.poll(timeout_ms=timeout_ms)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def end_offsets(connection: Connection, tps: Iterable[TP], isolation: int) -> dict[TP, int]:
+    """Each partition's end offset: read_uncommitted its high watermark (every record written
+    counts), read_committed its last stable offset."""
+    return _list_offsets(connection, tps, _LATEST, isolation, "end offset")
+
+
+def log_start_offsets(connection: Connection, tps: Iterable[TP]) -> dict[TP, int]:
+    """Each partition's log start offset: its oldest record still held."""
+    return _list_offsets(connection, tps, _EARLIEST, READ_UNCOMMITTED, "log start offset")
+
+
+def _list_offsets(
+    connection: Connection, tps: Iterable[TP], timestamp: int, isolation: int, what: str
+) -> dict[TP, int]:
+    offsets: dict[TP, int] = {}
+    topic_type = ListOffsetsRequest.ListOffsetsTopic
+    for node, owned in connection.by_leader(tps).items():
+        topics: dict[str, list[Any]] = {}
+        for topic, partition in owned:
+            topics.setdefault(topic, []).append(
+                topic_type.ListOffsetsPartition(
+                    partition_index=partition, timestamp=timestamp, current_leader_epoch=-1
+                )
+            )
+        request = ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=isolation,
+            topics=[topic_type(name=t, partitions=ps) for t, ps in topics.items()],
+            # v2 is the first to carry the isolation level.
+            min_version=2 if isolation == READ_COMMITTED else 1,
+        )
+        for t in connection.call(node, request).topics:
+            for p in t.partitions:
+                if p.error_code:
+                    raise TransientError(
+                        f"cannot read the {what} of {t.name}-{p.partition_index} on the "
+                        f"{connection.side} cluster: {error_name(p.error_code)}"
+                    )
+                offsets[(t.name, p.partition_index)] = int(p.offset)
+    return offsets

@@ -1,0 +1,99 @@
+"""The flow writer's requests to the target: a producer id of the target's own (InitProducerId),
+and Produce requests of batches the copy stamped.
+
+The copy (``copy.batch_copy``) decides what to send, stamps each batch with the writer's producer
+id and sequence, and judges each partition's answer; this module builds the requests, sends them
+and hands back the answers' error codes. Invariants:
+- Produce is acks=all and never transactional: a batch counts only once every in-sync replica has
+  it, and the broker checks its sequence against the writer's (idempotence).
+- A refused login is an ``AuthorizationError`` that names the grant to add.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.producer.transaction import InitProducerIdRequest
+
+from mirrorflow.core.plan import Writer
+from mirrorflow.errors import AuthorizationError, TransientError
+from mirrorflow.kafka.connection import REFUSED, TIMEOUT_S, TP, Connection, error_name
+
+
+class ProduceCall:
+    """One Produce request on the wire to one broker, and then its answer."""
+
+    def __init__(self, future: Any) -> None:
+        self._future = future
+
+    @property
+    def done(self) -> bool:
+        return bool(self._future.is_done)
+
+    def codes(self) -> dict[TP, int]:
+        """Each partition's answer (its error code, 0 when appended); none when no answer came."""
+        if not self._future.succeeded():
+            return {}
+        return {
+            (t.name, r.index): r.error_code
+            for t in self._future.value.responses
+            for r in t.partition_responses
+        }
+
+    @property
+    def exception(self) -> BaseException | None:
+        """Why no answer came."""
+        exception: BaseException | None = self._future.exception
+        return exception
+
+
+def produce(target: Connection, node: int, batches: Sequence[tuple[TP, bytes]]) -> ProduceCall:
+    """Send ``batches`` (one stamped batch per partition, all led by ``node``) in one Produce request,
+    acks=all; ``target.poll`` moves it, ``ProduceCall.done`` says when its answer is in."""
+    topic_type = ProduceRequest.TopicProduceData
+    topics: dict[str, list[Any]] = {}
+    for (topic, partition), data in batches:
+        topics.setdefault(topic, []).append(topic_type.PartitionProduceData(index=partition, records=data))
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=int(TIMEOUT_S * 1000),
+        topic_data=[topic_type(name=t, partition_data=ps) for t, ps in topics.items()],
+        min_version=3,
+        max_version=9,
+    )
+    return ProduceCall(target.client.send(node, request))
+
+
+def new_writer(target: Connection) -> Writer:
+    """A producer id of the target's own (any broker gives one): a flow's ``Writer``."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        node = target.client.least_loaded_node(bootstrap_fallback=True)
+        response = target.call(node, InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1))
+        if not response.error_code:
+            return Writer(int(response.producer_id), int(response.producer_epoch))
+        if response.error_code in REFUSED:
+            raise refused_write(error_name(response.error_code))
+        if time.monotonic() > deadline:
+            raise TransientError(f"the target gave no producer id: {error_name(response.error_code)}")
+        time.sleep(0.1)
+
+
+def allocate_writer(target_props: Mapping[str, str]) -> Writer:
+    """A new ``Writer`` for a flow writing to the cluster of ``target_props``."""
+    target = Connection(target_props, "target", ())
+    try:
+        return new_writer(target)
+    finally:
+        target.close()
+
+
+def refused_write(detail: str) -> AuthorizationError:
+    return AuthorizationError(
+        f"the target cluster refused the mirror's login to write: {detail}. Grant it WRITE on the "
+        "remote topics (README: Secured clusters); nothing was committed."
+    )

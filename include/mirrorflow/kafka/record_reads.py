@@ -1,0 +1,210 @@
+"""Records read with Fetch, as Kafka's consumer reads them: the copy's fetch rounds (``fetch``), and
+the few records read outside Spark: the copy's read-back (``read_records``), the verification's
+LogAppendTime ranges (``written_records``), the plan's gap check (``record_digests``) and the
+failover's checkpoints (``read_partition``).
+
+Invariants:
+- read_committed returns committed records only: aborted transactions and control batches are
+  dropped (``fetched_batches.committed_batches``); a batch is returned whole, in offset order.
+- A position the log no longer holds is lost data (``SourceDataLostError``), never a reason to read
+  elsewhere; a read the cluster refuses is an ``AuthorizationError`` for the copy, a transient
+  error for the control plane's reads (``record_digests``, ``read_partition``), which retry
+  anything but lost data; any other failure is transient.
+- Every wait is bounded: a read that brings nothing for ``TIMEOUT_S`` fails (transient).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.consumer import FetchRequest
+
+from mirrorflow.config.model import ClusterConfig
+from mirrorflow.core.digest import record_digest
+from mirrorflow.errors import AuthorizationError, MirrorError, SourceDataLostError, TransientError
+from mirrorflow.kafka.connection import (
+    FETCH_MAX_BYTES,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    REFUSED,
+    TIMEOUT_S,
+    TP,
+    Connection,
+    end_offsets,
+    error_name,
+    log_start_offsets,
+)
+from mirrorflow.kafka.fetched_batches import Fetched, SourceBatch, SourceRecord, committed_batches
+
+_PARTITION_FETCH_BYTES = 10_485_760
+_OUT_OF_RANGE = 1
+
+
+@dataclass
+class Fetch(Fetched):
+    """One partition's part of a fetch response: its committed batches, and the end of what is
+    committed on the broker (the last stable offset, or the high watermark reading uncommitted)."""
+
+    stable_end: int = 0
+    # A partition's error a retry would meet again (transient ones are raised).
+    error: MirrorError | None = None
+
+
+def fetch(connection: Connection, positions: Mapping[TP, int], isolation: int) -> dict[TP, Fetch]:
+    """One fetch round: each partition's whole batches from its position on (as many as the size
+    limits allow); read_committed drops control batches and aborted transactions."""
+    fetched: dict[TP, Fetch] = {}
+    topic_type = FetchRequest.FetchTopic
+    for node, owned in connection.by_leader(positions).items():
+        topics: dict[str, list[Any]] = {}
+        for topic, partition in owned:
+            topics.setdefault(topic, []).append(
+                topic_type.FetchPartition(
+                    partition=partition,
+                    fetch_offset=positions[(topic, partition)],
+                    partition_max_bytes=_PARTITION_FETCH_BYTES,
+                    current_leader_epoch=-1,
+                    last_fetched_epoch=-1,
+                    log_start_offset=-1,
+                )
+            )
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=10,
+            min_bytes=1,
+            max_bytes=FETCH_MAX_BYTES,
+            isolation_level=isolation,
+            session_id=0,
+            session_epoch=-1,
+            topics=[topic_type(topic=t, partitions=ps) for t, ps in topics.items()],
+            forgotten_topics_data=[],
+            rack_id="",
+            min_version=4,
+            # v13 names topics by id only.
+            max_version=12,
+        )
+        response = connection.call(node, request)
+        if response.error_code:
+            raise TransientError(
+                f"fetch from the {connection.side} cluster failed: {error_name(response.error_code)}"
+            )
+        for t in response.responses:
+            for p in t.partitions:
+                tp = (t.topic, p.partition_index)
+                if p.error_code:
+                    fetched[tp] = Fetch(error=_fetched_error(connection, tp, positions[tp], p.error_code))
+                    continue
+                aborted = [(a.producer_id, a.first_offset) for a in p.aborted_transactions or ()]
+                got = committed_batches(bytes(p.records or b""), aborted if isolation else ())
+                stable = p.last_stable_offset if isolation and p.last_stable_offset >= 0 else p.high_watermark
+                fetched[tp] = Fetch(got.batches, got.next_offset, int(stable))
+    return fetched
+
+
+def _fetched_error(connection: Connection, tp: TP, position: int, code: int) -> MirrorError:
+    """The error of a partition's part of a fetch, if a retry would meet it again; transient ones
+    are raised."""
+    if code == _OUT_OF_RANGE:
+        return SourceDataLostError(
+            f"offset {position} of {tp[0]}-{tp[1]} is no longer on the {connection.side} cluster (deleted "
+            "by retention, or the topic was recreated)"
+        )
+    if code in REFUSED:
+        return AuthorizationError(
+            f"the {connection.side} cluster refused the mirror's login reading {tp[0]}-{tp[1]}: "
+            f"{error_name(code)}. Grant it READ on the mirrored topics (README: Secured clusters); "
+            "nothing was committed."
+        )
+    connection.request_update()
+    raise TransientError(
+        f"fetching {tp[0]}-{tp[1]} from the {connection.side} cluster failed: {error_name(code)}"
+    )
+
+
+def read_records(
+    connection: Connection, tp: TP, start: int, end: int, isolation: int, limit: int
+) -> list[SourceRecord]:
+    """Up to ``limit`` records of ``[start, end)``, decoded: only for the few read back after a
+    failed attempt."""
+    records: list[SourceRecord] = []
+    for batch in _batches(connection, tp, start, end, isolation):
+        records += [r for r in batch.records() if start <= r.offset < end]
+        if len(records) >= limit:
+            break
+    return records[:limit]
+
+
+def written_records(props: Mapping[str, str], tp: TP, start: int, end: int) -> Iterator[list[SourceRecord]]:
+    """The committed records of ``[start, end)`` on the target cluster ``props`` reach, one batch at
+    a time, each with the timestamp its batch carries for it (``SourceBatch.written_records``): what
+    the copy wrote, also where a LogAppendTime remote topic shows its consumers another time."""
+    connection = Connection(props, "target", [tp[0]])
+    try:
+        for batch in _batches(connection, tp, start, end, READ_COMMITTED):
+            yield [r for r in batch.written_records() if start <= r.offset < end]
+    finally:
+        connection.close()
+
+
+def record_digests(
+    cluster: ClusterConfig, topic: str, partition: int, start: int, stop: int, limit: int
+) -> list[bytes]:
+    """The ``record_digest`` of key, value, headers and timestamp (what the copy keeps) of each
+    committed record of a partition from offset ``start`` on, before offset ``stop``, at most
+    ``limit``, oldest first."""
+    with _control_plane_read(cluster.consumer, cluster.alias, topic) as connection:
+        records = read_records(connection, (topic, partition), start, stop, READ_COMMITTED, limit)
+    return [record_digest((r.key, r.value, r.headers, r.timestamp)) for r in records]
+
+
+def read_partition(
+    consumer_props: Mapping[str, str], cluster: str, topic: str, partition: int
+) -> list[SourceRecord]:
+    """Every committed record of ``topic``-``partition``, from its log start to its end (high
+    watermark) when called."""
+    tp = (topic, partition)
+    with _control_plane_read(consumer_props, cluster, topic) as connection:
+        start = log_start_offsets(connection, [tp])[tp]
+        end = end_offsets(connection, [tp], READ_UNCOMMITTED)[tp]
+        return [
+            r
+            for batch in _batches(connection, tp, start, end, READ_COMMITTED)
+            for r in batch.records()
+            if start <= r.offset < end
+        ]
+
+
+@contextmanager
+def _control_plane_read(props: Mapping[str, str], cluster: str, topic: str) -> Iterator[Connection]:
+    """A connection to ``cluster`` for a read outside the copy: closed after it; a refused read is
+    transient there, as every failure but lost data."""
+    connection = Connection(props, cluster, [topic])
+    try:
+        yield connection
+    except AuthorizationError as exc:
+        raise TransientError(str(exc)) from exc
+    finally:
+        connection.close()
+
+
+def _batches(connection: Connection, tp: TP, start: int, end: int, isolation: int) -> Iterator[SourceBatch]:
+    """The committed batches holding the records of ``[start, end)``, in order; a partition error
+    is raised, and so is a fetch that brings nothing for ``TIMEOUT_S``."""
+    position = start
+    deadline = time.monotonic() + TIMEOUT_S
+    while position < end:
+        got = fetch(connection, {tp: position}, isolation)[tp]
+        if got.error is not None:
+            raise got.error
+        yield from got.batches
+        if got.next_offset is None:
+            if time.monotonic() > deadline:
+                raise TransientError(
+                    f"{connection.side} partition {tp[0]}-{tp[1]}: nothing to read at {position}"
+                )
+            continue
+        position, deadline = got.next_offset, time.monotonic() + TIMEOUT_S
