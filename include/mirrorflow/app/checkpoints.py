@@ -28,16 +28,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mirrorflow.app.flow_session import FlowSession
-from mirrorflow.app.run_folder import metrics_file, write_atomically
 from mirrorflow.core.group_positions import Translation, next_positions, offsets_to_sync
-from mirrorflow.core.metrics import checkpoint_metrics_text
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch, GroupPosition
 from mirrorflow.core.translation import OffsetTranslator
 from mirrorflow.errors import CommitConflictError
 from mirrorflow.kafka.admin import TP
 from mirrorflow.mm2.records import Checkpoint
-from mirrorflow.store.checkpoint_log import checkpoints, latest_checkpoint_metrics, record_checkpoints
+from mirrorflow.store.checkpoint_log import checkpoints, record_checkpoints
 from mirrorflow.store.offsets_store import OffsetsStore
 
 log = logging.getLogger(__name__)
@@ -71,7 +69,7 @@ def _translators(store: OffsetsStore, flow: str) -> dict[TP, tuple[str, OffsetTr
     batches, recorded = store.batches(flow), store.gaps(flow)
     by_tp: dict[TP, list[Batch]] = {}
     for b in batches:
-        by_tp.setdefault((b.topic, b.partition), []).append(b.as_batch())
+        by_tp.setdefault((b.topic, b.partition), []).append(b)
     gaps: dict[TP, list[SourceGap]] = {}
     for g in recorded:
         gaps.setdefault((g.topic, g.partition), []).append(g)
@@ -106,10 +104,7 @@ def emit_checkpoints(session: FlowSession) -> CheckpointReport:
         _write(session, emit)
         # MM2's checkpoint latency: from reading the group's offsets to the checkpoint's ack.
         record_checkpoints(store, flow.name, emit, round((time.monotonic() - read_at) * 1000))
-        text = checkpoint_metrics_text(
-            flow.source.alias, flow.target.alias, latest_checkpoint_metrics(store, flow.name)
-        )
-        write_atomically(metrics_file(session.config.state_dir, flow.name, "checkpoint"), text)
+        session.write_checkpoint_metrics()
     synced: dict[str, dict[TP, int]] = {}
     active: list[str] = []
     if flow.sync_group_offsets:

@@ -4,7 +4,7 @@ A session holds a flow's offsets store, both clusters' admin connections, the pr
 internal topics (heartbeats, offset syncs, checkpoints) and the flow's writer, each opened the first
 time a step needs it and closed with the session: nothing is opened twice within a run's task or a
 window. The steps take the session: the flow's lock (take, release), heartbeats, remote topic and ACL
-sync, the plan, the copy of a plan of heartbeats only, the commit and the metrics file. The batch run
+sync, the plan, the copy of a plan of heartbeats only, the commit and the metrics files. The batch run
 (``app.runner``) and the DR window (``app.dr_window``) are drivers of these steps; the checkpoint step
 is ``app.checkpoints.emit_checkpoints``.
 
@@ -37,7 +37,7 @@ from mirrorflow.app.run_folder import metrics_file, write_atomically
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import RunOptions
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
-from mirrorflow.core.metrics import PartitionMetrics, source_metrics_text
+from mirrorflow.core.metrics import PartitionMetrics, checkpoint_metrics_text, source_metrics_text
 from mirrorflow.core.plan import CopyResult, Plan, SourceGap, Writer
 from mirrorflow.core.planner import (
     PlannerInput,
@@ -57,6 +57,7 @@ from mirrorflow.kafka.offset_syncs import emit_offset_syncs
 from mirrorflow.kafka.produce import allocate_writer
 from mirrorflow.kafka.record_reads import record_digests
 from mirrorflow.mm2.acl_rules import TopicAcl, missing_acls, target_acls
+from mirrorflow.store.checkpoint_log import latest_checkpoint_metrics
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import prune_documents
 from mirrorflow.store.status_reads import recovery_point
@@ -326,9 +327,19 @@ class FlowSession:
         """The newest mirrored heartbeat's age (a consumer's round trips)."""
         return freshness_seconds(self.flow)
 
+    def write_checkpoint_metrics(self) -> Path:
+        """Rewrite the flow's checkpoint metrics file: the latency of each group and partition's
+        newest checkpoint."""
+        flow = self.flow
+        latencies = latest_checkpoint_metrics(self.store, flow.name)
+        text = checkpoint_metrics_text(flow.source.alias, flow.target.alias, latencies)
+        path = metrics_file(self.config.state_dir, flow.name, "checkpoint")
+        write_atomically(path, text)
+        return path
+
     def write_metrics(self, report: RunReport, heartbeat_age: float | None) -> Path:
-        """Rewrite the flow's metrics file from the offsets table and ``report``: counts from the batch
-        log, lag from this run, rates and times from the last run that wrote to each partition."""
+        """Rewrite the flow's source metrics file from the offsets table and ``report``: counts from the
+        batch log, lag from this run, rates and times from the last run that wrote to each partition."""
         flow, store = self.flow, self.store
         totals = store.totals(flow.name)
         writes = store.latest_writes(flow.name)
