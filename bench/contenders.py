@@ -35,7 +35,7 @@ from workload import (
     steady_rate,
 )
 
-from mirrorflow_dev import local_kafka, paths
+from mirrorflow_dev import kafka_home, paths
 from mirrorflow_dev.devenv import airflow_env
 from mirrorflow_dev.local_spark import SparkStandalone
 from mirrorflow_dev.processes import start_logged, stop_process
@@ -103,7 +103,7 @@ def java_cmd(work: Path, heap_mb: int, log_name: str, main: str, *args: str) -> 
     if not config.exists():
         config.write_text(LOG4J2)
     return [
-        local_kafka.java_executable(),
+        kafka_home.java_executable(),
         f"-Xmx{heap_mb}m",
         f"-Dlog4j2.configurationFile={config}",
         f"-Dkafka.logs.dir={work / 'logs'}",

@@ -15,7 +15,7 @@ from contenders import LIMIT, OURS, OURS_STANDALONE, Result
 from scenarios import ScenarioResult
 from workload import HEADERS, Workload
 
-from mirrorflow_dev import local_kafka, paths
+from mirrorflow_dev import kafka_home, paths
 
 PACKAGES = [
     "apache-airflow",
@@ -67,7 +67,7 @@ def versions() -> dict[str, str]:
         pass
     try:
         res = subprocess.run(
-            [local_kafka.java_executable(), "-version"],
+            [kafka_home.java_executable(), "-version"],
             capture_output=True,
             text=True,
             timeout=30,

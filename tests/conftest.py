@@ -24,7 +24,7 @@ from mirror_helpers import local_clusters
 
 from mirrorflow.app.dag_spec import ENV_JVM_CACHE
 from mirrorflow.config.model import MirrorConfig, load_config
-from mirrorflow_dev import local_kafka, local_postgres, paths
+from mirrorflow_dev import kafka_home, local_postgres, paths
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.local_postgres import LocalPostgres
 
@@ -65,7 +65,7 @@ def kafka_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
     Shared by the whole session: tests must use ``unique_name`` for topics and groups. They are
     always stopped at session end, also when tests fail; missing jars fail loudly, never skip.
     """
-    if not local_kafka.libs_present():
+    if not kafka_home.libs_present():
         pytest.fail(f"Kafka jars missing in {paths.kafka_libs()}: run `make setup`", pytrace=False)
     with local_clusters(SESSION_ALIASES, tmp_path_factory.mktemp("kafka"), CLEANER) as clusters:
         yield clusters

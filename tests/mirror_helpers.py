@@ -35,7 +35,7 @@ from mirrorflow.app import runner
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.report import RunReport
-from mirrorflow_dev import local_kafka, paths, processes, sample_data
+from mirrorflow_dev import kafka_home, local_kafka, paths, processes, sample_data
 from mirrorflow_dev.devenv import airflow_env
 from mirrorflow_dev.kafka_security import SUPER_USER, BrokerSecurity, ScramSecurity
 from mirrorflow_dev.local_airflow import LocalAirflow
@@ -397,7 +397,7 @@ def mirror_client(cluster: LocalCluster, source: str, group: str, *hops: str) ->
     ``source`` ("-": none)."""
     classpath = os.pathsep.join(str(j) for j in sorted(paths.kafka_libs().glob("*.jar")))
     # A one-shot program: the JIT's first tier only, as the local brokers run.
-    java = ["java", local_kafka.QUICK_JIT, "-cp", classpath, str(JAVA_CHECK)]
+    java = ["java", kafka_home.QUICK_JIT, "-cp", classpath, str(JAVA_CHECK)]
     done = subprocess.run(
         [*java, cluster.bootstrap, source, group, *hops],
         capture_output=True, text=True, timeout=180, check=False,

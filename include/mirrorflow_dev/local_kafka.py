@@ -19,6 +19,9 @@ Their JVMs run the JIT's first tier only (C1) unless started with ``full_jit``: 
 lives minutes and moves little, and C2's compiling is most of its start-up CPU and much of its idle
 CPU; the bench starts its clusters with ``full_jit``, as production brokers run.
 
+What a home holds before its broker starts (the jars, server.properties, JVM options, the storage
+format) is ``kafka_home``'s.
+
 Invariants: brokers bind 127.0.0.1 only; every JVM gets -Xmx; a process is stopped by its PID only,
 and only after /proc/<pid>/cmdline proves it is the ``kafka.Kafka`` of that home (a reused PID
 belonging to something else is never signalled).
@@ -27,18 +30,15 @@ belonging to something else is never signalled).
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import logging
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,6 +46,15 @@ from pathlib import Path
 from typing import Any
 
 from mirrorflow_dev import paths
+from mirrorflow_dev.kafka_home import (
+    LocalKafkaError,
+    format_storage,
+    java_executable,
+    jvm_options,
+    require_libs,
+    server_properties,
+    write_properties,
+)
 from mirrorflow_dev.kafka_security import SUPER_USER, BrokerSecurity
 from mirrorflow_dev.processes import port_in_use, process_alive, wait_gone
 
@@ -61,10 +70,6 @@ _ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 # zombies that still look alive to kill(pid, 0).
 _children: dict[int, subprocess.Popen[bytes]] = {}
 _children_lock = threading.Lock()
-
-
-class LocalKafkaError(RuntimeError):
-    """A local cluster could not be started or stopped; the message carries the log tail."""
 
 
 class ClusterStartTimeout(LocalKafkaError, TimeoutError):
@@ -205,78 +210,6 @@ def stop_clusters(
 # ------------------------------------------------------------------------------------- starting
 
 
-def libs_present() -> bool:
-    """Whether the Kafka broker jars were resolved (``make setup``)."""
-    return any(paths.kafka_libs().glob("org.apache.kafka.kafka_2.13-*.jar"))
-
-
-def _require_libs() -> Path:
-    libs = paths.kafka_libs()
-    if not libs_present():
-        raise LocalKafkaError(f"Kafka jars not found in {libs}: run `make setup`")
-    return libs
-
-
-def java_executable() -> str:
-    """``$JAVA_HOME/bin/java`` when set, else ``java`` on PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").is_file():
-        return str(Path(java_home) / "bin" / "java")
-    found = shutil.which("java")
-    if not found:
-        raise LocalKafkaError("java not found on PATH (Kafka 4 needs Java 17+)")
-    return found
-
-
-def server_properties(
-    port: int,
-    controller_port: int,
-    home: Path,
-    extra: Mapping[str, str] | None = None,
-    security: BrokerSecurity | None = None,
-) -> dict[str, str]:
-    """Combined KRaft single-node settings of a cluster in ``home``, secured by ``security`` if given;
-    ``extra`` overrides or adds keys last."""
-    plain = f"PLAINTEXT://127.0.0.1:{port}"
-    controller = f"CONTROLLER://127.0.0.1:{controller_port}"
-    props = {
-        "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
-        "listeners": f"{plain},{controller}",
-        "advertised.listeners": f"{plain},{controller}",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-        "log.dirs": str(home / "data"),
-        "auto.create.topics.enable": "false",
-        "offsets.topic.replication.factor": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
-        "group.initial.rebalance.delay.ms": "0",
-        # The controller appends a no-op record to the metadata log this often when nothing else
-        # happens (Kafka's default: every 500 ms), which an idle single-node cluster pays for in CPU.
-        "metadata.max.idle.interval.ms": "10000",
-        # Sample records carry old timestamps on purpose; time-based retention would delete them
-        # while a test or the demo is still using them. Tests of expiry set retention per topic.
-        "log.retention.ms": "-1",
-    }
-    if security is not None:
-        props.update(security.server_properties(port, controller_port, home))
-    props.update(extra or {})
-    return props
-
-
-def _write_properties(path: Path, props: Mapping[str, str]) -> None:
-    # Java properties treat a backslash as an escape and a newline as the end of the value.
-    lines = [
-        f"{k}={v.replace(chr(92), chr(92) * 2).replace(chr(10), chr(92) + 'n')}" for k, v in props.items()
-    ]
-    path.write_text("\n".join(lines) + "\n")
-
-
 _LOG4J2 = """\
 # log4j2 properties format (log4j-core reads it without extra jars); selected by
 # -Dlog4j2.configurationFile, as Kafka 4's bin scripts do with their log4j2.yaml.
@@ -294,57 +227,6 @@ logger.request.level = WARN
 logger.channel.name = kafka.network.RequestChannel$
 logger.channel.level = WARN
 """
-
-
-def _random_cluster_id() -> str:
-    """Same format as ``StorageTool random-uuid`` (Kafka ``Uuid``: URL-safe base64, no padding).
-
-    Generated here rather than by a second JVM launch, which costs about a second on 2 cores.
-    Kafka rejects ids that start with "-" as command-line hostile, so we do too.
-    """
-    while True:
-        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not text.startswith("-"):
-            return text
-
-
-# The JIT's first tier only: see the module's docstring.
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
-
-
-def _jvm_options(home: Path, full_jit: bool = False) -> list[str]:
-    """Logging into ``home``, and the JIT's first tier only unless ``full_jit``."""
-    return [
-        *(() if full_jit else (QUICK_JIT,)),
-        f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
-        f"-Dkafka.logs.dir={home / 'logs'}",
-    ]
-
-
-def _format_storage(home: Path, libs: Path, timeout: float, extra_args: Sequence[str] = ()) -> None:
-    """Format data/ once: meta.properties marks a formatted dir, and reformatting would lose data."""
-    if (home / "data" / "meta.properties").exists():
-        return
-    cmd = [
-        java_executable(),
-        "-Xmx256m",
-        *_jvm_options(home),  # a one-shot tool: never worth C2's compiling
-        "-cp",
-        f"{libs}/*",
-        "kafka.tools.StorageTool",
-        "format",
-        "--standalone",
-        "-t",
-        _random_cluster_id(),
-        "-c",
-        str(home / "server.properties"),
-        *extra_args,
-    ]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=home, check=False)
-    if res.returncode != 0:
-        raise LocalKafkaError(
-            f"StorageTool format failed in {home} (rc {res.returncode}):\n{res.stdout}{res.stderr}"
-        )
 
 
 def _tail(home: Path, offset: int, lines: int = 40) -> str:
@@ -420,7 +302,7 @@ def start_cluster(
     controller port: the voter set recorded at format time names it) and the SCRAM users created
     then (restart with the same ``security``).
     """
-    libs = _require_libs()
+    libs = require_libs()
     if not _ALIAS_RE.match(alias):
         raise ValueError(f"alias {alias!r} must match {_ALIAS_RE.pattern}")
     home = home.resolve()
@@ -435,14 +317,14 @@ def start_cluster(
 
     if security is not None and security.tls is not None:
         security.tls.install(home)
-    _write_properties(
+    write_properties(
         home / "server.properties", server_properties(port, controller_port, home, extra_properties, security)
     )
     (home / "log4j2.properties").write_text(_LOG4J2)
     (home / "cluster.json").write_text(
         json.dumps({"alias": alias, "port": port, "controller_port": controller_port}) + "\n"
     )
-    _format_storage(
+    format_storage(
         home,
         libs,
         timeout=max(deadline - time.monotonic(), 1.0),
@@ -460,7 +342,7 @@ def start_cluster(
         f"-Xmx{heap_mb}m",
         "-XX:+UseG1GC",
         "-Djava.awt.headless=true",
-        *_jvm_options(home, full_jit),
+        *jvm_options(home, full_jit),
         "-cp",
         f"{libs}/*",
         MAIN_CLASS,

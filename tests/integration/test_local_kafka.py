@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from mirrorflow_dev import local_kafka, processes
+from mirrorflow_dev import kafka_home, local_kafka, processes
 from mirrorflow_dev.local_kafka import LocalCluster
 
 pytestmark = pytest.mark.kafka
@@ -122,7 +122,7 @@ def test_restart_on_same_home_keeps_data_and_pid_is_gone(tmp_path: Path) -> None
         assert (home / "data" / "meta.properties").read_text() == meta, "storage must not be reformatted"
         assert _cluster_id_and_topics(second.bootstrap)[0] == cluster_id
         assert _consume(second.bootstrap, "kept", len(records)) == records
-        with pytest.raises(local_kafka.LocalKafkaError, match="already runs"):
+        with pytest.raises(kafka_home.LocalKafkaError, match="already runs"):
             local_kafka.start_cluster("solo", port, controller_port, home, heap_mb=256)
     finally:
         local_kafka.stop_clusters([c for c in (first, second) if c is not None])

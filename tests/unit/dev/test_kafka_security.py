@@ -13,8 +13,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from mirrorflow.config.clients import kafka_python_config, librdkafka_config
+from mirrorflow_dev.kafka_home import server_properties
 from mirrorflow_dev.kafka_security import LocalTls, ScramSecurity
-from mirrorflow_dev.local_kafka import server_properties
 
 SECURITY = ScramSecurity({"admin": "admin-pw", "mirror": "mirror-pw"})
 SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule required"

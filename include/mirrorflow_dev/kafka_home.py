@@ -1,0 +1,146 @@
+"""A local Kafka cluster's home before its broker starts: the broker jars and the java to run them,
+``server.properties`` (combined KRaft, single node, on loopback), the JVM options and the storage
+format. ``local_kafka`` starts and stops the brokers.
+
+Invariant: data/ is formatted once; a restart never reformats it (that would lose its records).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from mirrorflow_dev import paths
+from mirrorflow_dev.kafka_security import BrokerSecurity
+
+
+class LocalKafkaError(RuntimeError):
+    """A local cluster could not be started or stopped; the message carries the log tail."""
+
+
+def libs_present() -> bool:
+    """Whether the Kafka broker jars were resolved (``make setup``)."""
+    return any(paths.kafka_libs().glob("org.apache.kafka.kafka_2.13-*.jar"))
+
+
+def require_libs() -> Path:
+    libs = paths.kafka_libs()
+    if not libs_present():
+        raise LocalKafkaError(f"Kafka jars not found in {libs}: run `make setup`")
+    return libs
+
+
+def java_executable() -> str:
+    """``$JAVA_HOME/bin/java`` when set, else ``java`` on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise LocalKafkaError("java not found on PATH (Kafka 4 needs Java 17+)")
+    return found
+
+
+def server_properties(
+    port: int,
+    controller_port: int,
+    home: Path,
+    extra: Mapping[str, str] | None = None,
+    security: BrokerSecurity | None = None,
+) -> dict[str, str]:
+    """Combined KRaft single-node settings of a cluster in ``home``, secured by ``security`` if given;
+    ``extra`` overrides or adds keys last."""
+    plain = f"PLAINTEXT://127.0.0.1:{port}"
+    controller = f"CONTROLLER://127.0.0.1:{controller_port}"
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+        "listeners": f"{plain},{controller}",
+        "advertised.listeners": f"{plain},{controller}",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(home / "data"),
+        "auto.create.topics.enable": "false",
+        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        # The controller appends a no-op record to the metadata log this often when nothing else
+        # happens (Kafka's default: every 500 ms), which an idle single-node cluster pays for in CPU.
+        "metadata.max.idle.interval.ms": "10000",
+        # Sample records carry old timestamps on purpose; time-based retention would delete them
+        # while a test or the demo is still using them. Tests of expiry set retention per topic.
+        "log.retention.ms": "-1",
+    }
+    if security is not None:
+        props.update(security.server_properties(port, controller_port, home))
+    props.update(extra or {})
+    return props
+
+
+def write_properties(path: Path, props: Mapping[str, str]) -> None:
+    # Java properties treat a backslash as an escape and a newline as the end of the value.
+    lines = [
+        f"{k}={v.replace(chr(92), chr(92) * 2).replace(chr(10), chr(92) + 'n')}" for k, v in props.items()
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def random_cluster_id() -> str:
+    """Same format as ``StorageTool random-uuid`` (Kafka ``Uuid``: URL-safe base64, no padding).
+
+    Generated here rather than by a second JVM launch, which costs about a second on 2 cores.
+    Kafka rejects ids that start with "-" as command-line hostile, so we do too.
+    """
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+# The JIT's first tier only: see the module's docstring.
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+
+
+def jvm_options(home: Path, full_jit: bool = False) -> list[str]:
+    """Logging into ``home``, and the JIT's first tier only unless ``full_jit``."""
+    return [
+        *(() if full_jit else (QUICK_JIT,)),
+        f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
+        f"-Dkafka.logs.dir={home / 'logs'}",
+    ]
+
+
+def format_storage(home: Path, libs: Path, timeout: float, extra_args: Sequence[str] = ()) -> None:
+    """Format data/ once: meta.properties marks a formatted dir, and reformatting would lose data."""
+    if (home / "data" / "meta.properties").exists():
+        return
+    cmd = [
+        java_executable(),
+        "-Xmx256m",
+        *jvm_options(home),  # a one-shot tool: never worth C2's compiling
+        "-cp",
+        f"{libs}/*",
+        "kafka.tools.StorageTool",
+        "format",
+        "--standalone",
+        "-t",
+        random_cluster_id(),
+        "-c",
+        str(home / "server.properties"),
+        *extra_args,
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=home, check=False)
+    if res.returncode != 0:
+        raise LocalKafkaError(
+            f"StorageTool format failed in {home} (rc {res.returncode}):\n{res.stdout}{res.stderr}"
+        )
