@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from types import TracebackType
 from typing import Any
 
@@ -20,17 +21,16 @@ from kafka.admin import (
     AlterConfigOp,
     ConfigResource,
     ConfigResourceType,
-    OffsetSpec,
     ResourcePattern,
     ResourcePatternFilter,
     ResourceType,
 )
 from kafka.errors import KafkaError, NoError, SecurityDisabledError, TopicAlreadyExistsError
-from kafka.protocol.consumer import IsolationLevel
 
 from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, kafka_python_config
 from mirrorflow.config.model import ClusterConfig
 from mirrorflow.errors import TargetStateError, TransientError
+from mirrorflow.kafka.connection import READ_COMMITTED, Connection, end_offsets, log_start_offsets, offsets_at
 from mirrorflow.mm2.acl_rules import TopicAcl
 
 TP = tuple[str, int]
@@ -60,6 +60,7 @@ class ClusterAdmin:
 
     def __init__(self, cluster: ClusterConfig) -> None:
         self.alias = cluster.alias
+        self._cluster = cluster
         try:
             # request.timeout.ms also bounds the wait for the cluster's first answer (kafka-python's
             # bootstrap timeout), so that an unreachable cluster fails as soon as a request would.
@@ -82,6 +83,8 @@ class ClusterAdmin:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._admin.close()
+        if "_offsets" in self.__dict__:
+            self._offsets.close()
 
     def cluster_id(self) -> str:
         """The cluster's id: a cluster rebuilt under the same address has another."""
@@ -106,35 +109,24 @@ class ClusterAdmin:
             )
         return described
 
-    def _offsets(self, partitions: Iterable[TP], spec: OffsetSpec) -> dict[TP, int]:
-        """Earliest or latest offsets; latest is the last stable offset (read_committed)."""
-        specs = {TopicPartition(t, p): spec for t, p in partitions}
-        if not specs:
-            return {}
-        try:
-            found = self._admin.list_partition_offsets(specs, isolation_level=IsolationLevel.READ_COMMITTED)
-        except KafkaError as error:  # e.g. a topic deleted meanwhile
-            raise TransientError(f"cluster {self.alias} could not list offsets: {error}") from error
-        return {(tp.topic, tp.partition): int(o.offset) for tp, o in found.items()}
+    @cached_property
+    def _offsets(self) -> Connection:
+        """The connection partitions' offsets are read over (``kafka.connection``'s ListOffsets, the
+        one reader of offsets, the copy's too), opened on first use."""
+        return Connection(self._cluster.admin, self.alias, ())
 
     def earliest_offsets(self, partitions: Iterable[TP]) -> dict[TP, int]:
-        """Each partition's log start offset (``OffsetSpec.EARLIEST``)."""
-        return self._offsets(partitions, OffsetSpec.EARLIEST)
+        """Each partition's log start offset."""
+        return log_start_offsets(self._offsets, partitions)
 
     def latest_offsets(self, partitions: Iterable[TP]) -> dict[TP, int]:
-        """Each partition's last stable offset (``OffsetSpec.LATEST``, read_committed)."""
-        return self._offsets(partitions, OffsetSpec.LATEST)
+        """Each partition's last stable offset (read_committed)."""
+        return end_offsets(self._offsets, partitions, READ_COMMITTED)
 
     def offsets_at(self, partitions: Iterable[TP], timestamp_ms: int) -> dict[TP, int | None]:
         """Per partition, the offset of its first record with a timestamp at or after
         ``timestamp_ms``; None where there is no such record."""
-        specs = {TopicPartition(t, p): timestamp_ms for t, p in partitions}
-        if not specs:
-            return {}
-        found = self._admin.list_partition_offsets(specs)
-        return {
-            (tp.topic, tp.partition): (int(o.offset) if o.offset >= 0 else None) for tp, o in found.items()
-        }
+        return offsets_at(self._offsets, partitions, timestamp_ms)
 
     def partition_sizes(self, topics: Iterable[str]) -> dict[TP, int]:
         """Bytes each partition of ``topics`` takes on disk (its largest replica). Empty when the

@@ -1,19 +1,23 @@
 """One cluster's connections for record traffic (kafka-python's ``KafkaNetClient``): partition
-leaders, requests to them, and partitions' offsets (ListOffsets).
+leaders, requests to them, and partitions' offsets (ListOffsets: the one reader of log start, end
+and by-time offsets, for the copy and the control plane alike).
 
 The copy opens one per cluster in each Spark task and drives it from the thread that sends
 (``poll``), so that a request is one more message on a connection already open; the range reads
-(``record_reads``) open one per read. Control-plane requests go through ``admin.ClusterAdmin``,
-whose client runs its own I/O thread. Invariants:
+(``record_reads``) open one per read; ``admin.ClusterAdmin`` keeps one for the offsets it reads.
+Other control-plane requests go through ``admin.ClusterAdmin``'s client, which runs its own I/O
+thread. Invariants:
 - An unreachable cluster, a request without an answer after ``TIMEOUT_S`` and a partition without
   a leader are ``TransientError``s naming the cluster; a failed request asks for fresh metadata, so
   that the next one finds a moved leader.
 - A request goes to the leader of the partitions it names: one request per broker, whatever the
-  number of partitions.
+  number of partitions. An offset a partition cannot give right now (a leader moving, a topic just
+  created) is asked again with fresh metadata until ``TIMEOUT_S``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -61,7 +65,8 @@ class Connection:
         try:
             # Topics first: the bootstrap's metadata then names their leaders. A refresh right after
             # it would wait out the client's retry backoff (100 ms), a third of a small copy's time.
-            self.client.cluster.set_topics(sorted(set(topics)))
+            self._topics = set(topics)
+            self.client.cluster.set_topics(sorted(self._topics))
             self.client._manager.bootstrap(int(TIMEOUT_S * 1000))
         except Exception as exc:
             self.client.close()
@@ -86,7 +91,15 @@ class Connection:
             raise TransientError(f"{self.side} partition {tp[0]}-{tp[1]} has no leader")
         return int(node)
 
+    def track(self, topics: Iterable[str]) -> None:
+        """Keep the metadata of ``topics`` too (a topic's leaders are known only once tracked)."""
+        if not set(topics) <= self._topics:
+            self._topics |= set(topics)
+            self.client.cluster.set_topics(sorted(self._topics))
+
     def by_leader(self, tps: Iterable[TP]) -> dict[int, list[TP]]:
+        tps = list(tps)
+        self.track({t for t, _ in tps})
         nodes: dict[int, list[TP]] = {}
         for tp in tps:
             nodes.setdefault(self.leader(tp), []).append(tp)
@@ -119,10 +132,44 @@ def log_start_offsets(connection: Connection, tps: Iterable[TP]) -> dict[TP, int
     return _list_offsets(connection, tps, _EARLIEST, READ_UNCOMMITTED, "log start offset")
 
 
+def offsets_at(connection: Connection, tps: Iterable[TP], timestamp_ms: int) -> dict[TP, int | None]:
+    """Per partition, the offset of its first record with a timestamp at or after ``timestamp_ms``;
+    None where there is no such record."""
+    found = _list_offsets(connection, tps, timestamp_ms, READ_UNCOMMITTED, "offset by time")
+    return {tp: offset if offset >= 0 else None for tp, offset in found.items()}
+
+
 def _list_offsets(
     connection: Connection, tps: Iterable[TP], timestamp: int, isolation: int, what: str
 ) -> dict[TP, int]:
     offsets: dict[TP, int] = {}
+    wanted = list(tps)
+    deadline = time.monotonic() + TIMEOUT_S
+    while wanted:
+        again = []
+        for tp, offset in _list_offsets_once(connection, wanted, timestamp, isolation, what):
+            if offset is None:
+                again.append(tp)
+            else:
+                offsets[tp] = offset
+        if again and time.monotonic() > deadline:
+            t, p = again[0]
+            raise TransientError(
+                f"the {connection.side} cluster gave no {what} of {t}-{p} in {TIMEOUT_S:.0f} s "
+                "(its leader kept moving, or it is not ready)"
+            )
+        if again:
+            connection.request_update()
+            time.sleep(0.1)
+        wanted = again
+    return offsets
+
+
+def _list_offsets_once(
+    connection: Connection, tps: list[TP], timestamp: int, isolation: int, what: str
+) -> list[tuple[TP, int | None]]:
+    """One ListOffsets round; None for a partition whose error a fresh look may cure."""
+    found: list[tuple[TP, int | None]] = []
     topic_type = ListOffsetsRequest.ListOffsetsTopic
     for node, owned in connection.by_leader(tps).items():
         topics: dict[str, list[Any]] = {}
@@ -141,10 +188,14 @@ def _list_offsets(
         )
         for t in connection.call(node, request).topics:
             for p in t.partitions:
-                if p.error_code:
+                tp = (t.name, p.partition_index)
+                if p.error_code and for_code(p.error_code).retriable:
+                    found.append((tp, None))
+                elif p.error_code:
                     raise TransientError(
                         f"cannot read the {what} of {t.name}-{p.partition_index} on the "
                         f"{connection.side} cluster: {error_name(p.error_code)}"
                     )
-                offsets[(t.name, p.partition_index)] = int(p.offset)
-    return offsets
+                else:
+                    found.append((tp, int(p.offset)))
+    return found
