@@ -85,21 +85,17 @@ class Connection:
     def leader(self, tp: TP) -> int:
         node = self.client.cluster.leader_for_partition(TopicPartition(*tp))
         if node is None or node < 0:
+            if tp[0] not in self._topics:
+                # A topic's leaders are known only once its metadata is asked for.
+                self._topics.add(tp[0])
+                self.client.cluster.set_topics(sorted(self._topics))
             self.refresh()
             node = self.client.cluster.leader_for_partition(TopicPartition(*tp))
         if node is None or node < 0:
             raise TransientError(f"{self.side} partition {tp[0]}-{tp[1]} has no leader")
         return int(node)
 
-    def track(self, topics: Iterable[str]) -> None:
-        """Keep the metadata of ``topics`` too (a topic's leaders are known only once tracked)."""
-        if not set(topics) <= self._topics:
-            self._topics |= set(topics)
-            self.client.cluster.set_topics(sorted(self._topics))
-
     def by_leader(self, tps: Iterable[TP]) -> dict[int, list[TP]]:
-        tps = list(tps)
-        self.track({t for t, _ in tps})
         nodes: dict[int, list[TP]] = {}
         for tp in tps:
             nodes.setdefault(self.leader(tp), []).append(tp)
