@@ -189,3 +189,23 @@ class LockInfo:
     def refusal(self, run_id: str) -> str:
         """Why run ``run_id``, which found the lock held, did not start."""
         return f"{self.held()} Run {run_id} did not start. {self.release_hint()}"
+
+
+# How long a DR window's offer to take its flow over stands without being renewed: it renews it about
+# every second while it waits, so a stale offer is one of a window that died waiting.
+SUCCESSOR_FRESH_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Successor:
+    """A DR window ready to take its flow's lock over from the window holding it: ``run_id`` offered
+    itself at ``offered_at`` and was last seen waiting at ``seen_at``."""
+
+    flow: str
+    run_id: str
+    offered_at: datetime
+    seen_at: datetime
+
+    def fresh(self, now: datetime) -> bool:
+        """Whether it is still waiting (a window that died waiting must not be handed the lock)."""
+        return (now - self.seen_at).total_seconds() <= SUCCESSOR_FRESH_SECONDS

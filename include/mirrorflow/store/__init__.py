@@ -8,6 +8,7 @@ package private to it):
 - ``run_documents``: what a run's steps hand each other (plan, copy result, window summary, verify);
 - ``writers``: each flow's producer id on its target cluster;
 - ``checkpoint_log``: the checkpoints emitted and their latencies;
+- ``handover``: a DR flow's lock passing from one window to the next, and the lease it is held by;
 - ``status_reads`` and ``read_model``: the status page's and the command line's reads and values;
 - ``cli``: ``python -m mirrorflow.store``.
 Private: the tables (``schema``), rows (``rows``), the engine (``database``) and the steps inside the

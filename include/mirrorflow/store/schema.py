@@ -7,8 +7,9 @@ and partition), ``mirror_partition_metrics`` and ``mirror_checkpoint_metrics`` (
 ``mirror_recovery`` (when each flow was last mirrored as a whole) with its per-minute history
 ``mirror_recovery_history``, ``mirror_writers`` (each flow's producer id on its target cluster),
 ``mirror_run_documents`` (what a run's steps hand each other: plan, copy result, window summary),
-``mirror_partition_errors`` (partitions whose last copy failed on their own error, until one commits)
-and ``mirror_locks`` (one lock row per flow). ``OffsetsStore`` creates them on first use; what it
+``mirror_partition_errors`` (partitions whose last copy failed on their own error, until one commits),
+``mirror_locks`` (one lock row per flow) and ``mirror_successors`` (the DR window ready to take a
+flow's lock over from the one holding it). ``OffsetsStore`` creates them on first use; what it
 guarantees about their rows is in ``mirrorflow.store.offsets_store``.
 """
 
@@ -43,6 +44,7 @@ __all__ = [
     "recovery_history_table",
     "recovery_table",
     "run_documents_table",
+    "successors_table",
     "topics_table",
     "writers_table",
 ]
@@ -236,4 +238,13 @@ locks_table = Table(
     Column("run_id", _NAME, nullable=False),
     Column("acquired_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+
+successors_table = Table(
+    "mirror_successors",
+    metadata,
+    Column("flow", _NAME, primary_key=True),
+    Column("run_id", _NAME, nullable=False),
+    Column("offered_at", DateTime(timezone=True), nullable=False),
+    Column("seen_at", DateTime(timezone=True), nullable=False),
 )
