@@ -1,9 +1,11 @@
 """One DAG per enabled flow of the MirrorMaker 2 config named by MIRROR_CONFIG.
 
 A flow in batch mode: wait_for_turn (a sensor) -> plan (setup) -> copy (Spark) -> commit ->
-checkpoint -> freshness -> release (teardown). A flow in DR mode (``mirrorflow.mode = dr``): start
-(setup, takes the flow's lock) -> window (one Spark application running micro-batches back to back,
-with heartbeats and checkpoints at MM2's intervals) -> report -> freshness -> release (teardown).
+checkpoint -> freshness -> release (teardown). A flow in DR mode (``mirrorflow.mode = dr``), a window
+every ``mirrorflow.dr.window.seconds``, two runs at a time: start (setup) -> window (one Spark
+application: once up, it takes the flow over from the window before it at that one's next
+micro-batch boundary, then runs micro-batches back to back, with heartbeats and checkpoints at MM2's
+intervals, until the next window takes over) -> report -> freshness -> release (teardown).
 Reading the config (and importing the flow's alert notifier, if any) is the only work done at parse
 time; an invalid config shows up as this file's import error, naming the bad key.
 
@@ -41,10 +43,11 @@ for _flow in flows_for_dags(CONFIG):
         schedule=_spec.schedule,
         start_date=_spec.start_date,
         catchup=False,
-        # Scheduled and manual runs one at a time: a run that outlasts its interval is followed by one
-        # run up to the newest interval's end, not by a queue of runs waiting their turn. A backfill's
-        # runs count apart (its own --max-active-runs) and wait in wait_for_turn.
-        max_active_runs=1,
+        # A batch flow's scheduled and manual runs one at a time: a run that outlasts its interval is
+        # followed by one run up to the newest interval's end, not by a queue of runs waiting their
+        # turn (a backfill's runs count apart, its own --max-active-runs, and wait in wait_for_turn).
+        # A DR flow's: the window running and the next one, up and waiting to take over.
+        max_active_runs=_spec.max_active_runs,
         tags=["mirror", _flow.source.alias, _flow.target.alias, *(["dr"] if _flow.dr else [])],
         default_args=task_defaults(_flow),
         params={} if _flow.dr else trigger_form(TRIGGER_PARAMS),

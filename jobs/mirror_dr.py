@@ -3,10 +3,11 @@
     spark-submit jobs/mirror_dr.py --config mm2.properties \
         --flow primary->backup --run-id <run id>
 
-The window's run must hold the flow's lock (its start task took it); the job plans, copies and
-commits micro-batches for ``mirrorflow.dr.window.seconds`` and writes the window's summary, which
-the report task turns into the run's counts or its error. The job ends itself before the lock
-expires (``copy_guard``).
+Once its Spark application is up, the window waits its turn: it takes the flow's lock when it is free,
+or when the window before hands it over at a micro-batch boundary; it then plans, copies and commits
+micro-batches for ``mirrorflow.dr.window.seconds`` and until the next window takes over, and writes
+the window's summary, which the report task turns into the run's counts or its error. The job ends
+itself as soon as it may no longer write (``app.window_lease``).
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ import logging
 
 from pyspark import SparkConf, SparkContext
 
-from mirrorflow.app.copy_guard import exit_at, lock_deadline
 from mirrorflow.app.dag_spec import job_arguments
 from mirrorflow.app.dr_window import run_window
-from mirrorflow.copy.spark_copy import copy_plan
+from mirrorflow.copy.spark_copy import copy_plan, warm_up
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,14 +27,11 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per gateway connection otherwise
     args = job_arguments(argv, __doc__)
     config, flow = args.config, args.flow
-    exit_at(
-        lock_deadline(config.offsets_db_url, flow.name, args.run_id),
-        f"DR window of {flow.name} {args.run_id}",
-    )
     # One SparkContext for the whole window: each micro-batch is one Spark job of about one task per
-    # core, with the Python workers reused between jobs.
+    # core, with the Python workers reused between jobs, started before the window waits its turn.
     sc = SparkContext.getOrCreate(SparkConf().setAppName(f"mirror {flow.name} DR {args.run_id}"))
     try:
+        warm_up(sc)
         summary = run_window(
             config,
             flow.name,

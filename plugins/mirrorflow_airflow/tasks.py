@@ -173,10 +173,11 @@ def commit(flow: str) -> dict[str, Any]:
 
 @classified
 def start_window(flow: str) -> None:
-    """A DR window's start: its run takes the flow's lock (the window task's Spark job needs it)."""
+    """A DR window's start: its flow is in DR mode and has its Spark connection (the window task's
+    Spark job then waits for the flow's lock, handed over by the window before)."""
     config = load_config()
     _require_spark_connection(config.flow(flow).settings.spark_conn_id)
-    dr_window.take_lock(config, flow, _run_id())
+    dr_window.check_window(config, flow)
 
 
 @classified

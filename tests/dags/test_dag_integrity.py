@@ -201,14 +201,15 @@ def test_dag_wiring(
 def test_dr_flow_dag_wiring(load_dags: Callable[[str], Any], closed_ports: dict[str, str]) -> None:
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    text = FLOWS.format(**closed_ports).replace("@hourly", "@continuous") + (
+    text = FLOWS.format(**closed_ports).replace("mirrorflow.schedule = @hourly", "mirrorflow.schedule =") + (
         "primary->backup.mirrorflow.mode = dr\nprimary->backup.mirrorflow.dr.window.seconds = 300\n"
     )
     bag = load_dags(text)
     dag = bag.dags["mirror_primary_to_backup"]
 
-    assert dag.schedule == "@continuous"
-    assert dag.max_active_runs == 1
+    # A window every window.seconds, two runs at a time: the next window is up before this one ends.
+    assert dag.schedule == timedelta(seconds=300)
+    assert dag.max_active_runs == 2
     assert "dr" in dag.tags
     # start >> window >> report >> freshness >> release; release is start's teardown.
     assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
@@ -224,8 +225,9 @@ def test_dr_flow_dag_wiring(load_dags: Callable[[str], Any], closed_ports: dict[
     window = dag.get_task("window")
     assert isinstance(window, SparkSubmitOperator)
     assert window.application == str(REPO_ROOT / "jobs" / "mirror_dr.py")
-    # A window's attempt: the window and the copy that may end it.
-    assert window.execution_timeout == timedelta(hours=6, seconds=300)
+    # A window's attempt: the window, its wait for the next one (600 s by default) and the copy that
+    # may end it.
+    assert window.execution_timeout == timedelta(hours=6, seconds=300 + 600)
     # The other flow stays in batch mode.
     assert "copy" in bag.dags["mirror_backup_to_primary"].task_ids
 

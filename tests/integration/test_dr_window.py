@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
+from arrivals import Arrivals
 from mirror_helpers import assert_same_records, commit_group, create_topic
 from pyspark.sql import SparkSession
 
@@ -17,8 +18,10 @@ from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.plan import CopyResult, Plan
+from mirrorflow.core.window import WindowSummary
 from mirrorflow.errors import FlowLockedError
 from mirrorflow.store.checkpoint_log import checkpoints
+from mirrorflow.store.handover import successor_of
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.status_reads import failed_partitions, recovery_history, recovery_point
 from mirrorflow_dev import sample_data
@@ -28,11 +31,18 @@ FLOW = "primary->backup"
 
 
 def _dr_config(
-    write_config: Callable[[str], MirrorConfig], topic: str, window_s: int, extra: str = ""
+    write_config: Callable[[str], MirrorConfig],
+    topic: str,
+    window_s: int,
+    extra: str = "",
+    handover_wait_s: int = 0,
 ) -> MirrorConfig:
+    """A DR flow of ``topic``; its windows end on time unless ``handover_wait_s`` says otherwise (no
+    next window comes in most of these tests)."""
     return write_config(
         f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n{FLOW}.mirrorflow.mode = dr\n"
         f"{FLOW}.mirrorflow.dr.window.seconds = {window_s}\n{FLOW}.mirrorflow.dr.idle.wait.ms = 100\n"
+        f"{FLOW}.mirrorflow.dr.handover.wait.seconds = {handover_wait_s}\n"
         f"{FLOW}.emit.checkpoints.interval.seconds = 2\n{extra}"
     )
 
@@ -61,7 +71,6 @@ def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
             sample_data.produce_samples(primary.bootstrap, topic, 3, 200 + step * 25, 25)
 
     producer = threading.Thread(target=produce_while_the_window_runs)
-    dr_window.take_lock(config, FLOW, "window-1")
     try:
         producer.start()
         summary = dr_window.run_window(config, FLOW, "window-1", _spark_copy(spark, config))
@@ -129,14 +138,12 @@ def test_a_window_killed_before_its_commit_leaves_nothing_twice(
         copy(plan)
         raise Killed
 
-    dr_window.take_lock(config, FLOW, "window-1")
     with pytest.raises(Killed):
         dr_window.run_window(config, FLOW, "window-1", copy_then_die)
     store = OffsetsStore(config.offsets_db_url)
     assert store.batches(FLOW) == []  # written to the target, never committed
     # The lock expires with the dead window (here: at once); the next window takes the flow over.
     assert store.force_release_lock(FLOW) is not None
-    dr_window.take_lock(config, FLOW, "window-2")
     sample_data.produce_samples(primary.bootstrap, topic, 2, 300, 50)
     summary = dr_window.run_window(config, FLOW, "window-2", copy)
     runner.release_run(config, FLOW, "window-2")
@@ -150,14 +157,17 @@ def test_a_window_killed_before_its_commit_leaves_nothing_twice(
     ]
 
 
-def test_a_window_without_the_lock_ends_at_once_naming_the_holder(
+def test_a_window_whose_predecessor_never_hands_over_gives_up_naming_it(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],
     unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     create_topic(kafka_clusters["primary"].bootstrap, unique_name, 1)
-    config = _dr_config(write_config, unique_name, window_s=30)
-    dr_window.take_lock(config, FLOW, "window-1")
+    config = _dr_config(write_config, unique_name, window_s=1)
+    OffsetsStore(config.offsets_db_url).acquire_lock(FLOW, "window-1", 3600)
+    # It waits a window, the wait for a handover and a lease (here shortened) before giving up.
+    monkeypatch.setattr(dr_window, "LEASE_SECONDS", 1)
 
     def copy(plan: Plan) -> CopyResult:
         pytest.fail("a window without the lock copied")
@@ -165,11 +175,84 @@ def test_a_window_without_the_lock_ends_at_once_naming_the_holder(
     summary = dr_window.run_window(config, FLOW, "window-2", copy)
 
     assert summary.error is not None and summary.error[0] == "FlowLockedError"
-    assert "run window-2 does not hold the flow's lock (run window-1 does)" in summary.error[1]
+    assert (
+        "window window-2 waited 2 s for the flow's lock, which the window before it did not hand over: "
+        f"flow {FLOW} is locked by run window-1"
+    ) in summary.error[1]
     assert summary.micro_batches == 0
     with pytest.raises(FlowLockedError, match="window window-2 ended after 0 micro-batches"):
         dr_window.window_report(config, FLOW, "window-2")
-    assert OffsetsStore(config.offsets_db_url).progress(FLOW) == {}  # nothing was anchored either
+    store = OffsetsStore(config.offsets_db_url)
+    assert store.progress(FLOW) == {}  # nothing was anchored either
+    assert successor_of(store, FLOW) is None  # its offer went with it
+
+
+def test_the_next_window_takes_over_at_a_micro_batch_boundary_without_a_gap(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    spark: SparkSession,
+    unique_name: str,
+) -> None:
+    """Two windows overlap as the scheduler runs them: the second is up while the first still
+    mirrors, the first hands the flow over at its end, the second plans from exactly its commit."""
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic = unique_name
+    create_topic(primary.bootstrap, topic, 2)
+    config = _dr_config(write_config, topic, window_s=8, handover_wait_s=1)
+    copy = _spark_copy(spark, config)
+    taken_over: dict[str, float] = {}  # when each window's first Spark copy started
+    producing = threading.Event()
+    each = 0  # records produced to each partition
+
+    def produce() -> None:
+        nonlocal each
+        while producing.is_set():
+            sample_data.produce_samples(primary.bootstrap, topic, 2, each, 10)
+            each += 10
+            time.sleep(0.1)
+
+    summaries: dict[str, WindowSummary] = {}
+
+    def window(run_id: str) -> None:
+        def noted(plan: Plan) -> CopyResult:
+            taken_over.setdefault(run_id, time.monotonic())
+            return copy(plan)
+
+        summaries[run_id] = dr_window.run_window(config, FLOW, run_id, noted)
+
+    first, second = (threading.Thread(target=window, args=(r,)) for r in ("window-1", "window-2"))
+    producer = threading.Thread(target=produce)
+    with Arrivals(backup.bootstrap, f"primary.{topic}", 2) as arrivals:
+        producing.set()
+        producer.start()
+        first.start()
+        time.sleep(3)
+        second.start()  # up and waiting well before the first window's end
+        time.sleep(9)
+        stopped = time.monotonic()
+        producing.clear()
+        producer.join()
+        first.join()
+        second.join()
+        # Records arrived all along: no handover left the target without new ones for long.
+        # Records arrived all along, from the first window's first copy on: the handover left the
+        # target without new ones for well under 2 s.
+        assert arrivals.times[0] < taken_over["window-2"] < stopped
+        assert arrivals.longest_gap(arrivals.times[0], stopped) < 2.0
+
+    one, two = summaries["window-1"], summaries["window-2"]
+    assert (one.error, one.successor, two.error, two.successor) == (None, "window-2", None, None)
+    for run_id in ("window-1", "window-2"):
+        runner.release_run(config, FLOW, run_id)
+    # Every record once, in order, both windows' share of them committed: the second planned from
+    # exactly the first's last commit (a gap or an overlap would show in the records, and would keep
+    # the second window's rows from merging with the first's into one unbroken row per partition).
+    assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 2) == 2 * each
+    assert one.records > 0 and two.records > 0 and one.records + two.records == 2 * each
+    batches = OffsetsStore(config.offsets_db_url).batches(FLOW)
+    assert [(b.partition, b.source_start, b.source_end, b.target_end) for b in batches] == [
+        (p, 0, each, each) for p in range(2)
+    ]
 
 
 def test_a_window_leaves_a_failed_partition_out_mirrors_the_others_and_fails_at_its_end(
@@ -200,7 +283,6 @@ def test_a_window_leaves_a_failed_partition_out_mirrors_the_others_and_fails_at_
         sample_data.produce_samples(primary.bootstrap, topic, 1, 20, 10)
 
     during = threading.Thread(target=produce_while_the_window_runs)
-    dr_window.take_lock(config, FLOW, "window-1")
     try:
         during.start()
         summary = dr_window.run_window(config, FLOW, "window-1", _spark_copy(spark, config))

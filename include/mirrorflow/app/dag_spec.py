@@ -61,9 +61,14 @@ class SparkJobSpec:
 
 @dataclass(frozen=True)
 class FlowDagSpec:
+    """A flow's DAG: a batch flow's runs one at a time on its schedule; a DR flow's windows every
+    ``mirrorflow.dr.window.seconds``, two at a time, so that the next window is up (its tasks
+    started, its Spark application ready) before the running one hands the flow over to it."""
+
     dag_id: str
     flow: str
-    schedule: str | None
+    schedule: str | timedelta | None
+    max_active_runs: int
     start_date: datetime
     description: str
     copy: SparkJobSpec
@@ -73,7 +78,8 @@ def flow_dag_spec(config: MirrorConfig, flow: FlowConfig, run_id_template: str) 
     return FlowDagSpec(
         dag_id=flow.dag_id,
         flow=flow.name,
-        schedule=flow.settings.schedule,
+        schedule=timedelta(seconds=flow.dr.window_seconds) if flow.dr else flow.settings.schedule,
+        max_active_runs=2 if flow.dr else 1,
         start_date=START_DATE,
         description=f"Mirror topics from {flow.source.alias} to {flow.target.alias} (flow {flow.name})",
         # A DR flow's runs are windows of micro-batches, each window one Spark application.

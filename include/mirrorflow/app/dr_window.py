@@ -20,12 +20,12 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from mirrorflow.app.checkpoints import emit_checkpoints
-from mirrorflow.app.copy_guard import deadline_in
 from mirrorflow.app.flow_session import FlowSession
 from mirrorflow.app.freshness import staleness
 from mirrorflow.app.remote_topics import RemoteTopics
+from mirrorflow.app.window_lease import LEASE_SECONDS, Lease, await_turn, stop_process
 from mirrorflow.config.dr import DrSettings
-from mirrorflow.config.keys import MODE
+from mirrorflow.config.keys import DR_HANDOVER_WAIT, MODE
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS
 from mirrorflow.core.plan import CopyResult, Plan
@@ -46,6 +46,7 @@ from mirrorflow.errors import (
     TransientError,
     error_class,
 )
+from mirrorflow.store.handover import successor_of
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import describe, read_document, save_document
 
@@ -70,11 +71,9 @@ def dr_settings_of(flow: FlowConfig) -> DrSettings:
     return flow.dr
 
 
-def take_lock(config: MirrorConfig, flow_name: str, run_id: str) -> None:
-    """The window's start: its run takes the flow's lock, held until ``runner.release_run``."""
+def check_window(config: MirrorConfig, flow_name: str) -> None:
+    """The window's start: its flow must be in DR mode (the window itself waits for the lock)."""
     dr_settings_of(config.flow(flow_name))
-    with FlowSession(config, flow_name, run_id) as session:
-        session.take_lock()
 
 
 class _Window:
@@ -92,6 +91,7 @@ class _Window:
                 "acls": dr.acls_interval_seconds,
                 "heartbeat_age": dr.heartbeats_interval_seconds,
                 "progress": PROGRESS_INTERVAL_S,
+                "overrun": PROGRESS_INTERVAL_S,
                 "recovery": RECOVERY_INTERVAL_S,
             }
         )
@@ -104,6 +104,8 @@ class _Window:
         # Per partition, the figures of the micro-batches since the metrics history was last written.
         self.unrecorded: dict[tuple[str, int], PartitionReport] = {}
         self.last_batch_id: str | None = None
+        # The window the flow was handed over to, once it was.
+        self.successor: str | None = None
         # Partitions that failed on their own errors (isolate): left out of the window's later
         # micro-batches, and the window fails at its end.
         self.failed: dict[tuple[str, int], FailedPartition] = {}
@@ -247,11 +249,14 @@ class _Window:
         )
         self.progress = (now, dict(self.steps.totals), self.micro_batches, self.records)
 
-    def loop(self, ends: float, sleep: Callable[[float], None]) -> MirrorError | None:
-        """Micro-batches until ``ends``; the error that ended the window, if any."""
+    def loop(self, ends: float, lease: Lease, sleep: Callable[[float], None]) -> MirrorError | None:
+        """Micro-batches until ``ends`` and then, at each micro-batch boundary, until the window waiting
+        to take over has the lock (``lease.hand_over``) or ``mirrorflow.dr.handover.wait.seconds`` have
+        passed too; the error that ended the window, if any."""
         flow, clock = self.flow, self.clock
         error: MirrorError | None = None
         wait = RETRY_WAIT_S
+        gives_up = ends + dr_settings_of(flow).handover_wait_seconds
         while True:
             try:
                 written = self.micro_batch(clock())
@@ -265,17 +270,58 @@ class _Window:
             except TransientError as transient:
                 error, written = transient, 0
                 log.warning("flow %s: %s; trying again in %.0f s", flow.name, transient, wait)
-                sleep(min(wait, max(ends - clock(), 0.0)))
+                sleep(min(wait, max(gives_up - clock(), 0.0)))
                 wait = min(wait * 2, RETRY_WAIT_MAX_S)
             except MirrorError as failed:
                 return failed
-            if clock() >= ends:
+            if clock() >= ends and self.ended(lease, clock() >= gives_up):
                 if error is None and self.failed:
                     return partitions_failed(flow.name, self.run_id, tuple(self.failed.values()))
                 return error
             if not written and error is None:
                 with self.steps.timed("idle"):
                     sleep(self.idle_wait_s)
+
+    def ended(self, lease: Lease, waited_enough: bool) -> bool:
+        """Past the window's end: whether the next window took the flow over, or has been waited for
+        long enough (saying why the window goes on while it does not)."""
+        store = self.session.store
+        with self.steps.timed("handover"):
+            waiting = successor_of(store, self.flow.name)
+            if waiting is not None and waiting.fresh(store.now()):
+                # What the window leaves in the offsets table is settled while it holds the lock.
+                self.settle()
+                self.successor = lease.hand_over(store)
+        if self.successor is not None:
+            log.info(
+                "flow %s window %s handed the flow over to window %s",
+                self.flow.name,
+                self.run_id,
+                self.successor,
+            )
+            return True
+        if waited_enough:
+            log.warning(
+                "flow %s window %s ends %d s past its end: no next window came up to take the flow over, "
+                "so it goes unmirrored until one starts (is the DAG paused, the scheduler down, or its "
+                "window task failing?)",
+                self.flow.name,
+                self.run_id,
+                dr_settings_of(self.flow).handover_wait_seconds,
+            )
+            return True
+        if self.timers.due("overrun", self.clock()):
+            log.warning(
+                "flow %s window %s goes on past its end: no next window is up to take the flow over yet "
+                "(its Airflow run may be starting, or the DAG paused, the scheduler down); it waits up to "
+                "%s = %d s",
+                self.flow.name,
+                self.run_id,
+                DR_HANDOVER_WAIT,
+                dr_settings_of(self.flow).handover_wait_seconds,
+            )
+            self.timers.ran("overrun", self.clock())
+        return False
 
     def summary(self, started: datetime, error: MirrorError | None) -> WindowSummary:
         return WindowSummary(
@@ -292,6 +338,7 @@ class _Window:
             heartbeat_age_s=self.session.heartbeat_age() if error is None else None,
             error=None if error is None else (type(error).__name__, str(error)),
             step_seconds=self.steps.as_tuple(),
+            successor=self.successor,
         )
 
 
@@ -303,41 +350,51 @@ def run_window(
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    on_lost: Callable[[str], None] = stop_process,
 ) -> WindowSummary:
-    """Micro-batches back to back for the flow's window, then the window's summary, saved in the
-    offsets database for its report task (``store.run_documents``). A transient error (a broker or
-    the offsets database away for a while) is waited out inside the window; the last one is the
-    summary's error if the window ends before a micro-batch succeeds again (an offsets database
-    still away then fails the job, and Airflow retries it). Any other error ends the window at once
-    as its error."""
+    """The window's turn (``window_lease.await_turn``: the flow's lock, taken free or handed over by
+    the window before), micro-batches back to back for ``mirrorflow.dr.window.seconds`` and until
+    the next window takes over, then the window's summary, saved in the offsets database for its
+    report task (``store.run_documents``). A transient error (a broker or the offsets database away
+    for a while) is waited out inside the window; the last one is the summary's error if the window
+    ends before a micro-batch succeeds again (an offsets database still away then fails the job, and
+    Airflow retries it). Any other error ends the window at once as its error. ``on_lost``: what
+    happens when the window finds it may no longer write (``window_lease.Lease``)."""
     flow = config.flow(flow_name)
     dr = dr_settings_of(flow)
     started = datetime.now(UTC)
-    with FlowSession(config, flow_name, run_id, locked=True) as session:
-        # Everything at the start: an unreachable cluster fails the job (Airflow retries it).
+    with FlowSession(config, flow_name, run_id) as session:
+        # Everything at the start: an unreachable cluster fails the job (Airflow retries it), and a
+        # window taking over starts its first micro-batch with its connections open.
         session.connect()
         window = _Window(session, copy, clock)
         error: MirrorError | None
         try:
-            # The window ends before its run's lock would expire, whatever its length says.
-            left = (deadline_in(session.store, flow.name, run_id) - started).total_seconds()
+            # The window before may have started up to a whole window and its wait earlier.
+            await_turn(
+                session.store, flow.name, run_id, dr.window_seconds + dr.handover_wait_seconds + LEASE_SECONDS
+            )
         except MirrorError as locked:
             error = locked
         else:
-            error = window.loop(clock() + min(dr.window_seconds, left), sleep)
-            # A window that failed only some partitions ran to its end like a clean one.
-            if error is None or isinstance(error, PartitionsFailedError):
+            session.locked = True
+            with Lease(config.offsets_db_url, flow.name, run_id, on_lost) as lease:
+                error = window.loop(clock() + dr.window_seconds, lease, sleep)
+            # A window that failed only some partitions ran to its end like a clean one; a window
+            # that handed over settled before it did.
+            if window.successor is None and (error is None or isinstance(error, PartitionsFailedError)):
                 window.settle()
         summary = window.summary(started, error)
         save_document(session.store, flow.name, run_id, "window", summary.to_json())
     log.info(
-        "flow %s window %s: %d micro-batches (%d Spark jobs), %d records, %d checkpoints%s",
+        "flow %s window %s: %d micro-batches (%d Spark jobs), %d records, %d checkpoints%s%s",
         flow.name,
         run_id,
         summary.micro_batches,
         summary.spark_jobs,
         summary.records,
         summary.checkpoints,
+        f"; handed over to {summary.successor}" if summary.successor else "",
         f"; ended by {summary.error[0]}: {summary.error[1]}" if summary.error else "",
     )
     return summary

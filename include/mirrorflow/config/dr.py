@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 
 from mirrorflow.config.key_values import choice, default_number, number
-from mirrorflow.config.keys import DR_IDLE_WAIT_MS, DR_WINDOW_SECONDS, MODE
+from mirrorflow.config.keys import DR_HANDOVER_WAIT, DR_IDLE_WAIT_MS, DR_WINDOW_SECONDS, MODE, SCHEDULE
 from mirrorflow.config.property_view import PropertyView
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,8 @@ _SYNC_ACLS = "sync.topic.acls.interval.seconds"
 @dataclass(frozen=True)
 class DrSettings:
     """A DR flow's window and intervals, in seconds (``idle_wait_ms``: how long a window waits after a
-    micro-batch that found nothing new before it looks again)."""
+    micro-batch that found nothing new before it looks again; ``handover_wait_seconds``: how long a
+    window goes on past its end while no next window is up to take over)."""
 
     window_seconds: int = default_number(DR_WINDOW_SECONDS)
     idle_wait_ms: int = default_number(DR_IDLE_WAIT_MS)
@@ -39,13 +40,14 @@ class DrSettings:
     checkpoints_interval_seconds: int = default_number(_CHECKPOINTS)
     topics_interval_seconds: int = default_number(_REFRESH_TOPICS)
     acls_interval_seconds: int = default_number(_SYNC_ACLS)
+    handover_wait_seconds: int = default_number(DR_HANDOVER_WAIT)
 
 
 def dr_settings(props: PropertyView, flow: str) -> DrSettings | None:
     """The flow's DR settings, None for a flow in batch mode (which warns about DR keys set for it)."""
     if choice(props, MODE) == "batch":
-        window_keys = (DR_WINDOW_SECONDS, DR_IDLE_WAIT_MS, _HEARTBEATS, _CHECKPOINTS, _REFRESH_TOPICS,
-                       _SYNC_CONFIGS, _SYNC_ACLS)  # fmt: skip
+        window_keys = (DR_WINDOW_SECONDS, DR_IDLE_WAIT_MS, DR_HANDOVER_WAIT, _HEARTBEATS, _CHECKPOINTS,
+                       _REFRESH_TOPICS, _SYNC_CONFIGS, _SYNC_ACLS)  # fmt: skip
         unused = [props.written_as(k) for k in window_keys if k in props]
         if unused:
             log.warning(
@@ -56,6 +58,14 @@ def dr_settings(props: PropertyView, flow: str) -> DrSettings | None:
                 MODE,
             )
         return None
+    if SCHEDULE in props:
+        log.warning(
+            "flow %s runs in DR mode: %s has no effect (its windows are scheduled every %s, two at a "
+            "time, so that the next window is up before the one running hands the flow over)",
+            flow,
+            props.written_as(SCHEDULE),
+            DR_WINDOW_SECONDS,
+        )
     return DrSettings(
         window_seconds=number(props, DR_WINDOW_SECONDS),
         idle_wait_ms=number(props, DR_IDLE_WAIT_MS),
@@ -65,4 +75,5 @@ def dr_settings(props: PropertyView, flow: str) -> DrSettings | None:
         # the shorter of MM2's two intervals asks.
         topics_interval_seconds=min(number(props, _REFRESH_TOPICS), number(props, _SYNC_CONFIGS)),
         acls_interval_seconds=number(props, _SYNC_ACLS),
+        handover_wait_seconds=number(props, DR_HANDOVER_WAIT),
     )

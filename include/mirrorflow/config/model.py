@@ -244,9 +244,12 @@ class FlowConfig:
 
     @property
     def copy_task_timeout_seconds(self) -> int:
-        """How long one attempt of the copy task may take: a copy, or a DR window and the copy that
-        ends it."""
-        return self.settings.copy_timeout_seconds + (self.dr.window_seconds if self.dr else 0)
+        """How long one attempt of the copy task may take: a copy, or a DR window (with its wait for
+        the next one, before and after it) and the copy that ends it."""
+        dr = self.dr
+        return self.settings.copy_timeout_seconds + (
+            dr.window_seconds + dr.handover_wait_seconds if dr else 0
+        )
 
     @property
     def lock_ttl_seconds(self) -> int:

@@ -52,6 +52,13 @@ def copy_plan(sc: SparkContext, flow: FlowConfig, plan: Plan) -> CopyResult:
     return copy_result(plan, results)
 
 
+def warm_up(sc: SparkContext) -> None:
+    """Start a Python worker per core (Spark reuses them from job to job), so that a DR window's first
+    micro-batch after it takes over costs what the others do."""
+    cores = sc.defaultParallelism
+    sc.parallelize(range(cores), cores).count()
+
+
 # A copy task's own error, as Spark's failure quotes its traceback: "mirrorflow.errors.<Class>: <message>".
 _TASK_ERROR = re.compile(r"mirrorflow\.errors\.(\w+): ([^\n]*)")
 _REFUSED = re.compile(r"org\.apache\.kafka\.common\.errors\.(\w*AuthorizationException): ([^\n]*)")

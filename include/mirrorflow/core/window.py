@@ -43,6 +43,8 @@ class WindowSummary(Document):
     error: tuple[str, str] | None = None
     # Seconds the window spent in each step (plan, copy, commit, checkpoints, heartbeats, topics, idle).
     step_seconds: tuple[tuple[str, float], ...] = ()
+    # The window that took the flow over from this one (none: the window ended without a handover).
+    successor: str | None = None
 
     @property
     def lag_by_partition(self) -> dict[tuple[str, int], int]:

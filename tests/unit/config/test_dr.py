@@ -32,10 +32,10 @@ def test_dr_mode_takes_mm2_defaults_for_its_intervals() -> None:
         checkpoints_interval_seconds=60,
         topics_interval_seconds=600,
         acls_interval_seconds=600,
+        handover_wait_seconds=600,
     )
-    # A window attempt may last the window plus one copy; the lock outlives every attempt.
-    assert flow.copy_task_timeout_seconds == 6 * 3600 + 600
-    assert flow.lock_ttl_seconds == 3 * (6 * 3600 + 600 + 30) + 3600
+    # A window attempt may last the window, its wait for the next one and one copy.
+    assert flow.copy_task_timeout_seconds == 6 * 3600 + 600 + 600
 
 
 def test_dr_settings_at_top_level_and_per_flow() -> None:
@@ -48,8 +48,9 @@ def test_dr_settings_at_top_level_and_per_flow() -> None:
         "refresh.topics.interval.seconds = 300\n"
         "sync.topic.configs.interval.seconds = 900\n"
         "sync.topic.acls.interval.seconds = 30\n"
+        "mirrorflow.dr.handover.wait.seconds = 0\n"
     )
-    assert flow.dr == DrSettings(120, 0, 5, 10, 300, 30)
+    assert flow.dr == DrSettings(120, 0, 5, 10, 300, 30, 0)
 
 
 def test_topic_refresh_runs_as_often_as_the_shorter_of_mm2s_two_intervals() -> None:
