@@ -114,6 +114,20 @@ class _Window:
         self.progress: tuple[float, dict[str, float], int, int] = (clock(), {}, 0, 0)
         self.timers.ran("progress", self.progress[0])
 
+    def prepare(self) -> None:
+        """What a window does before its turn, so that its first micro-batch after taking over costs
+        what the others do: heartbeats (which also opens the internal topics' producers; MM2 emits
+        them whoever mirrors), the flow's writer if it has one, the mirrored heartbeat's age. The
+        window before ran the periodic steps recently: they are next due an interval after, but for
+        the remote topics, synced in the first micro-batch (a topic may have come meanwhile)."""
+        session, now = self.session, self.clock()
+        if self.flow.emit_heartbeats:
+            session.emit_heartbeats()
+        session.known_writer()
+        self.heartbeat_age()
+        for step in ("heartbeats", "checkpoints", "acls", "heartbeat_age"):
+            self.timers.ran(step, now)
+
     def micro_batch(self, now: float) -> int:
         """Plan, copy and commit one micro-batch, with the periodic steps that are due; returns how
         many records it wrote (heartbeats included)."""
@@ -370,6 +384,7 @@ def run_window(
         window = _Window(session, copy, clock)
         error: MirrorError | None
         try:
+            window.prepare()
             # The window before may have started up to a whole window and its wait earlier.
             await_turn(
                 session.store, flow.name, run_id, dr.window_seconds + dr.handover_wait_seconds + LEASE_SECONDS

@@ -267,21 +267,26 @@ class FlowSession:
             ),
         )
 
+    def known_writer(self) -> Writer | None:
+        """The flow's writer on its target cluster, if it has one yet (read only)."""
+        if self._writer is None:
+            self._writer = writer_of(self.store, self.flow.name, self._target_cluster)
+        return self._writer
+
     def flow_writer(self) -> Writer:
         """The producer id every copy of the flow writes as (``core.plan.Writer``), made and recorded
         the first time the flow writes to its target cluster, under the session's lock."""
-        if self._writer is None:
-            flow, store = self.flow, self.store
-            cluster = self.target.cluster_id()
-            known = writer_of(store, flow.name, cluster)
-            if known is None:
-                known = allocate_writer(flow.target.producer)
-                record_writer(store, flow.name, cluster, known, holder=self.run_id)
-                log.info(
-                    "flow %s writes to cluster %s as producer id %d", flow.name, cluster, known.producer_id
-                )
-            self._writer = known
-        return self._writer
+        known = self.known_writer()
+        if known is None:
+            flow, cluster = self.flow, self._target_cluster
+            known = self._writer = allocate_writer(flow.target.producer)
+            record_writer(self.store, flow.name, cluster, known, holder=self.run_id)
+            log.info("flow %s writes to cluster %s as producer id %d", flow.name, cluster, known.producer_id)
+        return known
+
+    @cached_property
+    def _target_cluster(self) -> str:
+        return self.target.cluster_id()
 
     # ----------------------------------------------------------------------------- copy, commit
 

@@ -53,10 +53,14 @@ def copy_plan(sc: SparkContext, flow: FlowConfig, plan: Plan) -> CopyResult:
 
 
 def warm_up(sc: SparkContext) -> None:
-    """Start a Python worker per core (Spark reuses them from job to job), so that a DR window's first
-    micro-batch after it takes over costs what the others do."""
+    """Start a Python worker per core (Spark reuses them from job to job) with the copy's modules
+    imported, so that a DR window's first micro-batch after it takes over costs what the others do."""
     cores = sc.defaultParallelism
-    sc.parallelize(range(cores), cores).count()
+    sc.parallelize(range(cores), cores).foreach(_imported)
+
+
+def _imported(_: int) -> None:
+    """Runs in a task: unpickling it imports this module, and with it the copy's, in the worker."""
 
 
 # A copy task's own error, as Spark's failure quotes its traceback: "mirrorflow.errors.<Class>: <message>".

@@ -1,0 +1,151 @@
+"""DR sync as users deploy it: a DR flow's DAG unpaused under Airflow's real scheduler (`airflow
+standalone`), its windows handing the flow over to the next one while records arrive, and a window
+killed on the way, with real spark-submit and real brokers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from arrivals import Arrivals
+from mirror_helpers import (
+    assert_same_records,
+    create_topic,
+    live_processes,
+    running_airflow,
+    wait_end,
+    wait_for_dag,
+)
+
+from mirrorflow.config.model import MirrorConfig
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow_dev import sample_data
+from mirrorflow_dev.local_kafka import LocalCluster
+
+pytestmark = [pytest.mark.kafka, pytest.mark.airflow]
+
+FLOW = "primary->backup"
+DAG = "mirror_primary_to_backup"
+PARTITIONS = 2
+WINDOW_S = 20
+
+
+class Holders:
+    """Who holds the flow's lock, looked at every 0.1 s in a thread of its own: ``changes`` holds
+    (when, run id) each time another run holds it (None: nobody)."""
+
+    def __init__(self, store: OffsetsStore) -> None:
+        self.changes: list[tuple[float, str | None]] = []
+        self._store = store
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> Holders:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.1):
+            holder = self._store.lock_holder(FLOW)
+            if not self.changes or self.changes[-1][1] != holder:
+                self.changes.append((time.monotonic(), holder))
+
+    def runs(self) -> list[str]:
+        return [run for _, run in self.changes if run is not None]
+
+    def wait_for(self, count: int, timeout: float) -> None:
+        """Until ``count`` runs have held the lock in turn."""
+        deadline = time.monotonic() + timeout
+        while len(self.runs()) < count:
+            assert time.monotonic() < deadline, f"only {self.runs()} held the lock in {timeout:.0f} s"
+            time.sleep(0.2)
+
+
+@contextmanager
+def _producing(bootstrap: str, topic: str) -> Iterator[list[int]]:
+    """Appends 10 records to every partition every 0.1 s until the block ends; yields a list whose one
+    item is the count produced per partition (final once the block ended)."""
+    produced = [0]
+    stop = threading.Event()
+
+    def produce() -> None:
+        while not stop.is_set():
+            sample_data.produce_samples(bootstrap, topic, PARTITIONS, produced[0], 10)
+            produced[0] += 10
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    try:
+        yield produced
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _kill_window(run_id: str) -> int:
+    """SIGKILL the Python driver of ``run_id``'s window (found by its arguments), as a worker dies."""
+    (driver,) = [p for p in live_processes() if "mirror_dr.py" in p.cmdline and run_id in p.cmdline
+                 and "python" in p.cmdline.split()[0]]  # fmt: skip
+    os.kill(driver.pid, signal.SIGKILL)
+    return driver.pid
+
+
+def test_dr_windows_under_the_scheduler_hand_over_without_a_gap_and_survive_a_killed_one(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote = unique_name, f"primary.{unique_name}"
+    create_topic(primary.bootstrap, topic, PARTITIONS)
+    config = write_config(
+        f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n{FLOW}.mirrorflow.mode = dr\n"
+        f"{FLOW}.mirrorflow.dr.window.seconds = {WINDOW_S}\n{FLOW}.mirrorflow.dr.idle.wait.ms = 100\n"
+        f"{FLOW}.mirrorflow.dr.handover.wait.seconds = 120\n"
+    )
+    store = OffsetsStore(config.offsets_db_url)
+
+    with (
+        running_airflow(tmp_path / "airflow", config) as airflow,
+        Holders(store) as holders,
+        Arrivals(backup.bootstrap, remote, PARTITIONS) as arrivals,
+    ):
+        with _producing(primary.bootstrap, topic) as produced:
+            wait_for_dag(airflow, DAG)  # unpaused: the scheduler runs a window every WINDOW_S seconds
+            holders.wait_for(3, timeout=300)  # two handovers
+            handovers = [
+                at
+                for (at, run), (_, before) in zip(holders.changes[1:], holders.changes, strict=False)
+                if run is not None and before is not None
+            ]
+            time.sleep(8)  # the third window mirrors for a while
+            killed, killed_at = holders.runs()[-1], time.monotonic()
+            _kill_window(killed)
+            # The window after it takes over once the killed one's lease has run out.
+            holders.wait_for(4, timeout=180)
+            time.sleep(5)
+        # The window running catches up with everything produced, the killed window's share too.
+        for p in range(PARTITIONS):
+            wait_end(backup.bootstrap, remote, p, produced[0])
+
+    assert holders.runs()[3] != killed
+    assert len(handovers) == 2, holders.changes  # handed over, never released in between
+    # Every record once, in order.
+    assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, remote, PARTITIONS) == (
+        PARTITIONS * produced[0]
+    )
+    # Records arrived all through each handover: no new record kept the target waiting 2 s or more.
+    for at in handovers[:2]:
+        assert arrivals.longest_gap(at - 5, min(at + 5, killed_at)) < 2.0, holders.changes
