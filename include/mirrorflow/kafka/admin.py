@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
 from types import TracebackType
 from typing import Any
 
@@ -61,6 +60,7 @@ class ClusterAdmin:
     def __init__(self, cluster: ClusterConfig) -> None:
         self.alias = cluster.alias
         self._cluster = cluster
+        self._connection: Connection | None = None
         try:
             # request.timeout.ms also bounds the wait for the cluster's first answer (kafka-python's
             # bootstrap timeout), so that an unreachable cluster fails as soon as a request would.
@@ -83,8 +83,8 @@ class ClusterAdmin:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._admin.close()
-        if "_offsets" in self.__dict__:
-            self._offsets.close()
+        if self._connection is not None:
+            self._connection.close()
 
     def cluster_id(self) -> str:
         """The cluster's id: a cluster rebuilt under the same address has another."""
@@ -109,24 +109,27 @@ class ClusterAdmin:
             )
         return described
 
-    @cached_property
-    def _offsets(self) -> Connection:
+    def _offsets(self, partitions: Iterable[TP]) -> tuple[Connection, list[TP]]:
         """The connection partitions' offsets are read over (``kafka.connection``'s ListOffsets, the
-        one reader of offsets, the copy's too), opened on first use."""
-        return Connection(self._cluster.admin, self.alias, ())
+        one reader of offsets, the copy's too), opened on first use with the topics first asked
+        about: its bootstrap then knows their leaders, with no metadata refresh to wait for."""
+        tps = list(partitions)
+        if self._connection is None:
+            self._connection = Connection(self._cluster.admin, self.alias, {t for t, _ in tps})
+        return self._connection, tps
 
     def earliest_offsets(self, partitions: Iterable[TP]) -> dict[TP, int]:
         """Each partition's log start offset."""
-        return log_start_offsets(self._offsets, partitions)
+        return log_start_offsets(*self._offsets(partitions))
 
     def latest_offsets(self, partitions: Iterable[TP]) -> dict[TP, int]:
         """Each partition's last stable offset (read_committed)."""
-        return end_offsets(self._offsets, partitions, READ_COMMITTED)
+        return end_offsets(*self._offsets(partitions), READ_COMMITTED)
 
     def offsets_at(self, partitions: Iterable[TP], timestamp_ms: int) -> dict[TP, int | None]:
         """Per partition, the offset of its first record with a timestamp at or after
         ``timestamp_ms``; None where there is no such record."""
-        return offsets_at(self._offsets, partitions, timestamp_ms)
+        return offsets_at(*self._offsets(partitions), timestamp_ms)
 
     def partition_sizes(self, topics: Iterable[str]) -> dict[TP, int]:
         """Bytes each partition of ``topics`` takes on disk (its largest replica). Empty when the
