@@ -1,7 +1,9 @@
 """The rpo scenario of bench/run.py (``--scenarios rpo``): how much a DR owner would lose right now.
 
-For each --rpo-rates rate and each contender (MirrorMaker 2 in dedicated mode, then mirrorflow in DR
-mode, one `airflow dags test` window), on a fresh source and target cluster of its own:
+For each --rpo-rates rate and each contender (MirrorMaker 2 in dedicated mode; mirrorflow in DR mode as
+users deploy it, ``ours-scheduler``: `airflow standalone` with the flow's DAG unpaused, windows of
+--rpo-window-seconds handing the flow over to the next; and ``ours``: one window through `airflow dags
+test`), on a fresh source and target cluster of its own:
 
 1. topic ``rpo`` (12 partitions) on the source; the contender starts; one warm-up record per
    partition must reach the target (so start-up is not counted);
@@ -14,7 +16,9 @@ mode, one `airflow dags test` window), on a fresh source and target cluster of i
    60 s, lost records (produced, never seen);
 4. every second, the age of the newest heartbeat in the target's ``heartbeats`` and of the newest
    checkpoint in ``source.checkpoints.internal``: what a consumer failing over would see;
-5. the backlog (produced minus seen) every second: a contender keeps up when it does not grow.
+5. the backlog (produced minus seen) every second: a contender keeps up when it does not grow;
+6. for ours-scheduler, who holds the flow's lock, looked at every 0.1 s in the offsets database: each
+   handover's time, and the longest any record produced within 5 s of it waited to be readable.
 
 For mirrorflow, the window's own progress lines (seconds per step) say where a micro-batch's time goes.
 Every process is stopped by PID (the `airflow` process group), also on failure.
@@ -22,11 +26,13 @@ Every process is stopped by PID (the `airflow` process group), also on failure.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import statistics
 import threading
 import time
+import urllib.error
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,7 +44,11 @@ from contenders import AIRFLOW, flow_properties, java_cmd, start_logged, stop_pr
 from scenarios import Options, ScenarioResult, prepare_airflow, start
 from workload import create_topics
 
+from mirrorflow.errors import TransientError
+from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import local_kafka
+from mirrorflow_dev.local_airflow import LocalAirflow
+from mirrorflow_dev.processes import free_port
 
 TOPIC = "rpo"
 REMOTE = f"source.{TOPIC}"
@@ -59,6 +69,8 @@ class Watch:
     numbers seen, duplicates and reorders; ages and backlog sampled each second."""
 
     latencies_ms: list[float] = field(default_factory=list)
+    # (produce time in s since the epoch, latency in ms) of every measured record.
+    timed: list[tuple[float, float]] = field(default_factory=list)
     seen: list[set[int]] = field(default_factory=lambda: [set() for _ in range(PARTITIONS)])
     highest: list[int] = field(default_factory=lambda: [-1] * PARTITIONS)
     duplicates: int = 0
@@ -110,6 +122,7 @@ def _read_target(bootstrap: str, watch: Watch, measured_from: list[int], stop: t
                 watch.highest[p] = max(watch.highest[p], seq)
                 if seq >= measured_from[p]:
                     watch.latencies_ms.append(now_ms - msg.timestamp()[1])
+                    watch.timed.append((msg.timestamp()[1] / 1000, now_ms - msg.timestamp()[1]))
     finally:
         consumer.close()
 
@@ -212,8 +225,11 @@ def _running(target: Callable[..., None], *args: Any) -> Iterator[threading.Even
         thread.join(30)
 
 
-def measure(source: str, target: str, rate: int, seconds: float) -> dict[str, Any]:
-    """Steps 1-5 of the module's doc, with the contender already started."""
+def measure(
+    source: str, target: str, rate: int, seconds: float, handovers: Callable[[], list[float]] = list
+) -> dict[str, Any]:
+    """Steps 1-5 (and 6, with ``handovers``: the times, s since the epoch, the flow changed hands) of
+    the module's doc, with the contender already started."""
     watch, producer = Watch(), RateProducer(source)
     measured_from = [1] * PARTITIONS  # sequence 0 of each partition is its warm-up record
     group = Consumer({"bootstrap.servers": source, "group.id": GROUP, "enable.auto.commit": "false"})
@@ -259,7 +275,14 @@ def measure(source: str, target: str, rate: int, seconds: float) -> dict[str, An
         "backlog_first_tenth": statistics.mean(backlog[:tenth]) if backlog else None,
         "backlog_last_tenth": statistics.mean(backlog[-tenth:]) if backlog else None,
         "backlog_max": max(backlog, default=None),
+        "handover_waits_s": [_longest_wait(watch, at) for at in handovers()],
     }
+
+
+def _longest_wait(watch: Watch, at: float) -> float | None:
+    """The longest any record produced within 5 s of ``at`` waited to be readable on the target."""
+    waits = [ms for produced, ms in watch.timed if abs(produced - at) <= 5.0]
+    return max(waits) / 1000 if waits else None
 
 
 def _commit_every_second(producer: RateProducer, group: Consumer, stop: threading.Event) -> None:
@@ -313,10 +336,11 @@ def _mm2_properties(source: str, target: str) -> str:
     )
 
 
-def _ours_properties(source: str, target: str, state: Path, window_s: int) -> str:
+def _ours_properties(source: str, target: str, state: Path, window_s: int, handover_wait_s: int) -> str:
     flow: str = flow_properties(source, target, TOPIC, state, 1_000_000, {})
     return flow + (
         f"source->target.mirrorflow.mode = dr\nsource->target.mirrorflow.dr.window.seconds = {window_s}\n"
+        f"source->target.mirrorflow.dr.handover.wait.seconds = {handover_wait_s}\n"
     )
 
 
@@ -329,10 +353,12 @@ def _run_contender(
         config.write_text(_mm2_properties(source, target))
         cmd = java_cmd(work, opts.heap_mb, "mm2", "org.apache.kafka.connect.mirror.MirrorMaker", str(config))
         proc, group = start_logged(cmd, logs / "mm2.out"), False
+    elif name == "ours-scheduler":
+        return _under_the_scheduler(opts, work, source, target, rate)
     else:
         config, state = work / "mm2-ours.properties", work / "state"
         window = int(WARM_UP_TIMEOUT_S + opts.rpo_seconds + DRAIN_TIMEOUT_S)
-        config.write_text(_ours_properties(source, target, state, window))
+        config.write_text(_ours_properties(source, target, state, window, handover_wait_s=0))
         env = prepare_airflow(work / "airflow", config, state, logs)
         proc, group = (
             start_logged([AIRFLOW, "dags", "test", "mirror_source_to_target"], logs / "dags-test.out", env),
@@ -345,6 +371,67 @@ def _run_contender(
     if name == "ours":
         out["seconds_per_step"] = _progress(logs / "dags-test.out")
     return out
+
+
+def _under_the_scheduler(opts: Options, work: Path, source: str, target: str, rate: int) -> dict[str, Any]:
+    """Our DR flow as the README tells users to run it: `airflow standalone`, the DAG unpaused, a
+    window every --rpo-window-seconds handing the flow over to the next."""
+    config, state = work / "mm2-ours.properties", work / "state"
+    config.write_text(_ours_properties(source, target, state, opts.rpo_window_seconds, handover_wait_s=600))
+    airflow = LocalAirflow(work / "airflow", config, state, free_port())
+    airflow.env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    airflow.start(timeout=600)
+    try:
+        _unpause(airflow, "mirror_source_to_target")
+        with _holders(f"sqlite:///{state / 'offsets.db'}") as changes:
+            out = measure(source, target, rate, opts.rpo_seconds, lambda: _handovers(changes))
+    finally:
+        airflow.stop()
+    out["window_seconds"] = opts.rpo_window_seconds
+    return out
+
+
+def _unpause(airflow: LocalAirflow, dag_id: str, timeout: float = 180.0) -> None:
+    """Once the DAG processor has parsed the DAG (new DAGs start paused)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            airflow.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+            return
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404 or time.monotonic() > deadline:
+                raise
+        time.sleep(1)
+
+
+@contextmanager
+def _holders(db_url: str) -> Iterator[list[tuple[float, str | None]]]:
+    """Who holds the flow's lock, every 0.1 s: (time since the epoch, run id) at each change."""
+    changes: list[tuple[float, str | None]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        with OffsetsStore(db_url) as store:
+            while not stop.wait(0.1):
+                try:
+                    holder = store.lock_holder("source->target")
+                except TransientError:
+                    continue  # the database not created yet, or busy
+                if not changes or changes[-1][1] != holder:
+                    changes.append((time.time(), holder))
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield changes
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def _handovers(changes: list[tuple[float, str | None]]) -> list[float]:
+    """When the lock passed from one window straight to another."""
+    return [at for (_, before), (at, run) in itertools.pairwise(changes) if run and before]
 
 
 def _progress(log: Path) -> list[dict[str, Any]]:
@@ -404,17 +491,19 @@ def _table(rows: list[dict[str, Any]], opts: Options) -> list[str]:
         f"{opts.rpo_seconds:.0f} s per run",
         "",
         "| contender | rate rec/s | p50 s | p99 s | max s | lost | dup | reordered "
-        "| backlog first/last tenth | heartbeat age max s | checkpoint age max s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| backlog first/last tenth | heartbeat age max s | checkpoint age max s "
+        "| handovers: longest wait of a record around each, s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         if "failed" in r:
-            lines.append(f"| {r['contender']} | {r['rate']:,} | failed: {r['failed']} |||||||||")
+            lines.append(f"| {r['contender']} | {r['rate']:,} | failed: {r['failed']} ||||||||||")
             continue
         lines.append(
             f"| {r['contender']} | {r['rate']:,} | {_fmt(r['latency_p50_s'])} | {_fmt(r['latency_p99_s'])} "
             f"| {_fmt(r['latency_max_s'])} | {r['lost']} | {r['duplicated']} | {r['reordered']} "
             f"| {_fmt(r['backlog_first_tenth'], '.0f')} / {_fmt(r['backlog_last_tenth'], '.0f')} "
-            f"| {_fmt(r['heartbeat_age_max_s'], '.1f')} | {_fmt(r['checkpoint_age_max_s'], '.1f')} |"
+            f"| {_fmt(r['heartbeat_age_max_s'], '.1f')} | {_fmt(r['checkpoint_age_max_s'], '.1f')} "
+            f"| {', '.join(_fmt(w) for w in r['handover_waits_s']) or '-'} |"
         )
     return lines

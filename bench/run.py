@@ -44,10 +44,13 @@ no --contenders, no contender runs). Each starts its own source and target clust
             workers); reports both peaks and their ratio (target: 4x within 20% of 1x); checked by end
             offsets per partition.
 
-   - rpo (bench/rpo.py): the recovery point in DR mode: per --rpo-rates rate, MM2 and a DR window of
-            ours each mirror a producer's steady stream (12 partitions, 1 KiB records, --rpo-seconds);
-            produce-to-readable latency per record (p50/p99/max), lost/duplicated/reordered records,
-            the backlog, and the ages of the newest heartbeat and checkpoint on the target.
+   - rpo (bench/rpo.py): the recovery point in DR mode: per --rpo-rates rate, MM2, our DR flow as
+            deployed (airflow standalone, the DAG unpaused, --rpo-window-seconds windows handing over)
+            and one DR window through `airflow dags test` each mirror a producer's steady stream (12
+            partitions, 1 KiB records, --rpo-seconds); produce-to-readable latency per record
+            (p50/p99/max), the longest wait of a record produced around each handover,
+            lost/duplicated/reordered records, the backlog, and the ages of the newest heartbeat and
+            checkpoint on the target.
    - soak (bench/soak.py): bounded state in DR mode: DR windows (--soak-window-seconds) back to back
             until --soak-micro-batches micro-batches have run, under a steady producer (--soak-rate
             records/s, 12 partitions); the copy is checked record by record, then the offsets
@@ -219,7 +222,18 @@ def main() -> int:
         "--rpo-rates", default="2000", help="comma-separated records/s of the rpo scenario (default: 2000)"
     )
     parser.add_argument("--rpo-seconds", type=float, default=180, help="seconds of production per rpo run")
-    parser.add_argument("--rpo-contenders", default="mm2,ours", help="who the rpo scenario runs: mm2, ours")
+    parser.add_argument(
+        "--rpo-contenders",
+        default="mm2,ours-scheduler,ours",
+        help="who the rpo scenario runs: mm2, ours-scheduler (DR windows under airflow standalone), ours "
+        "(one window through airflow dags test)",
+    )
+    parser.add_argument(
+        "--rpo-window-seconds",
+        type=int,
+        default=120,
+        help="DR window length of the rpo scenario's ours-scheduler",
+    )
     parser.add_argument(
         "--soak-micro-batches",
         type=int,
@@ -287,7 +301,8 @@ def run_scenarios(args: argparse.Namespace, work: Path, picked: list[str]) -> li
             args.scale_topics,
             tuple(int(r) for r in args.rpo_rates.split(",")),
             args.rpo_seconds,
-            tuple(split(args.rpo_contenders, ["mm2", "ours"], "rpo contenders")),
+            tuple(split(args.rpo_contenders, ["mm2", "ours-scheduler", "ours"], "rpo contenders")),
+            args.rpo_window_seconds,
             args.soak_micro_batches,
             args.soak_window_seconds,
             args.soak_rate,

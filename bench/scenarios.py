@@ -56,7 +56,8 @@ class Options:
     scale_topics: int
     rpo_rates: tuple[int, ...] = (2000,)
     rpo_seconds: float = 180.0
-    rpo_contenders: tuple[str, ...] = ("mm2", "ours")
+    rpo_contenders: tuple[str, ...] = ("mm2", "ours-scheduler", "ours")
+    rpo_window_seconds: int = 120
     soak_micro_batches: int = 10_000
     soak_window_seconds: int = 120
     soak_rate: int = 50

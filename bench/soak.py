@@ -99,6 +99,8 @@ def _properties(source: str, target: str, state: Path, db: Path, window_s: int) 
                 ("mirrorflow.mode", "dr"),
                 ("mirrorflow.dr.window.seconds", window_s),
                 ("mirrorflow.dr.idle.wait.ms", IDLE_WAIT_MS),
+                # Its windows run one after the other (`airflow dags test`): none waits for a next one.
+                ("mirrorflow.dr.handover.wait.seconds", 0),
                 ("mirrorflow.task.retries", 0),
             )
         )
