@@ -10,17 +10,24 @@ latency in one transaction; the latency history is pruned with the rest of the m
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from sqlalchemy import delete, func, insert, select
 
 from mirrorflow.core.metrics import CheckpointMetrics
-from mirrorflow.core.progress import GroupPosition
+from mirrorflow.core.progress import GroupPosition, as_utc
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import EmittedCheckpoint
 from mirrorflow.store.rows import emitted_checkpoint
 from mirrorflow.store.schema import checkpoint_metrics_table, checkpoints_table
 
-__all__ = ["checkpoints", "emitted_checkpoints", "latest_checkpoint_metrics", "record_checkpoints"]
+__all__ = [
+    "checkpoints",
+    "emitted_checkpoints",
+    "last_emitted_at",
+    "latest_checkpoint_metrics",
+    "record_checkpoints",
+]
 
 
 def checkpoints(store: OffsetsStore, flow: str) -> dict[tuple[str, str, int], GroupPosition]:
@@ -39,6 +46,14 @@ def emitted_checkpoints(store: OffsetsStore, flow: str) -> list[EmittedCheckpoin
             select(c).where(c.c.flow == flow).order_by(c.c.group_id, c.c.topic, c.c.partition)
         ).all()
     return [emitted_checkpoint(r._mapping) for r in rows]
+
+
+def last_emitted_at(store: OffsetsStore, flow: str) -> datetime | None:
+    """When ``flow`` last emitted a checkpoint, None if it never did."""
+    c = checkpoints_table
+    with store.read() as conn:
+        newest = conn.execute(select(func.max(c.c.emitted_at)).where(c.c.flow == flow)).scalar()
+    return None if newest is None else as_utc(newest)
 
 
 def record_checkpoints(
