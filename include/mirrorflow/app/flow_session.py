@@ -51,7 +51,7 @@ from mirrorflow.core.recovery import mirrored_as_of
 from mirrorflow.core.report import PartitionReport, RunReport, batches_for, build_report
 from mirrorflow.errors import ParamError, TargetStateError
 from mirrorflow.kafka.admin import ClusterAdmin
-from mirrorflow.kafka.heartbeats import emit_heartbeats, freshness_seconds
+from mirrorflow.kafka.heartbeats import HeartbeatAges, emit_heartbeats
 from mirrorflow.kafka.internal_topics import InternalTopicWriter
 from mirrorflow.kafka.offset_syncs import emit_offset_syncs
 from mirrorflow.kafka.produce import allocate_writer
@@ -330,7 +330,11 @@ class FlowSession:
 
     def heartbeat_age(self) -> float | None:
         """The newest mirrored heartbeat's age (a consumer's round trips)."""
-        return freshness_seconds(self.flow)
+        return self._heartbeat_ages.newest()
+
+    @cached_property
+    def _heartbeat_ages(self) -> HeartbeatAges:
+        return self._opened.enter_context(HeartbeatAges(self.flow))
 
     def write_checkpoint_metrics(self) -> Path:
         """Rewrite the flow's checkpoint metrics file: the latency of each group and partition's

@@ -36,7 +36,9 @@ request goes through the kafka layer (``kafka.connection``, ``kafka.record_reads
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import Any
 
 from mirrorflow.config.model import FlowConfig
 from mirrorflow.config.transforms import TransformConfig
@@ -46,7 +48,7 @@ from mirrorflow.copy.source_reader import BUFFER_BYTES, Budget, SourceReader, tr
 from mirrorflow.core.plan import CopyResult, PartitionPlan, PartitionResult, Plan, Writer
 from mirrorflow.core.transforms import Chain, Encodable
 from mirrorflow.errors import MirrorError, SourceDataLostError, TargetStateError, TransientError
-from mirrorflow.kafka.connection import READ_COMMITTED, READ_UNCOMMITTED, TIMEOUT_S, Connection, end_offsets
+from mirrorflow.kafka.connection import READ_COMMITTED, READ_UNCOMMITTED, TIMEOUT_S, end_offsets, kept_open
 from mirrorflow.kafka.fetched_batches import SourceRecord
 from mirrorflow.kafka.produce import new_writer
 from mirrorflow.kafka.record_reads import read_records
@@ -60,21 +62,26 @@ class BatchCopy:
         self.writer = writer
         self.isolate = settings.isolate
         self.chain = Chain(settings.transforms)
-        self.target = Connection(settings.target, "target", {p.remote_topic for p in plans})
+        self._open = ExitStack()
         try:
-            self.source = Connection(settings.source, "source", {p.topic for p in plans})
+            self.target = self._open.enter_context(
+                kept_open(settings.target, "target", {p.remote_topic for p in plans})
+            )
+            self.source = self._open.enter_context(
+                kept_open(settings.source, "source", {p.topic for p in plans})
+            )
         except BaseException:
-            self.target.close()
+            self._open.close()
             raise
         self.budget = Budget(BUFFER_BYTES)
 
     def __enter__(self) -> BatchCopy:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.budget.close()
-        self.source.close()
-        self.target.close()
+        # Left open for the next task of this worker, unless the copy failed.
+        self._open.__exit__(*exc)
 
     def run(self) -> list[PartitionResult]:
         ends = end_offsets(self.target, [(p.remote_topic, p.partition) for p in self.plans], READ_UNCOMMITTED)

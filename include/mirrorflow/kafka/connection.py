@@ -17,8 +17,10 @@ thread. Invariants:
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from kafka.errors import for_code
@@ -115,6 +117,35 @@ class Connection:
 
     def close(self) -> None:
         self.client.close()
+
+
+# Connections idle between two tasks of this process, one per cluster and role (``kept_open``).
+_idle: dict[tuple[str, tuple[tuple[str, str], ...]], Connection] = {}
+_idle_guard = threading.Lock()
+
+
+@contextmanager
+def kept_open(props: Mapping[str, str], side: str, topics: Iterable[str]) -> Iterator[Connection]:
+    """A connection to the cluster of ``props``: the one an earlier task of this process left idle,
+    if any (a DR window's micro-batches run task after task in the same Python workers, and a new
+    connection pays its bootstrap and metadata every time), else a new one. It is left idle for the
+    next task when the block ends normally, and closed when the block raises: a connection whose
+    requests failed is never reused."""
+    key = (side, tuple(sorted(props.items())))
+    with _idle_guard:
+        connection = _idle.pop(key, None)
+    if connection is None:
+        connection = Connection(props, side, topics)
+    try:
+        yield connection
+    except BaseException:
+        connection.close()
+        raise
+    with _idle_guard:
+        spare = _idle.pop(key, None)
+        _idle[key] = connection
+    if spare is not None:
+        spare.close()
 
 
 def end_offsets(connection: Connection, tps: Iterable[TP], isolation: int) -> dict[TP, int]:

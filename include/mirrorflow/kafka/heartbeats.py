@@ -58,29 +58,48 @@ def _next_record(consumer: Consumer, where: str) -> tuple[bytes, bytes]:
 
 def freshness_seconds(flow: FlowConfig, now_ms: int | None = None) -> float | None:
     """Age of the newest mirrored heartbeat on the target; None when none was mirrored yet."""
-    remote = flow.replication_policy.format_remote_topic(
-        flow.source.alias, flow.replication_policy.heartbeats_topic()
-    )
-    consumer = Consumer(
-        {
-            **librdkafka_config(flow.target.consumer),
-            "group.id": "mirrorflow-freshness",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        tp = TopicPartition(remote, 0)
-        found = consumer.list_topics(remote, timeout=_TIMEOUT_S).topics.get(remote)
-        if found is None or found.error is not None:
-            return None
-        low, high = consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S)
-        if high <= low:
-            return None
-        consumer.assign([TopicPartition(remote, 0, high - 1)])
-        beat = Heartbeat.decode(*_next_record(consumer, f"{remote} on {flow.target.alias}"))
-    except KafkaException as exc:
-        raise TransientError(f"cannot read {remote} on {flow.target.alias}: {exc}") from exc
-    finally:
-        consumer.close()
-    now = int(time.time() * 1000) if now_ms is None else now_ms
-    return max(0.0, (now - beat.timestamp) / 1000)
+    with HeartbeatAges(flow) as ages:
+        return ages.newest(now_ms)
+
+
+class HeartbeatAges:
+    """Reads the age of the newest heartbeat mirrored to ``flow``'s target, as often as asked, over one
+    consumer kept open (a new one per read costs its connections and metadata every time: a DR
+    window reads the age every heartbeat interval)."""
+
+    def __init__(self, flow: FlowConfig) -> None:
+        self._flow = flow
+        self._remote = flow.replication_policy.format_remote_topic(
+            flow.source.alias, flow.replication_policy.heartbeats_topic()
+        )
+        self._consumer = Consumer(
+            {
+                **librdkafka_config(flow.target.consumer),
+                "group.id": "mirrorflow-freshness",
+                "enable.auto.commit": False,
+            }
+        )
+
+    def __enter__(self) -> HeartbeatAges:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._consumer.close()
+
+    def newest(self, now_ms: int | None = None) -> float | None:
+        """Age of the newest mirrored heartbeat now; None when none was mirrored yet."""
+        remote, consumer, target = self._remote, self._consumer, self._flow.target.alias
+        try:
+            tp = TopicPartition(remote, 0)
+            found = consumer.list_topics(remote, timeout=_TIMEOUT_S).topics.get(remote)
+            if found is None or found.error is not None:
+                return None
+            low, high = consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False)
+            if high <= low:
+                return None
+            consumer.assign([TopicPartition(remote, 0, high - 1)])
+            beat = Heartbeat.decode(*_next_record(consumer, f"{remote} on {target}"))
+        except KafkaException as exc:
+            raise TransientError(f"cannot read {remote} on {target}: {exc}") from exc
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        return max(0.0, (now - beat.timestamp) / 1000)
