@@ -77,6 +77,9 @@ class HeartbeatAges:
                 **librdkafka_config(flow.target.consumer),
                 "group.id": "mirrorflow-freshness",
                 "enable.auto.commit": False,
+                # A read is one record at the end: answer at once (librdkafka's default waits up to
+                # 500 ms for more, on every read of a consumer kept open).
+                "fetch.wait.max.ms": 10,
             }
         )
 
