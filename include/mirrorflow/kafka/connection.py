@@ -130,10 +130,13 @@ def kept_open(props: Mapping[str, str], side: str, topics: Iterable[str]) -> Ite
     if any (a DR window's micro-batches run task after task in the same Python workers, and a new
     connection pays its bootstrap and metadata every time), else a new one. It is left idle for the
     next task when the block ends normally, and closed when the block raises: a connection whose
-    requests failed is never reused."""
+    requests failed is never reused, nor one a broker closed while it was idle (``_still_open``)."""
     key = (side, tuple(sorted(props.items())))
     with _idle_guard:
         connection = _idle.pop(key, None)
+    if connection is not None and not _still_open(connection):
+        connection.close()
+        connection = None
     if connection is None:
         connection = Connection(props, side, topics)
     try:
@@ -146,6 +149,16 @@ def kept_open(props: Mapping[str, str], side: str, topics: Iterable[str]) -> Ite
         _idle[key] = connection
     if spare is not None:
         spare.close()
+
+
+def _still_open(connection: Connection) -> bool:
+    """Whether every broker socket an idle connection had is still open: one a broker closed while
+    the connection was idle (the broker restarted, or closed it as idle) shows on a first look
+    (``poll(0)``), and the connection is then opened afresh, metadata included, as for a new task."""
+    client = connection.client
+    had = [b.node_id for b in client.cluster.brokers() if client.connected(b.node_id)]
+    connection.poll(0)
+    return all(client.connected(node) for node in had)
 
 
 def end_offsets(connection: Connection, tps: Iterable[TP], isolation: int) -> dict[TP, int]:
