@@ -68,7 +68,7 @@ class Window:
     wall_s: float
     log: str
     micro_batches: int = 0
-    spark_jobs: int = 0
+    spark_copies: int = 0
     records: int = 0
     error: str | None = None
     rows_after: dict[str, int] = field(default_factory=dict)
@@ -139,9 +139,9 @@ def _run_window(env: dict[str, str], logs: Path, state: Path, index: int, window
     except MirrorError as exc:
         window.error = str(exc)
         return window
-    window.micro_batches, window.spark_jobs, window.records = (
+    window.micro_batches, window.spark_copies, window.records = (
         summary.micro_batches,
-        summary.spark_jobs,
+        summary.spark_copies,
         summary.records,
     )
     if summary.error is not None:

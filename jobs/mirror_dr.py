@@ -18,7 +18,7 @@ from pyspark import SparkConf, SparkContext
 
 from mirrorflow.app.dag_spec import job_arguments
 from mirrorflow.app.dr_window import run_window
-from mirrorflow.copy.spark_copy import copy_plan, warm_up
+from mirrorflow.copy.spark_copy import StandingCopy
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,18 +27,14 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per gateway connection otherwise
     args = job_arguments(argv, __doc__)
     config, flow = args.config, args.flow
-    # One SparkContext for the whole window: each micro-batch is one Spark job of about one task per
-    # core, with the Python workers reused between jobs, started before the window waits its turn.
+    # One SparkContext for the whole window, and one Spark job in it whose tasks (one per core) copy
+    # every micro-batch, started before the window waits its turn.
     sc = SparkContext.getOrCreate(SparkConf().setAppName(f"mirror {flow.name} DR {args.run_id}"))
+    copy = StandingCopy(sc, flow)
     try:
-        warm_up(sc)
-        summary = run_window(
-            config,
-            flow.name,
-            args.run_id,
-            lambda plan: copy_plan(sc, flow, plan),
-        )
+        summary = run_window(config, flow.name, args.run_id, copy)
     finally:
+        copy.close()
         sc.stop()
     print(summary.as_dict())
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from mirrorflow.app import dr_window, runner
 from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.model import MirrorConfig
-from mirrorflow.copy.spark_copy import copy_plan
+from mirrorflow.copy.spark_copy import StandingCopy
 from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.core.window import WindowSummary
 from mirrorflow.errors import FlowLockedError
@@ -47,15 +47,28 @@ def _dr_config(
     )
 
 
-def _spark_copy(spark: SparkSession, config: MirrorConfig) -> Callable[[Plan], CopyResult]:
-    flow = config.flow(FLOW)
-    return lambda plan: copy_plan(spark.sparkContext, flow, plan)
+SparkCopy = Callable[[MirrorConfig], StandingCopy]
+
+
+@pytest.fixture
+def spark_copy(spark: SparkSession) -> Iterator[SparkCopy]:
+    """The copy a DR window's Spark job uses (standing tasks), ended after the test: the session's
+    cores are free again for the next one."""
+    made: list[StandingCopy] = []
+
+    def make(config: MirrorConfig) -> StandingCopy:
+        made.append(StandingCopy(spark.sparkContext, config.flow(FLOW)))
+        return made[-1]
+
+    yield make
+    for copy in made:
+        copy.close()
 
 
 def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],
-    spark: SparkSession,
+    spark_copy: SparkCopy,
     unique_name: str,
 ) -> None:
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
@@ -73,7 +86,7 @@ def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
     producer = threading.Thread(target=produce_while_the_window_runs)
     try:
         producer.start()
-        summary = dr_window.run_window(config, FLOW, "window-1", _spark_copy(spark, config))
+        summary = dr_window.run_window(config, FLOW, "window-1", spark_copy(config))
         ended = datetime.now(UTC)
     finally:
         producer.join()
@@ -84,7 +97,7 @@ def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
     assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 3) == 3 * 400
     assert summary.records == 3 * 400
     assert summary.lag_by_partition == {(topic, p): 0 for p in range(3)}
-    assert 2 < summary.spark_jobs < summary.micro_batches  # idle micro-batches start no Spark job
+    assert 2 < summary.spark_copies < summary.micro_batches  # idle micro-batches copy nothing in Spark
     # The micro-batches' batch-log rows end merged: one per partition, translating as before.
     store = OffsetsStore(config.offsets_db_url)
     batches = store.batches(FLOW)
@@ -119,7 +132,7 @@ def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
 def test_a_window_killed_before_its_commit_leaves_nothing_twice(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],
-    spark: SparkSession,
+    spark_copy: SparkCopy,
     unique_name: str,
 ) -> None:
     """A window that dies after its copy wrote and before its commit: the next window's first plan
@@ -129,7 +142,7 @@ def test_a_window_killed_before_its_commit_leaves_nothing_twice(
     create_topic(primary.bootstrap, topic, 2)
     sample_data.produce_samples(primary.bootstrap, topic, 2, 0, 300)
     config = _dr_config(write_config, topic, window_s=3)
-    copy = _spark_copy(spark, config)
+    copy = spark_copy(config)
 
     class Killed(BaseException):
         """Stands for the process dying: no handler of the window sees it."""
@@ -190,7 +203,7 @@ def test_a_window_whose_predecessor_never_hands_over_gives_up_naming_it(
 def test_the_next_window_takes_over_at_a_micro_batch_boundary_without_a_gap(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],
-    spark: SparkSession,
+    spark_copy: SparkCopy,
     unique_name: str,
 ) -> None:
     """Two windows overlap as the scheduler runs them: the second is up while the first still
@@ -199,7 +212,7 @@ def test_the_next_window_takes_over_at_a_micro_batch_boundary_without_a_gap(
     topic = unique_name
     create_topic(primary.bootstrap, topic, 2)
     config = _dr_config(write_config, topic, window_s=8, handover_wait_s=1)
-    copy = _spark_copy(spark, config)
+    copy = spark_copy(config)
     taken_over: dict[str, float] = {}  # when each window's first Spark copy started
     producing = threading.Event()
     each = 0  # records produced to each partition
@@ -258,7 +271,7 @@ def test_the_next_window_takes_over_at_a_micro_batch_boundary_without_a_gap(
 def test_a_window_leaves_a_failed_partition_out_mirrors_the_others_and_fails_at_its_end(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],
-    spark: SparkSession,
+    spark_copy: SparkCopy,
     unique_name: str,
 ) -> None:
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
@@ -285,7 +298,7 @@ def test_a_window_leaves_a_failed_partition_out_mirrors_the_others_and_fails_at_
     during = threading.Thread(target=produce_while_the_window_runs)
     try:
         during.start()
-        summary = dr_window.run_window(config, FLOW, "window-1", _spark_copy(spark, config))
+        summary = dr_window.run_window(config, FLOW, "window-1", spark_copy(config))
     finally:
         during.join()
         runner.release_run(config, FLOW, "window-1")

@@ -99,7 +99,7 @@ class _Window:
         self.clock = clock
         self.steps = StepTimes(clock)
         self.topics: RemoteTopics | None = None
-        self.micro_batches = self.spark_jobs = self.records = self.bytes = self.checkpoints = 0
+        self.micro_batches = self.spark_copies = self.records = self.bytes = self.checkpoints = 0
         self.lags: dict[tuple[str, int], int] = {}
         self.age: float | None = None
         # Per partition, the figures of the micro-batches since the metrics history was last written.
@@ -187,7 +187,7 @@ class _Window:
         return plan
 
     def copy_and_commit(self, plan: Plan) -> RunReport:
-        """Copy the plan (in process when it holds heartbeats only, else one Spark job) and commit it."""
+        """Copy the plan (in process when it holds heartbeats only, else in Spark) and commit it."""
         timed = self.steps.timed
         plan = replace(plan, writer=self.session.flow_writer())
         with timed("copy"):
@@ -196,7 +196,7 @@ class _Window:
             elif plan.in_process:
                 result = self.session.copy_in_process(plan)
             else:
-                self.spark_jobs += 1
+                self.spark_copies += 1
                 result = self.copy(plan)
         with timed("commit"):
             report = self.session.commit(plan, result, log_level=logging.DEBUG, metrics=False)
@@ -347,7 +347,7 @@ class _Window:
             started_at=started.isoformat(timespec="seconds"),
             ended_at=datetime.now(UTC).isoformat(timespec="seconds"),
             micro_batches=self.micro_batches,
-            spark_jobs=self.spark_jobs,
+            spark_copies=self.spark_copies,
             records=self.records,
             bytes=self.bytes,
             checkpoints=self.checkpoints,
@@ -405,11 +405,11 @@ def run_window(
         summary = window.summary(started, error)
         save_document(session.store, flow.name, run_id, "window", summary.to_json())
     log.info(
-        "flow %s window %s: %d micro-batches (%d Spark jobs), %d records, %d checkpoints%s%s",
+        "flow %s window %s: %d micro-batches (%d copied in Spark), %d records, %d checkpoints%s%s",
         flow.name,
         run_id,
         summary.micro_batches,
-        summary.spark_jobs,
+        summary.spark_copies,
         summary.records,
         summary.checkpoints,
         f"; handed over to {summary.successor}" if summary.successor else "",

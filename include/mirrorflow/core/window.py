@@ -21,7 +21,7 @@ class WindowSummary(Document):
     """Counts of one window, the lag its last micro-batch left per partition, and the error that
     ended it early (``error``: the ``MirrorError`` class name and message), if any.
 
-    ``micro_batches`` counts every plan made; ``spark_jobs`` those that needed Spark (an empty plan,
+    ``micro_batches`` counts every plan made; ``spark_copies`` those copied in Spark (an empty plan,
     or one of heartbeats only, needs none). ``records`` and ``bytes`` count what was written.
     """
 
@@ -34,7 +34,7 @@ class WindowSummary(Document):
     started_at: str
     ended_at: str
     micro_batches: int = 0
-    spark_jobs: int = 0
+    spark_copies: int = 0
     records: int = 0
     bytes: int = 0
     checkpoints: int = 0
@@ -54,7 +54,7 @@ class WindowSummary(Document):
         """The Airflow-facing counts (the run's XCom)."""
         return {
             "micro_batches": self.micro_batches,
-            "spark_jobs": self.spark_jobs,
+            "spark_copies": self.spark_copies,
             "records": self.records,
             "bytes": self.bytes,
             "checkpoints": self.checkpoints,

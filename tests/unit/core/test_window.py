@@ -13,7 +13,7 @@ SUMMARY = WindowSummary(
     started_at="2026-01-01T00:00:00+00:00",
     ended_at="2026-01-01T00:10:00+00:00",
     micro_batches=600,
-    spark_jobs=40,
+    spark_copies=40,
     records=12_000,
     bytes=12_000_000,
     checkpoints=9,
@@ -32,7 +32,7 @@ def test_a_summary_reads_back_whole() -> None:
 def test_a_summary_gives_airflow_its_counts_and_lag() -> None:
     assert SUMMARY.as_dict() == {
         "micro_batches": 600,
-        "spark_jobs": 40,
+        "spark_copies": 40,
         "records": 12_000,
         "bytes": 12_000_000,
         "checkpoints": 9,

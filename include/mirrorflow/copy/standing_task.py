@@ -1,0 +1,67 @@
+"""A DR window's standing copy task: a Spark task that stays for the whole window and copies each
+micro-batch's group of planned partitions as the window hands it over (``spark_copy.StandingCopy``
+runs them and hands the groups over).
+
+A Spark job per micro-batch pays its scheduling and the shipping of its closure to the Python
+workers every time: 100-300 ms on a small machine, more than copying the few hundred records a DR
+micro-batch holds. A standing task pays it once per window. Invariants:
+- A task copies only the group it is handed, with ``batch_copy.copy_partitions``, exactly as a task
+  of a job per micro-batch does; it copies one group at a time and answers each before it takes the
+  next, so no two copies of a partition ever overlap.
+- The channel is ``multiprocessing.connection``'s, authenticated with a secret the window's driver
+  made for this job. Driver to task: ``(group, writer)``, or None to end. Task to driver: its index
+  once, then per group its results (a list of ``PartitionResult``) or a ``Failed``.
+- A task whose driver is gone (the window's process ended) stops: it never copies what no one will
+  commit.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Client
+
+from mirrorflow.copy.batch_copy import CopySettings, copy_partitions
+from mirrorflow.core.plan import PartitionPlan, PartitionResult, Writer
+from mirrorflow.errors import MirrorError
+
+Handed = tuple[tuple[PartitionPlan, ...], Writer | None]
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A group's copy failed: a classified error's class name and message (``error_class``), or, for
+    anything else, ``kind`` None and the task's traceback."""
+
+    kind: str | None
+    message: str
+
+
+def serve(index: int, address: tuple[str, int], secret: bytes, settings: CopySettings) -> None:
+    """The task's life: connect to the window's driver, then copy what it hands over until it says
+    stop or is gone."""
+    try:
+        channel = Client(address, authkey=secret)
+    except OSError:
+        # The window stopped its tasks before this one started: nothing is handed to it.
+        return
+    with channel:
+        channel.send(index)
+        while True:
+            try:
+                handed: Handed | None = channel.recv()
+            except (EOFError, OSError):
+                return
+            if handed is None:
+                return
+            channel.send(_copied(handed, settings))
+
+
+def _copied(handed: Handed, settings: CopySettings) -> list[PartitionResult] | Failed:
+    group, writer = handed
+    try:
+        return copy_partitions(group, settings, writer)
+    except MirrorError as exc:
+        return Failed(type(exc).__name__, str(exc))
+    except Exception:
+        return Failed(None, traceback.format_exc())
