@@ -41,6 +41,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from contenders import AIRFLOW, flow_properties, java_cmd, start_logged, stop_process
+from footprint import KINDS, Footprint
 from scenarios import Options, ScenarioResult, prepare_airflow, start
 from workload import create_topics
 
@@ -226,10 +227,16 @@ def _running(target: Callable[..., None], *args: Any) -> Iterator[threading.Even
 
 
 def measure(
-    source: str, target: str, rate: int, seconds: float, handovers: Callable[[], list[float]] = list
+    source: str,
+    target: str,
+    rate: int,
+    seconds: float,
+    handovers: Callable[[], list[float]] = list,
+    root_pid: int | None = None,
 ) -> dict[str, Any]:
     """Steps 1-5 (and 6, with ``handovers``: the times, s since the epoch, the flow changed hands) of
-    the module's doc, with the contender already started."""
+    the module's doc, with the contender already started; with ``root_pid``, the memory of the
+    contender's processes under it while the producer runs (``footprint``)."""
     watch, producer = Watch(), RateProducer(source)
     measured_from = [1] * PARTITIONS  # sequence 0 of each partition is its warm-up record
     group = Consumer({"bootstrap.servers": source, "group.id": GROUP, "enable.auto.commit": "false"})
@@ -248,7 +255,7 @@ def measure(
                 )
             time.sleep(0.1)
         warm_at = len(watch.backlog)
-        with _running(_commit_every_second, producer, group):
+        with Footprint(root_pid) as footprint, _running(_commit_every_second, producer, group):
             producer.run(rate, seconds)
         produced_at = len(watch.backlog)
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
@@ -276,6 +283,7 @@ def measure(
         "backlog_last_tenth": statistics.mean(backlog[-tenth:]) if backlog else None,
         "backlog_max": max(backlog, default=None),
         "handover_waits_s": [_longest_wait(watch, at) for at in handovers()],
+        "footprint_mib": footprint.summary(),
     }
 
 
@@ -365,7 +373,7 @@ def _run_contender(
             True,
         )
     try:
-        out = measure(source, target, rate, opts.rpo_seconds)
+        out = measure(source, target, rate, opts.rpo_seconds, root_pid=proc.pid)
     finally:
         stop_process(proc, group=group)
     if name == "ours":
@@ -384,7 +392,7 @@ def _under_the_scheduler(opts: Options, work: Path, source: str, target: str, ra
     try:
         _unpause(airflow, "mirror_source_to_target")
         with _holders(f"sqlite:///{state / 'offsets.db'}") as changes:
-            out = measure(source, target, rate, opts.rpo_seconds, lambda: _handovers(changes))
+            out = measure(source, target, rate, opts.rpo_seconds, lambda: _handovers(changes), airflow.pid)
     finally:
         airflow.stop()
     out["window_seconds"] = opts.rpo_window_seconds
@@ -506,4 +514,19 @@ def _table(rows: list[dict[str, Any]], opts: Options) -> list[str]:
             f"| {_fmt(r['heartbeat_age_max_s'], '.1f')} | {_fmt(r['checkpoint_age_max_s'], '.1f')} "
             f"| {', '.join(_fmt(w) for w in r['handover_waits_s']) or '-'} |"
         )
+    kinds = [k for k in (*KINDS, "total") if any(k in r.get("footprint_mib", {}) for r in rows)]
+    if kinds:
+        lines += [
+            "",
+            "Memory while the producer ran, RSS MiB per kind of process: median of per-second samples (peak)",
+            "",
+            f"| contender | rate rec/s | {' | '.join(kinds)} |",
+            f"|---|---:|{'---:|' * len(kinds)}",
+        ]
+        for r in rows:
+            mem = r.get("footprint_mib", {})
+            cells = [
+                f"{mem[k]['median_mib']:,.0f} ({mem[k]['peak_mib']:,.0f})" if k in mem else "-" for k in kinds
+            ]
+            lines.append(f"| {r['contender']} | {r['rate']:,} | {' | '.join(cells)} |")
     return lines

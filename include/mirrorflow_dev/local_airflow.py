@@ -69,6 +69,11 @@ class LocalAirflow:
         return self._process is not None and self._process.poll() is None
 
     @property
+    def pid(self) -> int | None:
+        """``airflow standalone``'s process id: the root of every Airflow process it runs."""
+        return None if self._process is None else self._process.pid
+
+    @property
     def log_file(self) -> Path:
         return self.home / "standalone.log"
 
