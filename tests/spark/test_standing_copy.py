@@ -4,6 +4,7 @@ and the next micro-batch is copied by a fresh job."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -116,9 +117,17 @@ def test_a_tasks_error_is_raised_as_its_class_and_a_fresh_job_copies_the_next_mi
 def _python_workers() -> list[psutil.Process]:
     """The Spark session's Python workers: the children of its pyspark daemon."""
     here = psutil.Process(os.getpid())
-    daemons = [p for p in here.children(recursive=True) if "pyspark.daemon" in " ".join(p.cmdline())]
-    forked = [d for d in daemons if "pyspark.daemon" not in " ".join(d.parent().cmdline())]
+    daemons = [p for p in here.children(recursive=True) if "pyspark.daemon" in _cmdline(p)]
+    forked = [d for d in daemons if "pyspark.daemon" not in _cmdline(d.parent())]
     return [worker for daemon in forked for worker in daemon.children()]
+
+
+def _cmdline(process: psutil.Process | None) -> str:
+    """A process's command line; empty for one gone or a zombie (other tests' children may be)."""
+    try:
+        return " ".join(process.cmdline()) if process is not None else ""
+    except psutil.Error:
+        return ""
 
 
 def test_a_lost_task_is_a_transient_error_and_a_fresh_job_copies_the_next_micro_batch(
@@ -131,8 +140,11 @@ def test_a_lost_task_is_a_transient_error_and_a_fresh_job_copies_the_next_micro_
     sample_data.produce_samples(primary.bootstrap, topic, 2, 0, 20)
     assert _micro_batch(config, "window#0", copy) == 40
     lost = _the_one_job(spark)
-    for worker in _python_workers():  # as the OOM killer would
-        worker.send_signal(signal.SIGKILL)
+    workers = _python_workers()
+    assert workers
+    for worker in workers:  # as the OOM killer would
+        with contextlib.suppress(psutil.NoSuchProcess):
+            worker.send_signal(signal.SIGKILL)
 
     sample_data.produce_samples(primary.bootstrap, topic, 2, 20, 20)
     with pytest.raises(TransientError, match=r"copy task \d of the window is gone|copy tasks failed"):
