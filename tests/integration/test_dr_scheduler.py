@@ -23,8 +23,11 @@ from mirror_helpers import (
     wait_for_dag,
 )
 
+from mirrorflow.app.window_lease import LEASE_SECONDS
 from mirrorflow.config.model import MirrorConfig
+from mirrorflow.core.window import WindowSummary
 from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.run_documents import describe, read_document
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 
@@ -146,6 +149,16 @@ def test_dr_windows_under_the_scheduler_hand_over_without_a_gap_and_survive_a_ki
     assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, remote, PARTITIONS) == (
         PARTITIONS * produced[0]
     )
-    # Records arrived all through each handover: no new record kept the target waiting 2 s or more.
-    for at in handovers[:2]:
-        assert arrivals.longest_gap(at - 5, min(at + 5, killed_at)) < 2.0, holders.changes
+    # The first two windows handed the flow over to the window after them, each at a micro-batch
+    # boundary (not lost to a lease running out).
+    for before, after in zip(holders.runs()[:2], holders.runs()[1:3], strict=True):
+        assert _summary(store, before).successor == after
+    # Records kept arriving through each handover: none waited for a lease to run out. How long a
+    # handover keeps records waiting is the benchmark's to show (bench/rpo.py, README: Performance).
+    for at in handovers:
+        assert arrivals.longest_gap(at - 5, min(at + 5, killed_at)) < LEASE_SECONDS / 3, holders.changes
+
+
+def _summary(store: OffsetsStore, run_id: str) -> WindowSummary:
+    text = read_document(store, FLOW, run_id, "window", "DR window summary")
+    return WindowSummary.from_json(text, describe(FLOW, run_id, "DR window summary"))

@@ -118,15 +118,14 @@ class _Window:
     def prepare(self) -> None:
         """What a window does before its turn, so that its first micro-batch after taking over costs
         what the others do: heartbeats (which also opens the internal topics' producers; MM2 emits
-        them whoever mirrors), the flow's writer if it has one, the mirrored heartbeat's age. The
-        checkpoints are next due an interval after the flow last emitted one, whichever window did;
-        the remote topics and ACLs are synced in the first micro-batch (a topic may have come)."""
+        them whoever mirrors), the remote topics and ACLs synced (their intervals count from then, so
+        a topic created while the window waits is picked up within one, as MM2's refresh does), the
+        flow's writer if it has one, the mirrored heartbeat's age. The checkpoints are next due an
+        interval after the flow last emitted one, whichever window did."""
         session, now = self.session, self.clock()
-        if self.flow.emit_heartbeats:
-            session.emit_heartbeats()
+        self.sync(now)
         session.known_writer()
         self.heartbeat_age()
-        self.timers.ran("heartbeats", now)
         emitted = last_emitted_at(session.store, self.flow.name)
         if emitted is not None:
             self.timers.ran("checkpoints", now - (session.store.now() - emitted).total_seconds())
