@@ -28,10 +28,11 @@ def main(argv: list[str] | None = None) -> None:
     args = job_arguments(argv, __doc__)
     config, flow = args.config, args.flow
     # One SparkContext for the whole window, and one Spark job in it whose tasks (one per core) copy
-    # every micro-batch, started before the window waits its turn.
+    # every micro-batch, all up and connected before the window offers to take over.
     sc = SparkContext.getOrCreate(SparkConf().setAppName(f"mirror {flow.name} DR {args.run_id}"))
     copy = StandingCopy(sc, flow)
     try:
+        copy.await_tasks()
         summary = run_window(config, flow.name, args.run_id, copy)
     finally:
         copy.close()

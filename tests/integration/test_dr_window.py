@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import pytest
-from arrivals import Arrivals
+from arrivals import Arrivals, Producing
 from mirror_helpers import assert_same_records, commit_group, create_topic
 from pyspark.sql import SparkSession
 
@@ -52,12 +52,13 @@ SparkCopy = Callable[[MirrorConfig], StandingCopy]
 
 @pytest.fixture
 def spark_copy(spark: SparkSession) -> Iterator[SparkCopy]:
-    """The copy a DR window's Spark job uses (standing tasks), ended after the test: the session's
-    cores are free again for the next one."""
+    """The copy a DR window's Spark job uses (standing tasks), up before the window starts as in the
+    job, ended after the test: the session's cores are free again for the next one."""
     made: list[StandingCopy] = []
 
     def make(config: MirrorConfig) -> StandingCopy:
         made.append(StandingCopy(spark.sparkContext, config.flow(FLOW)))
+        made[-1].await_tasks()
         return made[-1]
 
     yield make
@@ -214,16 +215,6 @@ def test_the_next_window_takes_over_at_a_micro_batch_boundary_without_a_gap(
     config = _dr_config(write_config, topic, window_s=8, handover_wait_s=1)
     copy = spark_copy(config)
     taken_over: dict[str, float] = {}  # when each window's first Spark copy started
-    producing = threading.Event()
-    each = 0  # records produced to each partition
-
-    def produce() -> None:
-        nonlocal each
-        while producing.is_set():
-            sample_data.produce_samples(primary.bootstrap, topic, 2, each, 10)
-            each += 10
-            time.sleep(0.1)
-
     summaries: dict[str, WindowSummary] = {}
 
     def window(run_id: str) -> None:
@@ -234,24 +225,20 @@ def test_the_next_window_takes_over_at_a_micro_batch_boundary_without_a_gap(
         summaries[run_id] = dr_window.run_window(config, FLOW, run_id, noted)
 
     first, second = (threading.Thread(target=window, args=(r,)) for r in ("window-1", "window-2"))
-    producer = threading.Thread(target=produce)
     with Arrivals(backup.bootstrap, f"primary.{topic}", 2) as arrivals:
-        producing.set()
-        producer.start()
-        first.start()
-        time.sleep(3)
-        second.start()  # up and waiting well before the first window's end
-        time.sleep(9)
+        with Producing(primary.bootstrap, topic, 2) as producing:
+            first.start()
+            time.sleep(3)
+            second.start()  # up and waiting well before the first window's end
+            time.sleep(9)
         stopped = time.monotonic()
-        producing.clear()
-        producer.join()
         first.join()
         second.join()
-        # Records arrived all along: no handover left the target without new ones for long.
-        # Records arrived all along, from the first window's first copy on: the handover left the
-        # target without new ones for well under 2 s.
+        # From the first window's first copy on, through the handover, no record the source had
+        # waited 2 s or more to reach the target.
         assert arrivals.times[0] < taken_over["window-2"] < stopped
-        assert arrivals.longest_gap(arrivals.times[0], stopped) < 2.0
+        assert arrivals.longest_wait(producing, arrivals.times[0], stopped) < 2.0
+    each = producing.count
 
     one, two = summaries["window-1"], summaries["window-2"]
     assert (one.error, one.successor, two.error, two.successor) == (None, "window-2", None, None)

@@ -119,11 +119,18 @@ class _Window:
         """What a window does before its turn, so that its first micro-batch after taking over costs
         what the others do: heartbeats (which also opens the internal topics' producers; MM2 emits
         them whoever mirrors), the remote topics and ACLs synced (their intervals count from then, so
-        a topic created while the window waits is picked up within one, as MM2's refresh does), the
-        flow's writer if it has one, the mirrored heartbeat's age. The checkpoints are next due an
-        interval after the flow last emitted one, whichever window did."""
+        a topic created while the window waits is picked up within one, as MM2's refresh does), both
+        clusters' ends read once (the first plan then finds its connections to the leaders open),
+        the offset syncs' producer ready, the flow's writer if it has one, the mirrored heartbeat's
+        age. The checkpoints are next due an interval after the flow last emitted one, whichever
+        window did."""
         session, now = self.session, self.clock()
         self.sync(now)
+        assert self.topics is not None  # set by sync
+        tps = [(t, p) for t, n in self.topics.partitions.items() for p in range(n)]
+        session.source.latest_offsets(tps)
+        session.target.latest_offsets([(self.topics.remote_names[t], p) for t, p in tps])
+        session.open_offset_syncs()
         session.known_writer()
         self.heartbeat_age()
         emitted = last_emitted_at(session.store, self.flow.name)

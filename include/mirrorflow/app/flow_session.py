@@ -53,7 +53,7 @@ from mirrorflow.errors import ParamError, TargetStateError
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.kafka.heartbeats import HeartbeatAges, emit_heartbeats
 from mirrorflow.kafka.internal_topics import InternalTopicWriter
-from mirrorflow.kafka.offset_syncs import emit_offset_syncs
+from mirrorflow.kafka.offset_syncs import emit_offset_syncs, open_offset_syncs
 from mirrorflow.kafka.produce import allocate_writer
 from mirrorflow.kafka.record_reads import record_digests
 from mirrorflow.mm2.acl_rules import TopicAcl, missing_acls, target_acls
@@ -150,6 +150,10 @@ class FlowSession:
 
     def emit_heartbeats(self) -> None:
         emit_heartbeats(self.flow, writer=self.internal)
+
+    def open_offset_syncs(self) -> None:
+        """The producer of the flow's offset syncs made ready for the first commit."""
+        open_offset_syncs(self.flow, self.internal)
 
     def sync_topics(self, only: frozenset[str] = frozenset()) -> RemoteTopics:
         """The target made to match the selected source topics (``only``: just those)."""

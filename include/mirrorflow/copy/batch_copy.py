@@ -226,6 +226,14 @@ def copy_partitions(
         return copy.run()
 
 
+def open_connections(settings: CopySettings) -> None:
+    """Open this process's connections to both clusters' brokers and leave them idle for its next
+    copy (``kept_open``), which then pays no connection set-up."""
+    for side, props in (("source", settings.source), ("target", settings.target)):
+        with kept_open(props, side, ()) as connection:
+            connection.connect_brokers()
+
+
 def copy_result(plan: Plan, results: Iterable[PartitionResult]) -> CopyResult:
     """The copy's result, in plan order."""
     done = {(r.topic, r.partition): r for r in results}

@@ -72,8 +72,9 @@ def copy_plan(sc: SparkContext, flow: FlowConfig, plan: Plan) -> CopyResult:
 class StandingCopy:
     """A DR window's copy: one Spark job whose tasks, one per core, stand for the whole window
     (``standing_task``); each micro-batch's plan is spread over them as ``copy_plan`` spreads a plan
-    over a job's tasks. Its job starts when it is made, before the window waits its turn, so that
-    the first micro-batch after a handover costs what the others do. Invariants:
+    over a job's tasks. Its job starts when it is made, and the DR job waits until its tasks are up
+    and connected (``await_tasks``) before the window offers to take over, so that the first
+    micro-batch after a handover costs what the others do. Invariants:
     - A call returns once every group it handed over has answered: no copy of one micro-batch
       overlaps the next one's.
     - A failed call (a task's classified error, a task or the job gone) raises what ``copy_plan``
@@ -84,6 +85,18 @@ class StandingCopy:
     def __init__(self, sc: SparkContext, flow: FlowConfig) -> None:
         self.sc, self.settings = sc, CopySettings.of(flow)
         self._job: _StandingJob | None = _StandingJob(sc, self.settings)
+
+    def await_tasks(self) -> None:
+        """Until every task of the job is up and connected to both clusters (``TransientError`` if
+        they are not within ``TASKS_START_S``): a window waits for this before it offers to take
+        over."""
+        if self._job is None:
+            self._job = _StandingJob(self.sc, self.settings)
+        try:
+            self._job.await_tasks()
+        except BaseException:
+            self.close()
+            raise
 
     def __call__(self, plan: Plan) -> CopyResult:
         if not plan.partitions:
@@ -158,7 +171,7 @@ class _StandingJob:
             socket.create_connection(self.listener.address, timeout=1).close()
 
     def copy(self, plan: Plan) -> list[PartitionResult]:
-        self._await_tasks()
+        self.await_tasks()
         groups = plan.task_groups(plan.task_count(self.size))
         results: list[PartitionResult] = []
         failures: list[BaseException] = []
@@ -191,7 +204,7 @@ class _StandingJob:
             raise failures[0]
         return results
 
-    def _await_tasks(self) -> None:
+    def await_tasks(self) -> None:
         deadline = time.monotonic() + TASKS_START_S
         while not self.all_in.wait(0.05):
             if not self.job.is_alive():

@@ -13,17 +13,22 @@ micro-batch holds. A standing task pays it once per window. Invariants:
   once, then per group its results (a list of ``PartitionResult``) or a ``Failed``.
 - A task whose driver is gone (the window's process ended) stops: it never copies what no one will
   commit.
+- A task opens its connections to both clusters (``batch_copy.open_connections``) before it
+  connects to the driver: once every task has connected (``StandingCopy.await_tasks``), the
+  window's first micro-batch pays no connection set-up. A cluster it cannot reach then is the
+  first copy's to report.
 """
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Client
 
-from mirrorflow.copy.batch_copy import CopySettings, copy_partitions
+from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, open_connections
 from mirrorflow.core.plan import PartitionPlan, PartitionResult, Writer
-from mirrorflow.errors import MirrorError
+from mirrorflow.errors import MirrorError, TransientError
 
 Handed = tuple[tuple[PartitionPlan, ...], Writer | None]
 
@@ -40,6 +45,8 @@ class Failed:
 def serve(index: int, address: tuple[str, int], secret: bytes, settings: CopySettings) -> None:
     """The task's life: connect to the window's driver, then copy what it hands over until it says
     stop or is gone."""
+    with contextlib.suppress(TransientError):
+        open_connections(settings)
     try:
         channel = Client(address, authkey=secret)
     except OSError:

@@ -115,6 +115,15 @@ class Connection:
         """Move requests sent (``send``) and their answers, for at most ``timeout_ms``."""
         self.client.poll(timeout_ms=timeout_ms)
 
+    def connect_brokers(self) -> None:
+        """Open a connection to every broker of the cluster now: the first requests to a partition's
+        leader then find it open (its TCP and version handshake paid before)."""
+        try:
+            for broker in self.client.cluster.brokers():
+                self.client.await_ready(broker.node_id, timeout_ms=int(TIMEOUT_S * 1000))
+        except Exception as exc:
+            raise TransientError(f"cannot reach the {self.side} cluster's brokers: {exc}") from exc
+
     def close(self) -> None:
         self.client.close()
 

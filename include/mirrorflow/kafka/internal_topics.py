@@ -66,6 +66,33 @@ class InternalTopicWriter:
             p.producer.flush(_TIMEOUT_S)
         self._producers.clear()
 
+    def open(self, cluster: ClusterConfig, topic: str, replication_factor: int) -> None:
+        """Make ``cluster``'s producer ready to write ``topic`` now (the topic made if it does not
+        exist), so that the first write pays nothing more than a write."""
+        try:
+            self._ready(cluster, topic, replication_factor)
+        except KafkaException as exc:
+            raise self._dropped(cluster, topic, exc) from exc
+
+    def _dropped(self, cluster: ClusterConfig, topic: str, exc: KafkaException) -> TransientError:
+        """A producer that failed is dropped: the next write makes a fresh one."""
+        self._producers.pop(cluster.alias, None)
+        return TransientError(f"cannot write to {topic} on cluster {cluster.alias}: {exc}")
+
+    def _ready(self, cluster: ClusterConfig, topic: str, replication_factor: int) -> _ClusterProducer:
+        p = self._producers.get(cluster.alias)
+        if p is None:
+            p = self._producers[cluster.alias] = _ClusterProducer(cluster)
+        if topic not in p.topics:
+            # Listing the cluster's topics also gets the idempotent producer its id now: left
+            # alone, its first send waits about 0.5 s for it. Listing all topics never
+            # auto-creates one.
+            if topic not in p.producer.list_topics(timeout=_TIMEOUT_S).topics:
+                with ClusterAdmin(cluster) as admin:
+                    admin.create_topics({topic: NewTopic(1, replication_factor, _CONFIGS)})
+            p.topics.add(topic)
+        return p
+
     def write(
         self,
         cluster: ClusterConfig,
@@ -74,25 +101,14 @@ class InternalTopicWriter:
         records: Sequence[tuple[bytes, bytes]],
     ) -> None:
         """Append (key, value) records to partition 0 of ``topic`` on ``cluster``."""
-        p = self._producers.get(cluster.alias)
         try:
-            if p is None:
-                p = self._producers[cluster.alias] = _ClusterProducer(cluster)
-            if topic not in p.topics:
-                # Listing the cluster's topics also gets the idempotent producer its id now: left
-                # alone, its first send waits about 0.5 s for it. Listing all topics never
-                # auto-creates one.
-                if topic not in p.producer.list_topics(timeout=_TIMEOUT_S).topics:
-                    with ClusterAdmin(cluster) as admin:
-                        admin.create_topics({topic: NewTopic(1, replication_factor, _CONFIGS)})
-                p.topics.add(topic)
+            p = self._ready(cluster, topic, replication_factor)
             p.errors.clear()
             for key, value in records:
                 p.producer.produce(topic, key=key, value=value, partition=0)
             remaining = p.producer.flush(_TIMEOUT_S)
         except KafkaException as exc:
-            self._producers.pop(cluster.alias, None)
-            raise TransientError(f"cannot write to {topic} on cluster {cluster.alias}: {exc}") from exc
+            raise self._dropped(cluster, topic, exc) from exc
         if remaining or p.errors:
             self._producers.pop(cluster.alias, None)  # a fresh producer for the next write
             raise TransientError(
