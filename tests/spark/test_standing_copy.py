@@ -1,6 +1,6 @@
 """A DR window's standing copy tasks on real brokers and real Spark: one Spark job serves every
-micro-batch; a task's error reaches the window as the same class, a lost task as a transient error,
-and the next micro-batch is copied by a fresh job."""
+micro-batch; a task's error reaches the window as the same class, a lost or frozen task as a
+transient error, and the next micro-batch is copied by a fresh job."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from mirrorflow.app import runner
 from mirrorflow.config.model import MirrorConfig
+from mirrorflow.copy import spark_copy
 from mirrorflow.copy.spark_copy import StandingCopy
 from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.errors import TargetStateError, TransientError
@@ -130,11 +131,26 @@ def _cmdline(process: psutil.Process | None) -> str:
         return ""
 
 
-def test_a_lost_task_is_a_transient_error_and_a_fresh_job_copies_the_next_micro_batch(
-    kafka_clusters: Clusters, standing: Standing, spark: SparkSession, unique_name: str
+@pytest.mark.parametrize(
+    ("sent", "error"),
+    [
+        (signal.SIGKILL, r"copy task \d of the window is gone|copy tasks failed"),  # as the OOM killer would
+        (signal.SIGSTOP, r"copy task \d of the window said nothing for 2 s"),  # as a host that vanished
+    ],
+    ids=["killed", "frozen"],
+)
+def test_a_lost_or_frozen_task_is_a_transient_error_and_a_fresh_job_copies_the_next_micro_batch(
+    kafka_clusters: Clusters,
+    standing: Standing,
+    spark: SparkSession,
+    unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    sent: signal.Signals,
+    error: str,
 ) -> None:
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
     config, copy = standing
+    monkeypatch.setattr(spark_copy, "SILENT_S", 2.0)
     topic = f"{unique_name}-a"
     create_topic(primary.bootstrap, topic, 2)
     sample_data.produce_samples(primary.bootstrap, topic, 2, 0, 20)
@@ -142,13 +158,17 @@ def test_a_lost_task_is_a_transient_error_and_a_fresh_job_copies_the_next_micro_
     lost = _the_one_job(spark)
     workers = _python_workers()
     assert workers
-    for worker in workers:  # as the OOM killer would
-        with contextlib.suppress(psutil.NoSuchProcess):
-            worker.send_signal(signal.SIGKILL)
-
-    sample_data.produce_samples(primary.bootstrap, topic, 2, 20, 20)
-    with pytest.raises(TransientError, match=r"copy task \d of the window is gone|copy tasks failed"):
-        _micro_batch(config, "window#1", copy)
+    try:
+        for worker in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.send_signal(sent)
+        sample_data.produce_samples(primary.bootstrap, topic, 2, 20, 20)
+        with pytest.raises(TransientError, match=error):
+            _micro_batch(config, "window#1", copy)
+    finally:
+        for worker in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.send_signal(signal.SIGKILL)
     assert _micro_batch(config, "window#2", copy) == 40  # planned again from the last commit
 
     assert _the_one_job(spark) != lost

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, Listener, wait
+from typing import cast
 
 from py4j.protocol import Py4JJavaError
 from pyspark import SparkContext
@@ -30,7 +31,7 @@ from pyspark.errors.exceptions.captured import CapturedException
 
 from mirrorflow.config.model import FlowConfig
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
-from mirrorflow.copy.standing_task import Failed, serve
+from mirrorflow.copy.standing_task import ALIVE, Failed, serve
 from mirrorflow.core.plan import CopyResult, PartitionPlan, PartitionResult, Plan
 from mirrorflow.errors import (
     AuthorizationError,
@@ -43,6 +44,9 @@ from mirrorflow.errors import (
 # How long a window's standing tasks may take to start, and to end once told to.
 TASKS_START_S = 60.0
 TASKS_STOP_S = 30.0
+# A task copying a group that said nothing for this long (it says ``ALIVE`` every second) froze or
+# lost its host: the micro-batch fails as transient and the job is cancelled at once.
+SILENT_S = 15.0
 
 
 def copy_plan(sc: SparkContext, flow: FlowConfig, plan: Plan) -> CopyResult:
@@ -129,6 +133,7 @@ class _StandingJob:
         self.channels: dict[int, Connection] = {}
         self.all_in = threading.Event()
         self.stopping = False
+        self.silent = False
         self.failure: BaseException | None = None
         self.group_id = f"mirrorflow-standing-copy-{uuid.uuid4().hex}"
         task = partial(_standing_task, self.listener.address, secret, settings)
@@ -176,6 +181,7 @@ class _StandingJob:
         results: list[PartitionResult] = []
         failures: list[BaseException] = []
         handed: dict[Connection, int] = {}
+        heard: dict[Connection, float] = {}
         for index, group in enumerate(groups):
             try:
                 self.channels[index].send((group, plan.writer))
@@ -183,20 +189,30 @@ class _StandingJob:
                 failures.append(_gone(index))
                 continue
             handed[self.channels[index]] = index
+            heard[self.channels[index]] = time.monotonic()
         while handed:
             for ready in wait(list(handed), timeout=1.0):
-                channel = ready if isinstance(ready, Connection) else None
-                assert channel is not None
-                index = handed.pop(channel)
+                channel = cast(Connection, ready)
                 try:
                     answer = channel.recv()
                 except (EOFError, OSError):
-                    failures.append(_gone(index))
+                    failures.append(_gone(handed.pop(channel)))
                     continue
+                if answer == ALIVE:
+                    heard[channel] = time.monotonic()
+                    continue
+                handed.pop(channel)
                 if isinstance(answer, Failed):
                     failures.append(_raised(plan, answer))
                 else:
                     results.extend(answer)
+            silent = [
+                index for channel, index in handed.items() if time.monotonic() - heard[channel] > SILENT_S
+            ]
+            if silent:
+                self.silent = True
+                failures.append(_silent(silent[0]))
+                break
             if handed and not self.job.is_alive():
                 failures.append(self._ended())
                 break
@@ -228,7 +244,8 @@ class _StandingJob:
         for channel in list(self.channels.values()):
             with contextlib.suppress(OSError):
                 channel.send(None)
-        self.job.join(TASKS_STOP_S)
+        if not self.silent:  # a silent task would never end: cancel at once
+            self.job.join(TASKS_STOP_S)
         if self.job.is_alive():
             self.sc.cancelJobGroup(self.group_id)
             self.job.join(TASKS_STOP_S)
@@ -250,6 +267,14 @@ def _gone(index: int) -> TransientError:
     return TransientError(
         f"copy task {index} of the window is gone (its Python worker or executor was lost); the "
         "micro-batch is planned again from what was committed"
+    )
+
+
+def _silent(index: int) -> TransientError:
+    return TransientError(
+        f"copy task {index} of the window said nothing for {SILENT_S:.0f} s while it copied (its Python "
+        "worker froze or its executor's host is gone); its job is cancelled and the micro-batch is "
+        "planned again from what was committed"
     )
 
 

@@ -10,7 +10,10 @@ micro-batch holds. A standing task pays it once per window. Invariants:
   next, so no two copies of a partition ever overlap.
 - The channel is ``multiprocessing.connection``'s, authenticated with a secret the window's driver
   made for this job. Driver to task: ``(group, writer)``, or None to end. Task to driver: its index
-  once, then per group its results (a list of ``PartitionResult``) or a ``Failed``.
+  once, then per group ``ALIVE`` every ``ALIVE_EVERY_S`` while it copies, and its results (a list
+  of ``PartitionResult``) or a ``Failed``. A task that says nothing for long while it copies froze
+  or lost its host, which Spark may not notice for minutes; the driver gives it up
+  (``spark_copy.SILENT_S``).
 - A task whose driver is gone (the window's process ended) stops: it never copies what no one will
   commit.
 - A task opens its connections to both clusters (``batch_copy.open_connections``) before it
@@ -22,15 +25,20 @@ micro-batch holds. A standing task pays it once per window. Invariants:
 from __future__ import annotations
 
 import contextlib
+import threading
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
-from multiprocessing.connection import Client
+from multiprocessing.connection import Client, Connection
 
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, open_connections
 from mirrorflow.core.plan import PartitionPlan, PartitionResult, Writer
 from mirrorflow.errors import MirrorError, TransientError
 
 Handed = tuple[tuple[PartitionPlan, ...], Writer | None]
+
+ALIVE = "alive"
+ALIVE_EVERY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,31 @@ def serve(index: int, address: tuple[str, int], secret: bytes, settings: CopySet
                 return
             if handed is None:
                 return
-            channel.send(_copied(handed, settings))
+            with _saying_alive(channel):
+                answer = _copied(handed, settings)
+            channel.send(answer)
+
+
+@contextlib.contextmanager
+def _saying_alive(channel: Connection) -> Iterator[None]:
+    """``ALIVE`` over ``channel`` every ``ALIVE_EVERY_S`` until the block ends (nothing else is sent
+    on the channel meanwhile)."""
+    done = threading.Event()
+
+    def say() -> None:
+        while not done.wait(ALIVE_EVERY_S):
+            try:
+                channel.send(ALIVE)
+            except OSError:
+                return
+
+    thread = threading.Thread(target=say, name="standing copy: alive", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _copied(handed: Handed, settings: CopySettings) -> list[PartitionResult] | Failed:
