@@ -52,7 +52,6 @@ from mirrorflow_dev.local_airflow import LocalAirflow
 from mirrorflow_dev.processes import free_port
 
 TOPIC = "rpo"
-REMOTE = f"source.{TOPIC}"
 PARTITIONS = 12
 VALUE_BYTES = 1024
 WARM_UP_TIMEOUT_S = 300.0
@@ -100,14 +99,16 @@ def _consumer(bootstrap: str) -> Consumer:
     )
 
 
-def _read_target(bootstrap: str, watch: Watch, measured_from: list[int], stop: threading.Event) -> None:
-    """Reads the remote topic from its start until ``stop``; latencies only for records with a
-    sequence number at or above ``measured_from`` of their partition (the warm-up ones are not)."""
+def _read_target(
+    bootstrap: str, remote: str, watch: Watch, measured_from: list[int], stop: threading.Event
+) -> None:
+    """Reads ``remote`` from its start until ``stop``; latencies only for records with a sequence
+    number at or above ``measured_from`` of their partition (the warm-up ones are not)."""
     consumer = _consumer(bootstrap)
     try:
-        while REMOTE not in consumer.list_topics(timeout=10).topics and not stop.is_set():
+        while remote not in consumer.list_topics(timeout=10).topics and not stop.is_set():
             time.sleep(0.1)
-        consumer.assign([TopicPartition(REMOTE, p, 0) for p in range(PARTITIONS)])
+        consumer.assign([TopicPartition(remote, p, 0) for p in range(PARTITIONS)])
         while not stop.is_set():
             for msg in consumer.consume(1000, 0.1):
                 if msg.error() is not None:
@@ -143,13 +144,15 @@ def _newest_age(consumer: Consumer, topic: str) -> float | None:
     return time.time() - msg.timestamp()[1] / 1000
 
 
-def _sample_ages(bootstrap: str, watch: Watch, produced: Callable[[], int], stop: threading.Event) -> None:
+def _sample_ages(
+    bootstrap: str, alias: str, watch: Watch, produced: Callable[[], int], stop: threading.Event
+) -> None:
     consumer = _consumer(bootstrap)
     try:
         while not stop.wait(1.0):
             watch.backlog.append(produced() - watch.count())
             watch.heartbeat_ages.append(_newest_age(consumer, "heartbeats"))
-            watch.checkpoint_ages.append(_newest_age(consumer, "source.checkpoints.internal"))
+            watch.checkpoint_ages.append(_newest_age(consumer, f"{alias}.checkpoints.internal"))
     finally:
         consumer.close()
 
@@ -233,16 +236,18 @@ def measure(
     seconds: float,
     handovers: Callable[[], list[float]] = list,
     root_pid: int | None = None,
+    alias: str = "source",
 ) -> dict[str, Any]:
     """Steps 1-5 (and 6, with ``handovers``: the times, s since the epoch, the flow changed hands) of
-    the module's doc, with the contender already started; with ``root_pid``, the memory of the
-    contender's processes under it while the producer runs (``footprint``)."""
+    the module's doc for the flow from the cluster ``alias`` at ``source``, with the contender already
+    started; with ``root_pid``, the memory of the contender's processes under it while the producer
+    runs (``footprint``)."""
     watch, producer = Watch(), RateProducer(source)
     measured_from = [1] * PARTITIONS  # sequence 0 of each partition is its warm-up record
     group = Consumer({"bootstrap.servers": source, "group.id": GROUP, "enable.auto.commit": "false"})
     with (
-        _running(_read_target, target, watch, measured_from),
-        _running(_sample_ages, target, watch, lambda: sum(producer.next_seq)),
+        _running(_read_target, target, f"{alias}.{TOPIC}", watch, measured_from),
+        _running(_sample_ages, target, alias, watch, lambda: sum(producer.next_seq)),
     ):
         for p in range(PARTITIONS):
             producer.one(p)
@@ -311,17 +316,25 @@ def _quantile(sorted_ms: list[float], q: float) -> float | None:
     return sorted_ms[min(int(q * len(sorted_ms)), len(sorted_ms) - 1)] / 1000
 
 
-def _mm2_properties(source: str, target: str) -> str:
+def mm2_properties(sources: Mapping[str, str], target: str) -> str:
+    """MM2's config for a flow from each of ``sources`` (alias: bootstrap) into ``target``: heartbeats
+    only where a flow is (MM2 would otherwise emit them between every two clusters)."""
     return (
         "\n".join(
             [
-                "clusters = source, target",
-                f"source.bootstrap.servers = {source}",
+                f"clusters = {', '.join(sources)}, target",
+                *(f"{alias}.bootstrap.servers = {bootstrap}" for alias, bootstrap in sources.items()),
                 f"target.bootstrap.servers = {target}",
-                "source->target.enabled = true",
-                f"source->target.topics = {TOPIC}",
-                "target->source.enabled = false",
-                "target->source.emit.heartbeats.enabled = false",
+                "emit.heartbeats.enabled = false",
+                *(
+                    line
+                    for alias in sources
+                    for line in (
+                        f"{alias}->target.enabled = true",
+                        f"{alias}->target.topics = {TOPIC}",
+                        f"{alias}->target.emit.heartbeats.enabled = true",
+                    )
+                ),
                 "tasks.max = 2",
                 *(
                     f"{k}.replication.factor = 1"
@@ -358,7 +371,7 @@ def _run_contender(
     logs = work / "logs"
     if name == "mm2":
         config = work / "mm2.properties"
-        config.write_text(_mm2_properties(source, target))
+        config.write_text(mm2_properties({"source": source}, target))
         cmd = java_cmd(work, opts.heap_mb, "mm2", "org.apache.kafka.connect.mirror.MirrorMaker", str(config))
         proc, group = start_logged(cmd, logs / "mm2.out"), False
     elif name == "ours-scheduler":
@@ -390,16 +403,18 @@ def _under_the_scheduler(opts: Options, work: Path, source: str, target: str, ra
     airflow.env["SPARK_LOCAL_IP"] = "127.0.0.1"
     airflow.start(timeout=600)
     try:
-        _unpause(airflow, "mirror_source_to_target")
-        with _holders(f"sqlite:///{state / 'offsets.db'}") as changes:
-            out = measure(source, target, rate, opts.rpo_seconds, lambda: _handovers(changes), airflow.pid)
+        unpause(airflow, "mirror_source_to_target")
+        with holders(f"sqlite:///{state / 'offsets.db'}") as changes:
+            out = measure(
+                source, target, rate, opts.rpo_seconds, lambda: lock_handovers(changes), airflow.pid
+            )
     finally:
         airflow.stop()
     out["window_seconds"] = opts.rpo_window_seconds
     return out
 
 
-def _unpause(airflow: LocalAirflow, dag_id: str, timeout: float = 180.0) -> None:
+def unpause(airflow: LocalAirflow, dag_id: str, timeout: float = 180.0) -> None:
     """Once the DAG processor has parsed the DAG (new DAGs start paused)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -413,8 +428,8 @@ def _unpause(airflow: LocalAirflow, dag_id: str, timeout: float = 180.0) -> None
 
 
 @contextmanager
-def _holders(db_url: str) -> Iterator[list[tuple[float, str | None]]]:
-    """Who holds the flow's lock, every 0.1 s: (time since the epoch, run id) at each change."""
+def holders(db_url: str, flow: str = "source->target") -> Iterator[list[tuple[float, str | None]]]:
+    """Who holds ``flow``'s lock, every 0.1 s: (time since the epoch, run id) at each change."""
     changes: list[tuple[float, str | None]] = []
     stop = threading.Event()
 
@@ -422,7 +437,7 @@ def _holders(db_url: str) -> Iterator[list[tuple[float, str | None]]]:
         with OffsetsStore(db_url) as store:
             while not stop.wait(0.1):
                 try:
-                    holder = store.lock_holder("source->target")
+                    holder = store.lock_holder(flow)
                 except TransientError:
                     continue  # the database not created yet, or busy
                 if not changes or changes[-1][1] != holder:
@@ -437,7 +452,7 @@ def _holders(db_url: str) -> Iterator[list[tuple[float, str | None]]]:
         thread.join(30)
 
 
-def _handovers(changes: list[tuple[float, str | None]]) -> list[float]:
+def lock_handovers(changes: list[tuple[float, str | None]]) -> list[float]:
     """When the lock passed from one window straight to another."""
     return [at for (_, before), (at, run) in itertools.pairwise(changes) if run and before]
 

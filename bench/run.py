@@ -51,6 +51,10 @@ no --contenders, no contender runs). Each starts its own source and target clust
             (p50/p99/max), the longest wait of a record produced around each handover,
             lost/duplicated/reordered records, the backlog, and the ages of the newest heartbeat and
             checkpoint on the target.
+   - fan-in (bench/fan_in.py): --fan-in-flows DR flows into one target at once, --fan-in-rate records/s
+            each, mirrored by MM2 (one process) and by our DR flows as deployed (airflow standalone, every
+            flow's DAG unpaused; --rpo-window-seconds windows): per flow what the rpo scenario measures of
+            its one, and the memory of all the contender's processes per kind.
    - soak (bench/soak.py): bounded state in DR mode: DR windows (--soak-window-seconds) back to back
             until --soak-micro-batches micro-batches have run, under a steady producer (--soak-rate
             records/s, 12 partitions); the copy is checked record by record, then the offsets
@@ -76,6 +80,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import contenders
+import fan_in
 import report
 import rpo
 import scenarios
@@ -89,6 +94,7 @@ from mirrorflow_dev import local_kafka
 SCENARIOS: dict[str, Callable[[scenarios.Options], scenarios.ScenarioResult]] = {
     **scenarios.SCENARIOS,
     "rpo": rpo.rpo,
+    "fan-in": fan_in.fan_in,
     "soak": soak.soak,
 }
 CONTENDERS: dict[str, tuple[str, Callable[[Context], Result]]] = {
@@ -244,6 +250,10 @@ def main() -> int:
         "--soak-window-seconds", type=int, default=120, help="DR window length of the soak scenario"
     )
     parser.add_argument("--soak-rate", type=int, default=50, help="records/s produced during the soak")
+    parser.add_argument("--fan-in-flows", type=int, default=4, help="source clusters of the fan-in scenario")
+    parser.add_argument(
+        "--fan-in-rate", type=int, default=500, help="records/s produced to each fan-in source (default: 500)"
+    )
     parser.add_argument("--heap-mb", type=int, default=1024, help="heap of each broker and Kafka tool JVM")
     parser.add_argument("--tasks-max", type=int, default=os.cpu_count() or 1, help="MM2 tasks.max")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per contender step")
@@ -306,6 +316,8 @@ def run_scenarios(args: argparse.Namespace, work: Path, picked: list[str]) -> li
             args.soak_micro_batches,
             args.soak_window_seconds,
             args.soak_rate,
+            args.fan_in_flows,
+            args.fan_in_rate,
         )
         opts.work.mkdir(parents=True, exist_ok=True)
         try:

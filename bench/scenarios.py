@@ -61,6 +61,8 @@ class Options:
     soak_micro_batches: int = 10_000
     soak_window_seconds: int = 120
     soak_rate: int = 50
+    fan_in_flows: int = 4
+    fan_in_rate: int = 500
 
 
 # ------------------------------------------------------------------------------ Spark RSS sampling

@@ -1,0 +1,203 @@
+"""The fan-in scenario of bench/run.py (``--scenarios fan-in``): several DR flows into one target at
+once, and what each contender takes to mirror them all.
+
+--fan-in-flows source clusters ``s1`` .. ``sN``, each with topic ``rpo`` (12 partitions), mirror into
+one target cluster (remote topics ``s1.rpo`` ..): MirrorMaker 2 in dedicated mode, one process for
+every flow (``mm2``), and our DR flows as deployed (``ours-scheduler``): `airflow standalone`, every
+flow's DAG unpaused, each flow's windows of --rpo-window-seconds handing it over to the next. A
+producer per source writes --fan-in-rate records/s for --rpo-seconds; each flow is measured as the
+rpo scenario measures its one (``rpo.measure``: produce-to-readable latency, lost, duplicated and
+reordered records, the longest wait around each handover), all flows at once; the memory of all the
+contender's processes, per kind (``footprint``), is sampled while the producers run.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from contenders import java_cmd, start_logged, stop_process
+from footprint import KINDS
+from rpo import PARTITIONS, TOPIC, holders, lock_handovers, measure, mm2_properties, unpause
+from scenarios import Options, ScenarioResult, start
+from workload import create_topics
+
+from mirrorflow_dev import local_kafka
+from mirrorflow_dev.local_airflow import LocalAirflow
+from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.processes import free_port
+
+CONTENDERS = ("mm2", "ours-scheduler")
+
+
+def fan_in(opts: Options) -> ScenarioResult:
+    res = ScenarioResult("fan-in")
+    rows: list[dict[str, Any]] = []
+    aliases = [f"s{i}" for i in range(1, opts.fan_in_flows + 1)]
+    for name in (c for c in opts.rpo_contenders if c in CONTENDERS):
+        work = opts.work / name
+        started: list[LocalCluster] = []
+        try:
+            for alias in (*aliases, "target"):
+                started.append(start(alias, work / f"kafka-{alias}", opts.heap_mb))
+            *sources, target = started
+            for source in sources:
+                create_topics(source.bootstrap, [TOPIC], PARTITIONS)
+            print(
+                f"  fan-in: {name}, {len(sources)} flows at {opts.fan_in_rate:,} records/s each for "
+                f"{opts.rpo_seconds:.0f} s",
+                flush=True,
+            )
+            flows = {s.alias: s.bootstrap for s in sources}
+            row = {"contender": name, **_run_contender(name, opts, work, flows, target.bootstrap)}
+        except Exception as exc:
+            row = {"contender": name, "failed": f"{type(exc).__name__}: {exc}"}
+            res.detail.append(f"{name}: failed: {exc}; logs in {work / 'logs'}")
+        finally:
+            for cluster in reversed(started):
+                local_kafka.stop_cluster(cluster)
+        print(f"  {row}", flush=True)
+        rows.append(row)
+    res.data["runs"] = rows
+    res.ok = all(
+        "failed" not in r
+        and all(f["lost"] == f["duplicated"] == f["reordered"] == 0 for f in r["flows"].values())
+        for r in rows
+    )
+    res.markdown = _table(rows, opts)
+    return res
+
+
+def _run_contender(
+    name: str, opts: Options, work: Path, flows: dict[str, str], target: str
+) -> dict[str, Any]:
+    logs = work / "logs"
+    if name == "mm2":
+        config = work / "mm2.properties"
+        config.write_text(mm2_properties(flows, target))
+        cmd = java_cmd(work, opts.heap_mb, "mm2", "org.apache.kafka.connect.mirror.MirrorMaker", str(config))
+        proc = start_logged(cmd, logs / "mm2.out")
+        try:
+            return _measure_all(opts, flows, target, proc.pid)
+        finally:
+            stop_process(proc, group=False)
+    config, state = work / "mm2-ours.properties", work / "state"
+    config.write_text(_ours_properties(flows, target, state, opts.rpo_window_seconds))
+    airflow = LocalAirflow(work / "airflow", config, state, free_port())
+    airflow.env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    airflow.start(timeout=600)
+    try:
+        for alias in flows:
+            unpause(airflow, f"mirror_{alias}_to_target")
+        return _measure_all(opts, flows, target, airflow.pid, f"sqlite:///{state / 'offsets.db'}")
+    finally:
+        airflow.stop()
+
+
+def _measure_all(
+    opts: Options, flows: dict[str, str], target: str, root_pid: int | None, db_url: str | None = None
+) -> dict[str, Any]:
+    """Every flow measured at once, each in a thread of its own; the footprint by the first one's
+    (all producers run the same seconds); with ``db_url``, each flow's handovers."""
+    measured: dict[str, dict[str, Any]] = {}
+    failed: list[BaseException] = []
+
+    def one(alias: str, root: int | None) -> None:
+        try:
+            args = (flows[alias], target, opts.fan_in_rate, opts.rpo_seconds)
+            if db_url is None:
+                measured[alias] = measure(*args, root_pid=root, alias=alias)
+                return
+            with holders(db_url, f"{alias}->target") as changes:
+                measured[alias] = measure(*args, lambda: lock_handovers(changes), root, alias)
+        except BaseException as exc:
+            failed.append(exc)
+
+    threads = [
+        threading.Thread(target=one, args=(alias, root_pid if n == 0 else None), daemon=True)
+        for n, alias in enumerate(flows)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failed:
+        raise failed[0]
+    first = next(iter(flows))
+    return {
+        "rate_per_flow": opts.fan_in_rate,
+        "flows": {
+            alias: {k: v for k, v in m.items() if k != "footprint_mib"} for alias, m in measured.items()
+        },
+        "footprint_mib": measured[first]["footprint_mib"],
+    }
+
+
+def _ours_properties(flows: dict[str, str], target: str, state: Path, window_s: int) -> str:
+    lines = [
+        f"clusters = {', '.join(flows)}, target",
+        *(f"{alias}.bootstrap.servers = {bootstrap}" for alias, bootstrap in flows.items()),
+        f"target.bootstrap.servers = {target}",
+        *(
+            f"{alias}->target.{line}"
+            for alias in flows
+            for line in (
+                "enabled = true",
+                f"topics = {TOPIC}",
+                "mirrorflow.mode = dr",
+                f"mirrorflow.dr.window.seconds = {window_s}",
+                "mirrorflow.dr.handover.wait.seconds = 600",
+            )
+        ),
+        "replication.factor = 1",
+        "checkpoints.topic.replication.factor = 1",
+        "heartbeats.topic.replication.factor = 1",
+        "offset-syncs.topic.replication.factor = 1",
+        f"mirrorflow.state.dir = {state}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: Any, spec: str = ".2f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _table(rows: list[dict[str, Any]], opts: Options) -> list[str]:
+    lines = [
+        f"## fan-in: {opts.fan_in_flows} flows into one target at once, {opts.fan_in_rate:,} records/s each "
+        f"({PARTITIONS} partitions, 1 KiB records), {opts.rpo_seconds:.0f} s",
+        "",
+        "| contender | flow | p50 s | p99 s | max s | lost | dup | reordered | backlog first/last tenth "
+        "| handovers: longest wait of a record around each, s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        if "failed" in r:
+            lines.append(f"| {r['contender']} | all | failed: {r['failed']} |||||||")
+            continue
+        for alias, f in r["flows"].items():
+            lines.append(
+                f"| {r['contender']} | {alias}->target | {_fmt(f['latency_p50_s'])} "
+                f"| {_fmt(f['latency_p99_s'])} | {_fmt(f['latency_max_s'])} "
+                f"| {f['lost']} | {f['duplicated']} | {f['reordered']} "
+                f"| {_fmt(f['backlog_first_tenth'], '.0f')} / {_fmt(f['backlog_last_tenth'], '.0f')} "
+                f"| {', '.join(_fmt(w) for w in f['handover_waits_s']) or '-'} |"
+            )
+    kinds = [k for k in (*KINDS, "total") if any(k in r.get("footprint_mib", {}) for r in rows)]
+    if kinds:
+        lines += [
+            "",
+            "Memory while the producers ran, RSS MiB per kind of process: median of per-second samples "
+            "(peak)",
+            "",
+            f"| contender | {' | '.join(kinds)} |",
+            f"|---|{'---:|' * len(kinds)}",
+        ]
+        for r in rows:
+            mem = r.get("footprint_mib", {})
+            cells = [
+                f"{mem[k]['median_mib']:,.0f} ({mem[k]['peak_mib']:,.0f})" if k in mem else "-" for k in kinds
+            ]
+            lines.append(f"| {r['contender']} | {' | '.join(cells)} |")
+    return lines
