@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mirrorflow.errors import TransientError
+from mirrorflow.config.model import load_config
+from mirrorflow.errors import ConfigError, TransientError
 from mirrorflow_dev import local_kafka
 from mirrorflow_dev.devenv import airflow_env
 from mirrorflow_dev.paths import demo_config, state_root
@@ -29,6 +30,18 @@ from mirrorflow_dev.processes import free_port
 
 USER = "admin"
 _COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+
+
+def executor_slots(config_path: Path) -> int:
+    """Executor slots for the config's flows: a batch flow runs one task at a time, a DR flow two at
+    its handovers (its running window and the next one, each holding a slot for its whole window),
+    and two more serve the short tasks around them. Not more: the local executor forks every slot's
+    worker when it starts. A config that does not load gets 4; Airflow's DAG file says why."""
+    try:
+        dr_flows = sum(flow.dr is not None for flow in load_config(config_path).flows)
+    except ConfigError:
+        return 4
+    return max(4, 2 * dr_flows + 2)
 
 
 class LocalAirflow:
@@ -55,8 +68,7 @@ class LocalAirflow:
             # Their defaults (8793, 8794) are fixed ports: another Airflow on the machine would clash.
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-            # Flow runs are one at a time (max_active_runs = 1); a few workers suffice.
-            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__PARALLELISM": str(executor_slots(config_path)),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",

@@ -326,8 +326,9 @@ class _Window:
         if waited_enough:
             log.warning(
                 "flow %s window %s ends %d s past its end: no next window came up to take the flow over, "
-                "so it goes unmirrored until one starts (is the DAG paused, the scheduler down, or its "
-                "window task failing?)",
+                "so it goes unmirrored until one starts (is the DAG paused, the scheduler down, its "
+                "window task failing, or are Airflow's executor slots all taken? Each DR flow needs two "
+                "at its handovers: core.parallelism)",
                 self.flow.name,
                 self.run_id,
                 dr_settings_of(self.flow).handover_wait_seconds,
@@ -336,8 +337,9 @@ class _Window:
         if self.timers.due("overrun", self.clock()):
             log.warning(
                 "flow %s window %s goes on past its end: no next window is up to take the flow over yet "
-                "(its Airflow run may be starting, or the DAG paused, the scheduler down); it waits up to "
-                "%s = %d s",
+                "(its Airflow run may be starting, or the DAG paused, the scheduler down, Airflow's "
+                "executor slots all taken: each DR flow needs two at its handovers, core.parallelism); "
+                "it waits up to %s = %d s",
                 self.flow.name,
                 self.run_id,
                 DR_HANDOVER_WAIT,
