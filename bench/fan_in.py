@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from contenders import java_cmd, start_logged, stop_process
-from footprint import KINDS
-from rpo import PARTITIONS, TOPIC, holders, lock_handovers, measure, mm2_properties, unpause
+from footprint import memory_table
+from rpo import PARTITIONS, TOPIC, fmt, holders, lock_handovers, measure, mm2_properties, unpause
 from scenarios import Options, ScenarioResult, start
 from workload import create_topics
 
@@ -159,10 +159,6 @@ def _ours_properties(flows: dict[str, str], target: str, state: Path, window_s: 
     return "\n".join(lines) + "\n"
 
 
-def _fmt(value: Any, spec: str = ".2f") -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
 def _table(rows: list[dict[str, Any]], opts: Options) -> list[str]:
     lines = [
         f"## fan-in: {opts.fan_in_flows} flows into one target at once, {opts.fan_in_rate:,} records/s each "
@@ -178,26 +174,13 @@ def _table(rows: list[dict[str, Any]], opts: Options) -> list[str]:
             continue
         for alias, f in r["flows"].items():
             lines.append(
-                f"| {r['contender']} | {alias}->target | {_fmt(f['latency_p50_s'])} "
-                f"| {_fmt(f['latency_p99_s'])} | {_fmt(f['latency_max_s'])} "
+                f"| {r['contender']} | {alias}->target | {fmt(f['latency_p50_s'])} "
+                f"| {fmt(f['latency_p99_s'])} | {fmt(f['latency_max_s'])} "
                 f"| {f['lost']} | {f['duplicated']} | {f['reordered']} "
-                f"| {_fmt(f['backlog_first_tenth'], '.0f')} / {_fmt(f['backlog_last_tenth'], '.0f')} "
-                f"| {', '.join(_fmt(w) for w in f['handover_waits_s']) or '-'} |"
+                f"| {fmt(f['backlog_first_tenth'], '.0f')} / {fmt(f['backlog_last_tenth'], '.0f')} "
+                f"| {', '.join(fmt(w) for w in f['handover_waits_s']) or '-'} |"
             )
-    kinds = [k for k in (*KINDS, "total") if any(k in r.get("footprint_mib", {}) for r in rows)]
-    if kinds:
-        lines += [
-            "",
-            "Memory while the producers ran, RSS MiB per kind of process: median of per-second samples "
-            "(peak)",
-            "",
-            f"| contender | {' | '.join(kinds)} |",
-            f"|---|{'---:|' * len(kinds)}",
-        ]
-        for r in rows:
-            mem = r.get("footprint_mib", {})
-            cells = [
-                f"{mem[k]['median_mib']:,.0f} ({mem[k]['peak_mib']:,.0f})" if k in mem else "-" for k in kinds
-            ]
-            lines.append(f"| {r['contender']} | {' | '.join(cells)} |")
+    lines += memory_table(
+        "the producers", ("contender",), [((r["contender"],), r.get("footprint_mib", {})) for r in rows]
+    )
     return lines

@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 import threading
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psutil
@@ -87,3 +88,27 @@ class Footprint:
             if any(values):
                 found[kind] = {"median_mib": statistics.median(values) / mib, "peak_mib": max(values) / mib}
         return found
+
+
+def memory_table(
+    what: str, leading: Sequence[str], rows: Sequence[tuple[Sequence[str], Mapping[str, Any]]]
+) -> list[str]:
+    """Markdown lines: a table of ``summary()`` results, a row per (leading cells, summary), the
+    ``leading`` columns first and then a column per kind of process any row has; nothing without
+    one. ``what``: what ran while the memory was sampled."""
+    kinds = [k for k in (*KINDS, "total") if any(k in mem for _, mem in rows)]
+    if not kinds:
+        return []
+    lines = [
+        "",
+        f"Memory while {what} ran, RSS MiB per kind of process: median of per-second samples (peak)",
+        "",
+        f"| {' | '.join((*leading, *kinds))} |",
+        f"|{'---|' * len(leading)}{'---:|' * len(kinds)}",
+    ]
+    for cells, mem in rows:
+        sizes = [
+            f"{mem[k]['median_mib']:,.0f} ({mem[k]['peak_mib']:,.0f})" if k in mem else "-" for k in kinds
+        ]
+        lines.append(f"| {' | '.join((*cells, *sizes))} |")
+    return lines

@@ -41,7 +41,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from contenders import AIRFLOW, flow_properties, java_cmd, start_logged, stop_process
-from footprint import KINDS, Footprint
+from footprint import Footprint, memory_table
 from scenarios import Options, ScenarioResult, prepare_airflow, start
 from workload import create_topics
 
@@ -504,7 +504,7 @@ def rpo(opts: Options) -> ScenarioResult:
     return res
 
 
-def _fmt(value: Any, spec: str = ".2f") -> str:
+def fmt(value: Any, spec: str = ".2f") -> str:
     return "n/a" if value is None else format(value, spec)
 
 
@@ -523,25 +523,15 @@ def _table(rows: list[dict[str, Any]], opts: Options) -> list[str]:
             lines.append(f"| {r['contender']} | {r['rate']:,} | failed: {r['failed']} ||||||||||")
             continue
         lines.append(
-            f"| {r['contender']} | {r['rate']:,} | {_fmt(r['latency_p50_s'])} | {_fmt(r['latency_p99_s'])} "
-            f"| {_fmt(r['latency_max_s'])} | {r['lost']} | {r['duplicated']} | {r['reordered']} "
-            f"| {_fmt(r['backlog_first_tenth'], '.0f')} / {_fmt(r['backlog_last_tenth'], '.0f')} "
-            f"| {_fmt(r['heartbeat_age_max_s'], '.1f')} | {_fmt(r['checkpoint_age_max_s'], '.1f')} "
-            f"| {', '.join(_fmt(w) for w in r['handover_waits_s']) or '-'} |"
+            f"| {r['contender']} | {r['rate']:,} | {fmt(r['latency_p50_s'])} | {fmt(r['latency_p99_s'])} "
+            f"| {fmt(r['latency_max_s'])} | {r['lost']} | {r['duplicated']} | {r['reordered']} "
+            f"| {fmt(r['backlog_first_tenth'], '.0f')} / {fmt(r['backlog_last_tenth'], '.0f')} "
+            f"| {fmt(r['heartbeat_age_max_s'], '.1f')} | {fmt(r['checkpoint_age_max_s'], '.1f')} "
+            f"| {', '.join(fmt(w) for w in r['handover_waits_s']) or '-'} |"
         )
-    kinds = [k for k in (*KINDS, "total") if any(k in r.get("footprint_mib", {}) for r in rows)]
-    if kinds:
-        lines += [
-            "",
-            "Memory while the producer ran, RSS MiB per kind of process: median of per-second samples (peak)",
-            "",
-            f"| contender | rate rec/s | {' | '.join(kinds)} |",
-            f"|---|---:|{'---:|' * len(kinds)}",
-        ]
-        for r in rows:
-            mem = r.get("footprint_mib", {})
-            cells = [
-                f"{mem[k]['median_mib']:,.0f} ({mem[k]['peak_mib']:,.0f})" if k in mem else "-" for k in kinds
-            ]
-            lines.append(f"| {r['contender']} | {r['rate']:,} | {' | '.join(cells)} |")
+    lines += memory_table(
+        "the producer",
+        ("contender", "rate rec/s"),
+        [((r["contender"], f"{r['rate']:,}"), r.get("footprint_mib", {})) for r in rows],
+    )
     return lines
