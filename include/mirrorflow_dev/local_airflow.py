@@ -9,6 +9,7 @@ ports differ. Every process it starts is in one process group, stopped by that g
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -20,6 +21,8 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from mirrorflow.config.model import load_config
 from mirrorflow.errors import ConfigError, TransientError
@@ -152,10 +155,29 @@ class LocalAirflow:
         return self._token
 
     def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM to the whole process group, SIGKILL for what is left after ``timeout``."""
+        """SIGTERM to the whole process group, SIGKILL for what is left after ``timeout``; the same,
+        by PID, to every process under it then, since a task's supervisor runs the task in a process
+        group of its own (a DR window's Spark driver would otherwise mirror on, orphaned, until its
+        window's end)."""
         process, self._process = self._process, None
         if process is None:
             return
+        try:
+            tree = psutil.Process(process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            tree = []
+        self._stop_group(process, timeout)
+        for proc in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.terminate()
+        _, alive = psutil.wait_procs(tree, timeout=timeout)
+        for proc in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(alive, timeout=10.0)
+
+    @staticmethod
+    def _stop_group(process: subprocess.Popen[bytes], timeout: float) -> None:
         for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
             try:
                 os.killpg(process.pid, sig)
