@@ -94,21 +94,22 @@ class StandingCopy:
         """Until every task of the job is up and connected to both clusters (``TransientError`` if
         they are not within ``TASKS_START_S``): a window waits for this before it offers to take
         over."""
-        if self._job is None:
-            self._job = _StandingJob(self.sc, self.settings)
-        try:
-            self._job.await_tasks()
-        except BaseException:
-            self.close()
-            raise
+        with self._running() as job:
+            job.await_tasks()
 
     def __call__(self, plan: Plan) -> CopyResult:
         if not plan.partitions:
             return CopyResult(plan.flow, plan.run_id, ())
+        with self._running() as job:
+            return copy_result(plan, job.copy(plan))
+
+    @contextlib.contextmanager
+    def _running(self) -> Iterator[_StandingJob]:
+        """The job (a fresh one if the last ended), ended if the block fails."""
         if self._job is None:
             self._job = _StandingJob(self.sc, self.settings)
         try:
-            return copy_result(plan, self._job.copy(plan))
+            yield self._job
         except BaseException:
             self.close()
             raise
