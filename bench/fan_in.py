@@ -17,16 +17,24 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from contenders import java_cmd, start_logged, stop_process
 from footprint import memory_table
-from rpo import PARTITIONS, TOPIC, fmt, holders, lock_handovers, measure, mm2_properties, unpause
+from rpo import (
+    PARTITIONS,
+    TOPIC,
+    flow_cells,
+    handover_cell,
+    holders,
+    lock_handovers,
+    measure,
+    scheduler,
+    start_mm2,
+)
 from scenarios import Options, ScenarioResult, start
 from workload import create_topics
 
 from mirrorflow_dev import local_kafka
-from mirrorflow_dev.local_airflow import LocalAirflow
 from mirrorflow_dev.local_kafka import LocalCluster
-from mirrorflow_dev.processes import free_port
+from mirrorflow_dev.processes import stop_process
 
 CONTENDERS = ("mm2", "ours-scheduler")
 
@@ -72,27 +80,16 @@ def fan_in(opts: Options) -> ScenarioResult:
 def _run_contender(
     name: str, opts: Options, work: Path, flows: dict[str, str], target: str
 ) -> dict[str, Any]:
-    logs = work / "logs"
     if name == "mm2":
-        config = work / "mm2.properties"
-        config.write_text(mm2_properties(flows, target))
-        cmd = java_cmd(work, opts.heap_mb, "mm2", "org.apache.kafka.connect.mirror.MirrorMaker", str(config))
-        proc = start_logged(cmd, logs / "mm2.out")
+        proc = start_mm2(work, opts.heap_mb, flows, target)
         try:
             return _measure_all(opts, flows, target, proc.pid)
         finally:
             stop_process(proc, group=False)
     config, state = work / "mm2-ours.properties", work / "state"
     config.write_text(_ours_properties(flows, target, state, opts.rpo_window_seconds))
-    airflow = LocalAirflow(work / "airflow", config, state, free_port())
-    airflow.env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    airflow.start(timeout=600)
-    try:
-        for alias in flows:
-            unpause(airflow, f"mirror_{alias}_to_target")
+    with scheduler(work, config, state, list(flows)) as airflow:
         return _measure_all(opts, flows, target, airflow.pid, f"sqlite:///{state / 'offsets.db'}")
-    finally:
-        airflow.stop()
 
 
 def _measure_all(
@@ -173,13 +170,8 @@ def _table(rows: list[dict[str, Any]], opts: Options) -> list[str]:
             lines.append(f"| {r['contender']} | all | failed: {r['failed']} |||||||")
             continue
         for alias, f in r["flows"].items():
-            lines.append(
-                f"| {r['contender']} | {alias}->target | {fmt(f['latency_p50_s'])} "
-                f"| {fmt(f['latency_p99_s'])} | {fmt(f['latency_max_s'])} "
-                f"| {f['lost']} | {f['duplicated']} | {f['reordered']} "
-                f"| {fmt(f['backlog_first_tenth'], '.0f')} / {fmt(f['backlog_last_tenth'], '.0f')} "
-                f"| {', '.join(fmt(w) for w in f['handover_waits_s']) or '-'} |"
-            )
+            cells = [r["contender"], f"{alias}->target", *flow_cells(f), handover_cell(f)]
+            lines.append(f"| {' | '.join(cells)} |")
     lines += memory_table(
         "the producers", ("contender",), [((r["contender"],), r.get("footprint_mib", {})) for r in rows]
     )

@@ -30,17 +30,18 @@ import itertools
 import os
 import re
 import statistics
+import subprocess
 import threading
 import time
 import urllib.error
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from contenders import AIRFLOW, flow_properties, java_cmd, start_logged, stop_process
+from contenders import AIRFLOW, flow_properties, java_cmd
 from footprint import Footprint, memory_table
 from scenarios import Options, ScenarioResult, prepare_airflow, start
 from workload import create_topics
@@ -49,7 +50,7 @@ from mirrorflow.errors import TransientError
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import local_kafka
 from mirrorflow_dev.local_airflow import LocalAirflow
-from mirrorflow_dev.processes import free_port
+from mirrorflow_dev.processes import free_port, start_logged, stop_process
 
 TOPIC = "rpo"
 PARTITIONS = 12
@@ -370,10 +371,7 @@ def _run_contender(
 ) -> dict[str, Any]:
     logs = work / "logs"
     if name == "mm2":
-        config = work / "mm2.properties"
-        config.write_text(mm2_properties({"source": source}, target))
-        cmd = java_cmd(work, opts.heap_mb, "mm2", "org.apache.kafka.connect.mirror.MirrorMaker", str(config))
-        proc, group = start_logged(cmd, logs / "mm2.out"), False
+        proc, group = start_mm2(work, opts.heap_mb, {"source": source}, target), False
     elif name == "ours-scheduler":
         return _under_the_scheduler(opts, work, source, target, rate)
     else:
@@ -399,19 +397,36 @@ def _under_the_scheduler(opts: Options, work: Path, source: str, target: str, ra
     window every --rpo-window-seconds handing the flow over to the next."""
     config, state = work / "mm2-ours.properties", work / "state"
     config.write_text(_ours_properties(source, target, state, opts.rpo_window_seconds, handover_wait_s=600))
+    with (
+        scheduler(work, config, state, ["source"]) as airflow,
+        holders(f"sqlite:///{state / 'offsets.db'}") as changes,
+    ):
+        out = measure(source, target, rate, opts.rpo_seconds, lambda: lock_handovers(changes), airflow.pid)
+    out["window_seconds"] = opts.rpo_window_seconds
+    return out
+
+
+def start_mm2(work: Path, heap_mb: int, sources: Mapping[str, str], target: str) -> subprocess.Popen[bytes]:
+    """MM2 in dedicated mode mirroring each of ``sources`` into ``target`` (``mm2_properties``)."""
+    config = work / "mm2.properties"
+    config.write_text(mm2_properties(sources, target))
+    cmd = java_cmd(work, heap_mb, "mm2", "org.apache.kafka.connect.mirror.MirrorMaker", str(config))
+    return start_logged(cmd, work / "logs" / "mm2.out")
+
+
+@contextmanager
+def scheduler(work: Path, config: Path, state: Path, sources: Sequence[str]) -> Iterator[LocalAirflow]:
+    """`airflow standalone` on ``config`` with the DAG of each flow from ``sources`` into ``target``
+    unpaused, stopped when the block ends."""
     airflow = LocalAirflow(work / "airflow", config, state, free_port())
     airflow.env["SPARK_LOCAL_IP"] = "127.0.0.1"
     airflow.start(timeout=600)
     try:
-        unpause(airflow, "mirror_source_to_target")
-        with holders(f"sqlite:///{state / 'offsets.db'}") as changes:
-            out = measure(
-                source, target, rate, opts.rpo_seconds, lambda: lock_handovers(changes), airflow.pid
-            )
+        for alias in sources:
+            unpause(airflow, f"mirror_{alias}_to_target")
+        yield airflow
     finally:
         airflow.stop()
-    out["window_seconds"] = opts.rpo_window_seconds
-    return out
 
 
 def unpause(airflow: LocalAirflow, dag_id: str, timeout: float = 180.0) -> None:
@@ -508,6 +523,21 @@ def fmt(value: Any, spec: str = ".2f") -> str:
     return "n/a" if value is None else format(value, spec)
 
 
+def flow_cells(measured: Mapping[str, Any]) -> list[str]:
+    """A flow's ``measure`` as table cells: p50, p99 and max latency, lost, duplicated, reordered,
+    backlog in the first / last tenth."""
+    m = measured
+    return [
+        *(fmt(m[k]) for k in ("latency_p50_s", "latency_p99_s", "latency_max_s")),
+        *(str(m[k]) for k in ("lost", "duplicated", "reordered")),
+        f"{fmt(m['backlog_first_tenth'], '.0f')} / {fmt(m['backlog_last_tenth'], '.0f')}",
+    ]
+
+
+def handover_cell(measured: Mapping[str, Any]) -> str:
+    return ", ".join(fmt(w) for w in measured["handover_waits_s"]) or "-"
+
+
 def _table(rows: list[dict[str, Any]], opts: Options) -> list[str]:
     lines = [
         f"## rpo: produce-to-readable latency on the target, {PARTITIONS} partitions, 1 KiB records, "
@@ -522,13 +552,9 @@ def _table(rows: list[dict[str, Any]], opts: Options) -> list[str]:
         if "failed" in r:
             lines.append(f"| {r['contender']} | {r['rate']:,} | failed: {r['failed']} ||||||||||")
             continue
-        lines.append(
-            f"| {r['contender']} | {r['rate']:,} | {fmt(r['latency_p50_s'])} | {fmt(r['latency_p99_s'])} "
-            f"| {fmt(r['latency_max_s'])} | {r['lost']} | {r['duplicated']} | {r['reordered']} "
-            f"| {fmt(r['backlog_first_tenth'], '.0f')} / {fmt(r['backlog_last_tenth'], '.0f')} "
-            f"| {fmt(r['heartbeat_age_max_s'], '.1f')} | {fmt(r['checkpoint_age_max_s'], '.1f')} "
-            f"| {', '.join(fmt(w) for w in r['handover_waits_s']) or '-'} |"
-        )
+        ages = [fmt(r["heartbeat_age_max_s"], ".1f"), fmt(r["checkpoint_age_max_s"], ".1f")]
+        cells = [r["contender"], f"{r['rate']:,}", *flow_cells(r)]
+        lines.append(f"| {' | '.join([*cells, *ages, handover_cell(r)])} |")
     lines += memory_table(
         "the producer",
         ("contender", "rate rec/s"),
