@@ -63,8 +63,9 @@ PROGRESS_INTERVAL_S = 60.0
 # while the next window waits for the lock, is this long's rows (the rpo bench's progress lines show
 # up to 0.4 s to merge a minute's rows at 2,000 records/s), and no merge stalls the copy for long.
 COALESCE_INTERVAL_S = 5.0
-# How often micro-batches with nothing to copy record the recovery point they prove (a write to the
-# offsets database and the metrics file each): what the page and the metrics show then lags by this.
+# How often the window rewrites the flow's metrics file (three reads of the offsets database and a
+# file: as much as the rest of a small micro-batch's commit), and micro-batches with nothing to copy
+# record the recovery point they prove: what the page and the metrics show lags by at most this.
 RECOVERY_INTERVAL_S = 1.0
 
 
@@ -110,6 +111,8 @@ class _Window:
         # Per partition, the figures of the micro-batches since the metrics history was last written.
         self.unrecorded: dict[tuple[str, int], PartitionReport] = {}
         self.last_batch_id: str | None = None
+        # The newest micro-batch's report, until the metrics file shows it.
+        self.unpublished: RunReport | None = None
         # The window the flow was handed over to, once it was.
         self.successor: str | None = None
         # Partitions that failed on their own errors (isolate): left out of the window's later
@@ -215,7 +218,9 @@ class _Window:
                 result = self.copy(plan)
         with timed("commit"):
             report = self.session.commit(plan, result, log_level=logging.DEBUG, metrics=False)
-            self.session.write_metrics(report, self.heartbeat_age())
+        self.unpublished = report
+        if self.timers.due("recovery", self.clock()):
+            self.publish()
         for failed in report.failed:
             log.warning("flow %s: partition left out for the rest of the window: %s", self.flow.name, failed)
             self.failed[(failed.topic, failed.partition)] = failed
@@ -237,14 +242,26 @@ class _Window:
             with self.steps.timed("commit"):
                 store = self.session.store
                 store.advance_recovery_point(self.flow.name, plan.run_id, as_of, holder=self.run_id)
-                self.session.write_metrics(report, self.heartbeat_age())
-            self.timers.ran("recovery", now)
+            self.unpublished = report
+            self.publish()
         return report
 
+    def publish(self) -> None:
+        """The flow's metrics file rewritten with the newest micro-batch's report; the next one is due
+        a recovery interval later."""
+        if self.unpublished is not None:
+            with self.steps.timed("metrics file"):
+                self.session.write_metrics(self.unpublished, self.heartbeat_age())
+            self.unpublished = None
+        self.timers.ran("recovery", self.clock())
+
     def settle(self) -> None:
-        """Bound what the window leaves in the offsets table (``coalesce``, ``record_metrics``)."""
+        """Bound what the window leaves in the offsets table (``coalesce``, ``record_metrics``), and
+        leave the metrics file showing its last micro-batch."""
         self.coalesce()
         self.record_metrics()
+        if self.unpublished is not None:
+            self.publish()
 
     def coalesce(self) -> None:
         """The window's micro-batches' batch-log rows merged into a row per unbroken stretch of each
