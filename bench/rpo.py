@@ -27,6 +27,7 @@ Every process is stopped by PID (the `airflow` process group), also on failure.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import statistics
@@ -260,7 +261,7 @@ def measure(
                     f"the warm-up records did not reach the target in {WARM_UP_TIMEOUT_S:.0f} s"
                 )
             time.sleep(0.1)
-        warm_at = len(watch.backlog)
+        warm_at, load_from = len(watch.backlog), time.time()
         with Footprint(root_pid) as footprint, _running(_commit_every_second, producer, group):
             producer.run(rate, seconds)
         produced_at = len(watch.backlog)
@@ -289,8 +290,22 @@ def measure(
         "backlog_last_tenth": statistics.mean(backlog[-tenth:]) if backlog else None,
         "backlog_max": max(backlog, default=None),
         "handover_waits_s": [_longest_wait(watch, at) for at in handovers()],
+        # Where the tail comes from: the seconds into the load each handover came at, and the
+        # longest wait of the records produced in each 10 s of it.
+        "handovers_at_s": [round(at - load_from, 1) for at in handovers()],
+        "longest_wait_by_10s_s": _longest_waits(watch, load_from, seconds, 10.0),
         "footprint_mib": footprint.summary(),
     }
+
+
+def _longest_waits(watch: Watch, start: float, seconds: float, span: float) -> list[float | None]:
+    """The longest any record produced in each ``span`` of ``seconds`` from ``start`` waited."""
+    longest: list[float | None] = [None] * math.ceil(seconds / span)
+    for produced, ms in watch.timed:
+        i = int((produced - start) // span)
+        if 0 <= i < len(longest):
+            longest[i] = max(longest[i] or 0.0, round(ms / 1000, 2))
+    return longest
 
 
 def _longest_wait(watch: Watch, at: float) -> float | None:
