@@ -4,7 +4,8 @@ once, and what each contender takes to mirror them all.
 --fan-in-flows source clusters ``s1`` .. ``sN``, each with topic ``rpo`` (12 partitions), mirror into
 one target cluster (remote topics ``s1.rpo`` ..): MirrorMaker 2 in dedicated mode, one process for
 every flow (``mm2``), and our DR flows as deployed (``ours-scheduler``): `airflow standalone`, every
-flow's DAG unpaused, each flow's windows of --rpo-window-seconds handing it over to the next. A
+flow's DAG unpaused, each flow's windows of --rpo-window-seconds handing it over to the next, their
+micro-batches at least --fan-in-trigger-ms apart (``mirrorflow.dr.trigger.interval.ms``). A
 producer per source writes --fan-in-rate records/s for --rpo-seconds; each flow is measured as the
 rpo scenario measures its one (``rpo.measure``: produce-to-readable latency, lost, duplicated and
 reordered records, the longest wait around each handover), all flows at once; the memory of all the
@@ -87,7 +88,7 @@ def _run_contender(
         finally:
             stop_process(proc, group=False)
     config, state = work / "mm2-ours.properties", work / "state"
-    config.write_text(_ours_properties(flows, target, state, opts.rpo_window_seconds))
+    config.write_text(_ours_properties(flows, target, state, opts.rpo_window_seconds, opts.fan_in_trigger_ms))
     with scheduler(work, config, state, list(flows)) as airflow:
         return _measure_all(opts, flows, target, airflow.pid, f"sqlite:///{state / 'offsets.db'}")
 
@@ -124,6 +125,7 @@ def _measure_all(
     first = next(iter(flows))
     return {
         "rate_per_flow": opts.fan_in_rate,
+        "trigger_interval_ms": opts.fan_in_trigger_ms,
         "flows": {
             alias: {k: v for k, v in m.items() if k != "footprint_mib"} for alias, m in measured.items()
         },
@@ -131,7 +133,7 @@ def _measure_all(
     }
 
 
-def _ours_properties(flows: dict[str, str], target: str, state: Path, window_s: int) -> str:
+def _ours_properties(flows: dict[str, str], target: str, state: Path, window_s: int, trigger_ms: int) -> str:
     lines = [
         f"clusters = {', '.join(flows)}, target",
         *(f"{alias}.bootstrap.servers = {bootstrap}" for alias, bootstrap in flows.items()),
@@ -144,6 +146,7 @@ def _ours_properties(flows: dict[str, str], target: str, state: Path, window_s: 
                 f"topics = {TOPIC}",
                 "mirrorflow.mode = dr",
                 f"mirrorflow.dr.window.seconds = {window_s}",
+                f"mirrorflow.dr.trigger.interval.ms = {trigger_ms}",
                 "mirrorflow.dr.handover.wait.seconds = 600",
             )
         ),
@@ -159,7 +162,8 @@ def _ours_properties(flows: dict[str, str], target: str, state: Path, window_s: 
 def _table(rows: list[dict[str, Any]], opts: Options) -> list[str]:
     lines = [
         f"## fan-in: {opts.fan_in_flows} flows into one target at once, {opts.fan_in_rate:,} records/s each "
-        f"({PARTITIONS} partitions, 1 KiB records), {opts.rpo_seconds:.0f} s",
+        f"({PARTITIONS} partitions, 1 KiB records), {opts.rpo_seconds:.0f} s; ours: "
+        f"{opts.rpo_window_seconds} s windows, trigger interval {opts.fan_in_trigger_ms} ms",
         "",
         "| contender | flow | p50 s | p99 s | max s | lost | dup | reordered | backlog first/last tenth "
         "| handovers: longest wait of a record around each, s |",

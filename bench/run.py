@@ -254,6 +254,12 @@ def main() -> int:
     parser.add_argument(
         "--fan-in-rate", type=int, default=500, help="records/s produced to each fan-in source (default: 500)"
     )
+    parser.add_argument(
+        "--fan-in-trigger-ms",
+        type=int,
+        default=200,
+        help="mirrorflow.dr.trigger.interval.ms of the fan-in scenario's flows (default: 200)",
+    )
     parser.add_argument("--heap-mb", type=int, default=1024, help="heap of each broker and Kafka tool JVM")
     parser.add_argument("--tasks-max", type=int, default=os.cpu_count() or 1, help="MM2 tasks.max")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per contender step")
@@ -318,6 +324,7 @@ def run_scenarios(args: argparse.Namespace, work: Path, picked: list[str]) -> li
             args.soak_rate,
             args.fan_in_flows,
             args.fan_in_rate,
+            args.fan_in_trigger_ms,
         )
         opts.work.mkdir(parents=True, exist_ok=True)
         try:

@@ -63,6 +63,7 @@ class Options:
     soak_rate: int = 50
     fan_in_flows: int = 4
     fan_in_rate: int = 500
+    fan_in_trigger_ms: int = 200
 
 
 # ------------------------------------------------------------------------------ Spark RSS sampling

@@ -77,7 +77,10 @@ def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
     create_topic(primary.bootstrap, topic, 3)
     sample_data.produce_samples(primary.bootstrap, topic, 3, 0, 200)
     commit_group(primary.bootstrap, group, {(topic, 1): 150})
-    config = _dr_config(write_config, topic, window_s=12)
+    # Micro-batches start at least 0.3 s apart: fewer than the 100 ms idle wait alone would make.
+    config = _dr_config(
+        write_config, topic, window_s=12, extra=f"{FLOW}.mirrorflow.dr.trigger.interval.ms = 300\n"
+    )
 
     def produce_while_the_window_runs() -> None:
         for step in range(8):
@@ -99,6 +102,7 @@ def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
     assert summary.records == 3 * 400
     assert summary.lag_by_partition == {(topic, p): 0 for p in range(3)}
     assert 2 < summary.spark_copies < summary.micro_batches  # idle micro-batches copy nothing in Spark
+    assert summary.micro_batches <= 12 / 0.3 + 1
     # The micro-batches' batch-log rows end merged: one per partition, translating as before.
     store = OffsetsStore(config.offsets_db_url)
     batches = store.batches(FLOW)

@@ -89,6 +89,7 @@ class _Window:
         self.session, self.flow, self.run_id, self.copy = session, session.flow, session.run_id, copy
         dr = dr_settings_of(self.flow)
         self.idle_wait_s = dr.idle_wait_ms / 1000
+        self.trigger_interval_s = dr.trigger_interval_ms / 1000
         self.timers = Timers(
             {
                 "heartbeats": dr.heartbeats_interval_seconds,
@@ -315,9 +316,16 @@ class _Window:
         error: MirrorError | None = None
         wait = RETRY_WAIT_S
         gives_up = ends + dr_settings_of(flow).handover_wait_seconds
+        started = -self.trigger_interval_s
         while True:
+            # Fewer, larger micro-batches when asked: each costs a plan, a copy and a commit however
+            # few records it holds, and several flows sharing few cores spend them on that.
+            if (pause := started + self.trigger_interval_s - clock()) > 0:
+                with self.steps.timed("trigger"):
+                    sleep(pause)
+            started = clock()
             try:
-                written = self.micro_batch(clock())
+                written = self.micro_batch(started)
                 error, wait = None, RETRY_WAIT_S
             except SourceDataLostError as lost:
                 if flow.settings.on_source_data_loss != "skip":

@@ -14,7 +14,14 @@ import logging
 from dataclasses import dataclass
 
 from mirrorflow.config.key_values import choice, default_number, number
-from mirrorflow.config.keys import DR_HANDOVER_WAIT, DR_IDLE_WAIT_MS, DR_WINDOW_SECONDS, MODE, SCHEDULE
+from mirrorflow.config.keys import (
+    DR_HANDOVER_WAIT,
+    DR_IDLE_WAIT_MS,
+    DR_TRIGGER_INTERVAL_MS,
+    DR_WINDOW_SECONDS,
+    MODE,
+    SCHEDULE,
+)
 from mirrorflow.config.property_view import PropertyView
 
 log = logging.getLogger(__name__)
@@ -31,8 +38,9 @@ _SYNC_ACLS = "sync.topic.acls.interval.seconds"
 @dataclass(frozen=True)
 class DrSettings:
     """A DR flow's window and intervals, in seconds (``idle_wait_ms``: how long a window waits after a
-    micro-batch that found nothing new before it looks again; ``handover_wait_seconds``: how long a
-    window goes on past its end while no next window is up to take over)."""
+    micro-batch that found nothing new before it looks again; ``trigger_interval_ms``: the least time
+    from one micro-batch's start to the next one's, 0 for back to back; ``handover_wait_seconds``: how
+    long a window goes on past its end while no next window is up to take over)."""
 
     window_seconds: int = default_number(DR_WINDOW_SECONDS)
     idle_wait_ms: int = default_number(DR_IDLE_WAIT_MS)
@@ -41,13 +49,14 @@ class DrSettings:
     topics_interval_seconds: int = default_number(_REFRESH_TOPICS)
     acls_interval_seconds: int = default_number(_SYNC_ACLS)
     handover_wait_seconds: int = default_number(DR_HANDOVER_WAIT)
+    trigger_interval_ms: int = default_number(DR_TRIGGER_INTERVAL_MS)
 
 
 def dr_settings(props: PropertyView, flow: str) -> DrSettings | None:
     """The flow's DR settings, None for a flow in batch mode (which warns about DR keys set for it)."""
     if choice(props, MODE) == "batch":
-        window_keys = (DR_WINDOW_SECONDS, DR_IDLE_WAIT_MS, DR_HANDOVER_WAIT, _HEARTBEATS, _CHECKPOINTS,
-                       _REFRESH_TOPICS, _SYNC_CONFIGS, _SYNC_ACLS)  # fmt: skip
+        window_keys = (DR_WINDOW_SECONDS, DR_IDLE_WAIT_MS, DR_TRIGGER_INTERVAL_MS, DR_HANDOVER_WAIT,
+                       _HEARTBEATS, _CHECKPOINTS, _REFRESH_TOPICS, _SYNC_CONFIGS, _SYNC_ACLS)  # fmt: skip
         unused = [props.written_as(k) for k in window_keys if k in props]
         if unused:
             log.warning(
@@ -76,4 +85,5 @@ def dr_settings(props: PropertyView, flow: str) -> DrSettings | None:
         topics_interval_seconds=min(number(props, _REFRESH_TOPICS), number(props, _SYNC_CONFIGS)),
         acls_interval_seconds=number(props, _SYNC_ACLS),
         handover_wait_seconds=number(props, DR_HANDOVER_WAIT),
+        trigger_interval_ms=number(props, DR_TRIGGER_INTERVAL_MS),
     )

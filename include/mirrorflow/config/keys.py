@@ -525,6 +525,7 @@ ALERT_NOTIFIER = "mirrorflow.alert.notifier"
 MODE = "mirrorflow.mode"
 DR_WINDOW_SECONDS = "mirrorflow.dr.window.seconds"
 DR_IDLE_WAIT_MS = "mirrorflow.dr.idle.wait.ms"
+DR_TRIGGER_INTERVAL_MS = "mirrorflow.dr.trigger.interval.ms"
 DR_HANDOVER_WAIT = "mirrorflow.dr.handover.wait.seconds"
 STATE_DIR = "mirrorflow.state.dir"
 OFFSETS_DB_URL = "mirrorflow.offsets.db.url"
@@ -561,6 +562,8 @@ FLOW_SETTINGS: tuple[Key, ...] = (
     _ours(MODE, "batch", choices=("batch", "dr")),
     _ours(DR_WINDOW_SECONDS, "600", "pos"),
     _ours(DR_IDLE_WAIT_MS, "250", "int"),
+    # The least time from one micro-batch's start to the next one's (Spark's trigger interval).
+    _ours(DR_TRIGGER_INTERVAL_MS, "0", "int"),
     # How long a window goes on past its end while no next window is up to take the flow over.
     _ours(DR_HANDOVER_WAIT, "600", "int"),
     _ours(SPARK_CONF_PREFIX + "*"),

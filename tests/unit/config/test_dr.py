@@ -33,6 +33,7 @@ def test_dr_mode_takes_mm2_defaults_for_its_intervals() -> None:
         topics_interval_seconds=600,
         acls_interval_seconds=600,
         handover_wait_seconds=600,
+        trigger_interval_ms=0,
     )
     # A window attempt may last the window, its wait for the next one and one copy.
     assert flow.copy_task_timeout_seconds == 6 * 3600 + 600 + 600
@@ -49,8 +50,9 @@ def test_dr_settings_at_top_level_and_per_flow() -> None:
         "sync.topic.configs.interval.seconds = 900\n"
         "sync.topic.acls.interval.seconds = 30\n"
         "mirrorflow.dr.handover.wait.seconds = 0\n"
+        "primary->backup.mirrorflow.dr.trigger.interval.ms = 200\n"
     )
-    assert flow.dr == DrSettings(120, 0, 5, 10, 300, 30, 0)
+    assert flow.dr == DrSettings(120, 0, 5, 10, 300, 30, 0, 200)
 
 
 def test_topic_refresh_runs_as_often_as_the_shorter_of_mm2s_two_intervals() -> None:
@@ -79,6 +81,11 @@ def test_topic_refresh_runs_as_often_as_the_shorter_of_mm2s_two_intervals() -> N
         (
             "mirrorflow.mode = dr\nmirrorflow.dr.idle.wait.ms = soon",
             "mirrorflow.dr.idle.wait.ms",
+            "at least 0",
+        ),
+        (
+            "mirrorflow.mode = dr\nmirrorflow.dr.trigger.interval.ms = -200",
+            "mirrorflow.dr.trigger.interval.ms",
             "at least 0",
         ),
     ],

@@ -420,7 +420,8 @@ def test_validation_messages_say_what_to_do() -> None:
             "mirrorflow.on.source.data.loss, mirrorflow.on.partition.error, "
             "mirrorflow.alert.lag.max.records, mirrorflow.alert.heartbeat.age.max.seconds, "
             "mirrorflow.alert.notifier, mirrorflow.mode, mirrorflow.dr.window.seconds, "
-            "mirrorflow.dr.idle.wait.ms, mirrorflow.dr.handover.wait.seconds, "
+            "mirrorflow.dr.idle.wait.ms, mirrorflow.dr.trigger.interval.ms, "
+            "mirrorflow.dr.handover.wait.seconds, "
             "mirrorflow.spark.conf.<spark key>, mirrorflow.state.dir, "
             "mirrorflow.offsets.db.url"
         ),
