@@ -271,6 +271,7 @@ def measure(
     group.close()
     produced = sum(producer.next_seq)
     lat = sorted(watch.latencies_ms)
+    handed_over = handovers()
     backlog = watch.backlog[warm_at:produced_at]
     tenth = max(len(backlog) // 10, 1)
     return {
@@ -289,10 +290,10 @@ def measure(
         "backlog_first_tenth": statistics.mean(backlog[:tenth]) if backlog else None,
         "backlog_last_tenth": statistics.mean(backlog[-tenth:]) if backlog else None,
         "backlog_max": max(backlog, default=None),
-        "handover_waits_s": [_longest_wait(watch, at) for at in handovers()],
+        "handover_waits_s": [_longest_wait(watch, at) for at in handed_over],
         # Where the tail comes from: the seconds into the load each handover came at, and the
         # longest wait of the records produced in each 10 s of it.
-        "handovers_at_s": [round(at - load_from, 1) for at in handovers()],
+        "handovers_at_s": [round(at - load_from, 1) for at in handed_over],
         "longest_wait_by_10s_s": _longest_waits(watch, load_from, seconds, 10.0),
         "footprint_mib": footprint.summary(),
     }
