@@ -24,6 +24,7 @@ from mirror_helpers import assert_same_records, create_topic
 from mirrorflow.app import runner
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
+from mirrorflow.errors import TargetStateError
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 
@@ -89,3 +90,39 @@ def test_a_batch_whose_answer_is_lost_is_on_the_target_exactly_once(
     assert sent[: 1 if appended else 2] == ([0] if appended else [0, 0])
     assert len(set(sent)) == len(rest) + 1, f"a batch was sent twice: base sequences {sent}"
     assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, remote, 1) == RECORDS
+
+
+def test_a_batch_the_target_appends_past_its_planned_offset_fails_the_copy_naming_both_offsets(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another producer writes to the remote partition right before the copy's first batch: the
+    broker, holding no state for the flow's writer yet, appends that batch after the stranger's
+    record. Its acknowledgement names offset 1 where the plan put it at 0, and the copy stops there."""
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote = unique_name, f"primary.{unique_name}"
+    create_topic(primary.bootstrap, topic, 1)
+    sample_data.produce_samples(primary.bootstrap, topic, 1, 0, RECORDS)
+    config = write_config(f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n")
+    flow = config.flow(FLOW)
+    real_send = KafkaNetClient.send
+    # Dropped at the end: its librdkafka threads would go on calling the session's clusters.
+    stranger = [sample_data.producer(backup.bootstrap)]
+
+    def send(client: KafkaNetClient, node_id: int, request: Any, **kwargs: Any) -> Future:
+        if isinstance(request, ProduceRequest) and any(t.name == remote for t in request.topic_data):
+            sample_data.produce(stranger[0], remote, 0, [sample_data.sample_record(remote, 0, 0)])
+            monkeypatch.setattr(KafkaNetClient, "send", real_send)
+        return real_send(client, node_id, request, **kwargs)
+
+    plan = runner.plan_run(config, FLOW, "run-1")
+    monkeypatch.setattr(KafkaNetClient, "send", send)
+    try:
+        with pytest.raises(TargetStateError) as failed:
+            copy_partitions(plan.partitions, CopySettings.of(flow), plan.writer)
+    finally:
+        runner.release_run(config, FLOW, "run-1")
+        stranger.clear()
+    assert f"batch for {remote}-0 at offset 1, where the plan puts it at 0" in str(failed.value)

@@ -12,6 +12,9 @@ Invariants:
   fails it.
 - A batch whose answer was lost counts as written only if the target's end shows it: it is never
   resent blindly (the broker may have dropped the writer's state that would refuse a repeat).
+- A batch counts as written only where the plan puts it: every acknowledgement's base offset is
+  the partition's next planned target offset, or the partition fails (a broker that had dropped
+  the writer's state appends a batch wherever the partition ends).
 - Every answer is classified: a refusal a retry would meet again fails its partition (``give_up``),
   a passing one is retried until ``_DELIVERY_TIMEOUT_S``, and an attempt gives up only once no
   request of it is left on the wire.
@@ -41,7 +44,6 @@ from mirrorflow.kafka.produce import ProduceCall, produce, refused_write
 # How long a batch may keep failing with retriable errors before the task gives up (the producer's
 # delivery.timeout.ms default).
 _DELIVERY_TIMEOUT_S = 120.0
-_DUPLICATE_SEQUENCE = 46
 # Producer sequences wrap at 2^31 (the broker's own arithmetic).
 _SEQUENCES = 1 << 31
 _TOO_LARGE = frozenset({10, 18})  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE
@@ -52,8 +54,9 @@ _OUT_OF_ORDER_SEQUENCE = 45
 # the target back first, may continue. INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID.
 _WRITER_LOST = frozenset({47, 59})
 # Answers that leave open whether the batch was appended (no answer at all does too):
-# REQUEST_TIMED_OUT, NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS_AFTER_APPEND.
-_MAYBE_APPENDED = frozenset({7, 13, 20})
+# REQUEST_TIMED_OUT, NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS_AFTER_APPEND, DUPLICATE_SEQUENCE_NUMBER
+# (an answer without the offset: whose batch holds that sequence, the target's end tells).
+_MAYBE_APPENDED = frozenset({7, 13, 20, 46})
 # Answers a resent batch would get again: INVALID_TOPIC_EXCEPTION, INVALID_TIMESTAMP (the remote
 # topic's message.timestamp.*.max.ms), UNSUPPORTED_FOR_MESSAGE_FORMAT, POLICY_VIOLATION,
 # UNSUPPORTED_COMPRESSION_TYPE, INVALID_RECORD.
@@ -135,19 +138,33 @@ class ProduceLoop:
     def _settle(self, call: ProduceCall, sending: Sequence[PartitionCopy]) -> None:
         now = now_ms()
         by_tp = {p.remote: p for p in sending}
-        codes = call.codes()
+        answers = call.answers()
         for tp, part in by_tp.items():
             part.in_flight = False
-            code = codes.get(tp)
+            code, base_offset = answers.get(tp, (None, -1))
             if part.failed is not None:
                 continue
-            if code in (0, _DUPLICATE_SEQUENCE):
-                self._acked(part, now)
-                continue
             try:
-                self._failed(part, code, call.exception if code is None else None)
+                if code == 0:
+                    self._check_placed(part, base_offset)
+                    self._acked(part, now)
+                else:
+                    self._failed(part, code, call.exception if code is None else None)
             except MirrorError as exc:
                 self.give_up(part, exc)
+
+    @staticmethod
+    def _check_placed(part: PartitionCopy, base_offset: int) -> None:
+        planned = part.next_target_offset
+        if base_offset != planned:
+            raise TargetStateError(
+                f"the target appended this copy's batch for {part.plan.remote_topic}-{part.plan.partition} "
+                f"at offset {base_offset}, where the plan puts it at {planned}: the partition did not end "
+                "where this copy's writer left it (something else wrote there, or the broker had dropped "
+                "the writer's state). Nothing was committed; the remote partition holds records the plan "
+                "does not: stop any other writer, then reset the flow's progress for that topic to mirror "
+                "it again."
+            )
 
     def _acked(self, part: PartitionCopy, now: int) -> None:
         piece = part.pending.popleft()

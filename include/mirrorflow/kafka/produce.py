@@ -3,7 +3,7 @@ and Produce requests of batches the copy stamped.
 
 The copy (``copy.batch_copy``) decides what to send, stamps each batch with the writer's producer
 id and sequence, and judges each partition's answer; this module builds the requests, sends them
-and hands back the answers' error codes. Invariants:
+and hands back each partition's answer (error code and base offset). Invariants:
 - Produce is acks=all and never transactional: a batch counts only once every in-sync replica has
   it, and the broker checks its sequence against the writer's (idempotence).
 - A refused login is an ``AuthorizationError`` that names the grant to add.
@@ -33,12 +33,13 @@ class ProduceCall:
     def done(self) -> bool:
         return bool(self._future.is_done)
 
-    def codes(self) -> dict[TP, int]:
-        """Each partition's answer (its error code, 0 when appended); none when no answer came."""
+    def answers(self) -> dict[TP, tuple[int, int]]:
+        """Each partition's answer: its error code (0 when appended) and the offset the broker gave
+        the batch's first record; none when no answer came."""
         if not self._future.succeeded():
             return {}
         return {
-            (t.name, r.index): r.error_code
+            (t.name, r.index): (r.error_code, r.base_offset)
             for t in self._future.value.responses
             for r in t.partition_responses
         }
