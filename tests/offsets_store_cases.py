@@ -24,6 +24,7 @@ from mirrorflow.core.plan import PartitionFailure, SourceGap
 from mirrorflow.core.progress import Batch, CommittedBatch, GroupPosition, LockInfo, PartitionProgress
 from mirrorflow.core.recovery import RecoveryStep
 from mirrorflow.core.report import FailedPartition, PartitionReport
+from mirrorflow.core.translation import OffsetTranslator
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError
 from mirrorflow.store.checkpoint_log import checkpoints, latest_checkpoint_metrics, record_checkpoints
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -36,7 +37,7 @@ from mirrorflow.store.run_documents import (
     save_document,
 )
 from mirrorflow.store.schema import metadata
-from mirrorflow.store.status_reads import failed_partitions, recovery_history, recovery_point
+from mirrorflow.store.status_reads import failed_partitions, recovery_history, recovery_point, totals
 
 FLOW = "primary->backup"
 T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -452,7 +453,7 @@ def test_a_dr_windows_micro_batches_coalesce_into_a_row_per_stretch(
         holder="window",
     )
 
-    assert store.coalesce_batches(FLOW, "window") == 2
+    assert store.coalesce_batches(FLOW, "window", {}) == 2
 
     merged = store.batches(FLOW, partition=0)
     assert [
@@ -463,11 +464,11 @@ def test_a_dr_windows_micro_batches_coalesce_into_a_row_per_stretch(
     assert merged[0].sync_points == ((13, 102), (20, 108), (28, 113))
     assert (merged[0].run_id, merged[0].committed_at) == ("window#2", T0 + timedelta(seconds=3))
     assert [b.run_id for b in store.batches(FLOW, partition=1)] == ["window#3"]
-    assert store.coalesce_batches(FLOW, "window") == 0
+    assert store.coalesce_batches(FLOW, "window", {}) == 0
     # Only the window holding the lock may merge its rows.
     store.release_lock(FLOW, "window")
     with pytest.raises(CommitConflictError, match="cannot coalesce its batch log"):
-        store.coalesce_batches(FLOW, "window")
+        store.coalesce_batches(FLOW, "window", {})
 
     # The next window's rows merge with the row they continue: one row per partition and stretch.
     store.acquire_lock(FLOW, "next", ttl_seconds=600)
@@ -481,7 +482,7 @@ def test_a_dr_windows_micro_batches_coalesce_into_a_row_per_stretch(
         gaps=[SourceGap("orders", 1, 5, 7, 55, 55)],
         holder="next",
     )
-    assert store.coalesce_batches(FLOW, "next") == 1
+    assert store.coalesce_batches(FLOW, "next", {}) == 1
     assert [(b.partition, b.source_start, b.source_end, b.run_id) for b in store.batches(FLOW)] == [
         (0, 10, 40, "next#0"),
         (1, 0, 5, "window#3"),
@@ -489,6 +490,72 @@ def test_a_dr_windows_micro_batches_coalesce_into_a_row_per_stretch(
     ]
     # 30 -> 115 goes on with the run from 28 -> 113: no new sync point.
     assert store.batches(FLOW, partition=0)[0].sync_points == ((13, 102), (20, 108), (28, 113))
+    # The source's log start moved to 35: the merged row is cut there, its sync points below gone.
+    assert store.coalesce_batches(FLOW, "next", {("orders", 0): 35}) == 0
+    assert [
+        (b.source_start, b.target_start, b.records, b.sync_points) for b in store.batches(FLOW, partition=0)
+    ] == [(35, 120, 5, ())]
+    assert totals(store, FLOW)[("orders", 0)] == (25, 4000)
+
+
+def test_a_commit_prunes_the_older_batch_log_below_the_source_log_start_keeping_the_totals(
+    store: OffsetsStore,
+) -> None:
+    _anchored(store)
+    store.commit(
+        FLOW, "run-1", [_batch(), _batch(partition=1, source=(0, 5), target=(50, 55), sync_points=())]
+    )
+    before = totals(store, FLOW)
+    store.release_lock(FLOW, "run-1")
+    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    # orders-1 lost offsets [5, 7) before run-2 read them: a gap, then records from 7.
+    store.commit(
+        FLOW,
+        "run-2",
+        [
+            _batch(source=(20, 30), target=(108, 118), sync_points=()),
+            _batch(partition=1, source=(7, 9), target=(55, 57), sync_points=()),
+        ],
+        gaps=[SourceGap("orders", 1, 5, 7, 55, 55)],
+        log_starts={("orders", 0): 15, ("orders", 1): 6},
+    )
+
+    # run-1's rows are cut at the log start (orders-0's first run, 10-11, goes); run-2's own rows
+    # and gap stay as it wrote them, for a retried commit to find.
+    assert [
+        (
+            b.run_id,
+            b.partition,
+            b.source_start,
+            b.source_end,
+            b.target_start,
+            b.records,
+            b.bytes,
+            b.sync_points,
+        )
+        for b in store.batches(FLOW)
+    ] == [
+        ("run-1", 0, 15, 20, 104, 4, 500, ()),
+        ("run-2", 0, 20, 30, 108, 10, 1000, ()),
+        ("run-2", 1, 7, 9, 55, 2, 1000, ()),
+    ]
+    assert store.commit(FLOW, "run-2", [_batch(source=(20, 30), target=(108, 118), sync_points=())]) == 0
+    assert [(g.source_start, g.source_end) for g in store.gaps(FLOW)] == [(5, 7)]
+    assert totals(store, FLOW) == {
+        ("orders", 0): (before[("orders", 0)][0] + 10, 2000),
+        ("orders", 1): (7, 2000),
+    }
+
+    # The next commit cuts the gap too; translation from the log start on is what it was.
+    store.release_lock(FLOW, "run-2")
+    store.acquire_lock(FLOW, "run-3", ttl_seconds=600)
+    store.commit(FLOW, "run-3", [], log_starts={("orders", 1): 8})
+    assert store.gaps(FLOW) == []
+    translator = OffsetTranslator(b.as_batch() for b in store.batches(FLOW, partition=1))
+    assert [translator.translate(u) for u in (7, 8, 9, 10)] == [None, 56, 57, 57]
+    assert totals(store, FLOW)[("orders", 1)] == (7, 2000)
+    store.release_lock(FLOW, "run-3")
+    assert store.forget_topic(FLOW, "orders") == 7  # 2 progress, 3 batch log, 2 pruned rows
 
 
 def test_the_recovery_point_moves_forward_only_with_a_minute_of_history_each(
@@ -601,7 +668,7 @@ def test_run_metrics_are_committed_with_the_batches_once(store: OffsetsStore, db
     assert store.partition_metrics(FLOW) == [wrote, resumed]
     # Only partition 0 had records written (and so measured) by this run.
     assert store.latest_writes(FLOW) == {("orders", 0): wrote}
-    assert store.totals(FLOW) == {("orders", 0): (8, 1000), ("orders", 1): (5, 1000)}
+    assert totals(store, FLOW) == {("orders", 0): (8, 1000), ("orders", 1): (5, 1000)}
 
     store.release_lock(FLOW, "run-1")
     store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
@@ -613,8 +680,8 @@ def test_run_metrics_are_committed_with_the_batches_once(store: OffsetsStore, db
 
     assert store.partition_metrics(FLOW, run_id="run-2") == [later]
     assert store.latest_writes(FLOW) == {("orders", 0): later}
-    assert store.totals(FLOW) == {("orders", 0): (18, 2000), ("orders", 1): (5, 1000)}
-    assert store.totals("backup->primary") == {}
+    assert totals(store, FLOW) == {("orders", 0): (18, 2000), ("orders", 1): (5, 1000)}
+    assert totals(store, "backup->primary") == {}
 
 
 def test_same_start_with_other_values_or_run_conflicts(store: OffsetsStore, db_url: str) -> None:

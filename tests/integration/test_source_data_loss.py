@@ -124,9 +124,22 @@ def test_with_skip_a_run_continues_after_the_gap_records_it_and_the_next_run_goe
     again = run_flow(config, FLOW, "run-3", spark)
 
     assert (again.records, again.gaps) == (9, ())
-    assert len(store.gaps(FLOW)) == 2
     assert _remote(backup, topic, 0)[10:] == _samples(topic, 0, range(15, 23))
     assert store.progress(FLOW)[(topic, 0)] == PartitionProgress(topic, 0, 23, 18)
+    # The gaps end at the source's log start: run-3's commit pruned them, with run-1's batches below
+    # it. A group still inside them resumes where the first record after them landed, as before.
+    assert store.gaps(FLOW) == []
+    assert [(b.run_id, b.partition, b.source_start) for b in store.batches(FLOW) if b.partition != 1] == [
+        ("run-2", 0, 15),
+        ("run-3", 0, 20),
+        ("run-2", 2, 12),
+        ("run-3", 2, 20),
+    ]
+    commit_group(primary.bootstrap, f"{group}-late", {(topic, 0): 13})
+    emitted = checkpoint_run(config, FLOW, "checkpoints").emitted
+    assert [(p.upstream_offset, p.downstream_offset) for p in emitted if p.group_id == f"{group}-late"] == [
+        (13, 10)
+    ]
 
 
 def test_copies_an_interrupted_attempt_left_are_neither_duplicated_nor_taken_for_lost_ones(

@@ -66,13 +66,24 @@ def reverse_translations(store: OffsetsStore, opposite: str) -> dict[TP, Transla
 
 
 def _translators(store: OffsetsStore, flow: str) -> dict[TP, tuple[str, OffsetTranslator]]:
-    batches, recorded = store.batches(flow), store.gaps(flow)
+    """Each partition's translator from its batch log and gaps. Where the log was pruned below the
+    source's log start, the pruned offsets count as a gap: a group still positioned there (the
+    source resets it to the log start) maps to where the first record kept lands."""
+    batches, recorded, pruned = store.batches(flow), store.gaps(flow), store.pruned_from(flow)
     by_tp: dict[TP, list[Batch]] = {}
     for b in batches:
         by_tp.setdefault((b.topic, b.partition), []).append(b)
     gaps: dict[TP, list[SourceGap]] = {}
     for g in recorded:
         gaps.setdefault((g.topic, g.partition), []).append(g)
+    for (topic, partition), began in pruned.items():
+        logged = [*by_tp.get((topic, partition), ()), *gaps.get((topic, partition), ())]
+        first = min(logged, key=lambda s: s.source_start, default=None)
+        if first is not None and first.source_start > began:
+            cut = SourceGap(
+                topic, partition, began, first.source_start, first.target_start, first.target_start
+            )
+            gaps.setdefault((topic, partition), []).append(cut)
     return {tp: (bs[0].remote_topic, OffsetTranslator(bs, gaps.get(tp, ()))) for tp, bs in by_tp.items()}
 
 

@@ -108,6 +108,8 @@ class _Window:
         self.topics: RemoteTopics | None = None
         self.micro_batches = self.spark_copies = self.records = self.bytes = self.checkpoints = 0
         self.lags: dict[tuple[str, int], int] = {}
+        # Each source partition's log start as the newest plan read it: the batch log is pruned below.
+        self.log_starts: dict[tuple[str, int], int] = {}
         self.age: float | None = None
         # Per partition, the figures of the micro-batches since the metrics history was last written.
         self.unrecorded: dict[tuple[str, int], PartitionReport] = {}
@@ -218,7 +220,8 @@ class _Window:
                 self.spark_copies += 1
                 result = self.copy(plan)
         with timed("commit"):
-            report = self.session.commit(plan, result, log_level=logging.DEBUG, metrics=False)
+            report = self.session.commit(plan, result, log_level=logging.DEBUG, metrics=False, prune=False)
+        self.log_starts.update(plan.log_starts)
         self.unpublished = report
         if self.timers.due("recovery", self.clock()):
             self.publish()
@@ -266,9 +269,9 @@ class _Window:
 
     def coalesce(self) -> None:
         """The window's micro-batches' batch-log rows merged into a row per unbroken stretch of each
-        partition."""
+        partition, and the log pruned below the source's log starts its last plans read."""
         with self.steps.timed("coalesce"):
-            self.session.store.coalesce_batches(self.flow.name, self.run_id)
+            self.session.store.coalesce_batches(self.flow.name, self.run_id, self.log_starts)
 
     def record_metrics(self) -> None:
         """The micro-batches' metrics since the last call summed into one history entry per partition

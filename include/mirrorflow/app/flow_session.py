@@ -60,7 +60,7 @@ from mirrorflow.mm2.acl_rules import TopicAcl, missing_acls, target_acls
 from mirrorflow.store.checkpoint_log import latest_checkpoint_metrics
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import prune_documents
-from mirrorflow.store.status_reads import recovery_point
+from mirrorflow.store.status_reads import recovery_point, totals
 from mirrorflow.store.writers import record_writer, writer_of
 
 log = logging.getLogger(__name__)
@@ -301,13 +301,21 @@ class FlowSession:
         return copy_result(plan, copy_partitions(plan.partitions, CopySettings.of(self.flow), plan.writer))
 
     def commit(
-        self, plan: Plan, result: CopyResult, *, log_level: int = logging.INFO, metrics: bool = True
+        self,
+        plan: Plan,
+        result: CopyResult,
+        *,
+        log_level: int = logging.INFO,
+        metrics: bool = True,
+        prune: bool = True,
     ) -> RunReport:
-        """Commit ``result`` of ``plan`` (progress, batch log, gaps, partition metrics, recovery point:
-        one transaction) while the session's run holds the flow's lock, then write its offset syncs;
-        the report is logged at ``log_level`` (a DR window's micro-batches: DEBUG); ``metrics``:
-        whether the report goes to the metrics history now (a DR window records its micro-batches
-        summed up, a minute at a time)."""
+        """Commit ``result`` of ``plan`` (progress, batch log, gaps, partition metrics, recovery point,
+        the older batch log pruned below the plan's source log starts: one transaction) while the
+        session's run holds the flow's lock, then write its offset syncs; the report is logged at
+        ``log_level`` (a DR window's micro-batches: DEBUG); ``metrics``: whether the report goes to
+        the metrics history now, ``prune``: whether the batch log is pruned now (a DR window records
+        its micro-batches' metrics summed up, a minute at a time, and prunes as it merges their
+        rows)."""
         flow = self.flow
         batches = batches_for(plan, result)
         report = build_report(plan, result)
@@ -320,6 +328,7 @@ class FlowSession:
             holder=self.run_id,
             mirrored_as_of=mirrored_as_of(plan, report),
             failed=report.failed,
+            log_starts=plan.log_starts if prune else None,
         )
         syncs = emit_offset_syncs(flow, batches, self.internal)
         log.log(
@@ -354,13 +363,13 @@ class FlowSession:
         """Rewrite the flow's source metrics file from the offsets table and ``report``: counts from the
         batch log, lag from this run, rates and times from the last run that wrote to each partition."""
         flow, store = self.flow, self.store
-        totals = store.totals(flow.name)
+        counted = totals(store, flow.name)
         writes = store.latest_writes(flow.name)
         partitions = []
         for p in report.partitions:
             key = (p.topic, p.partition)
             last: PartitionReport = writes.get(key, p)
-            records, size = totals.get(key, (0, 0))
+            records, size = counted.get(key, (0, 0))
             partitions.append(
                 PartitionMetrics(
                     p.topic,

@@ -60,6 +60,7 @@ from mirrorflow.store.status_reads import (
     recovery_history,
     recovery_point,
     run_totals,
+    totals,
 )
 
 __all__ = ["LIVE_TIMEOUT_SECONDS", "RUN_LIMIT", "flow_statuses"]
@@ -195,7 +196,7 @@ def _read_flow(
 ) -> FlowStatus:
     name = flow.name
     progress = store.progress(name)
-    totals = store.totals(name)
+    counted = totals(store, name)
     writes = store.latest_writes(name)
     gaps = tuple(store.gaps(name))
     lock = store.lock_info(name)
@@ -213,7 +214,7 @@ def _read_flow(
         lost[(g.topic, g.partition)] = lost.get((g.topic, g.partition), 0) + g.source_end - g.source_start
     partitions = []
     for (topic, partition), p in sorted(progress.items()):
-        records, size = totals.get((topic, partition), (0, 0))
+        records, size = counted.get((topic, partition), (0, 0))
         newest = lags.get((topic, partition))
         written = writes.get((topic, partition))
         partitions.append(

@@ -157,6 +157,11 @@ class Plan(Document):
     def max_records(self) -> int:
         return sum(p.source_end - p.source_start for p in self.partitions)
 
+    @property
+    def log_starts(self) -> dict[tuple[str, int], int]:
+        """Each planned source partition's log start, as the planner read it."""
+        return {(s.topic, s.partition): s.log_start for s in self.states}
+
     def task_count(self, cores: int) -> int:
         """How many Spark tasks copy this plan: one per core, but one per ``RECORDS_PER_TASK``
         planned records at most. A second task costs about 40 ms of scheduling in a running

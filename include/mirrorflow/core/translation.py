@@ -75,6 +75,41 @@ def coalesce(batches: Sequence[Batch]) -> list[Batch]:
     return merged
 
 
+def trimmed(batch: Batch, log_start: int) -> Batch | None:
+    """What of ``batch`` a consumer can still need once the source holds nothing before
+    ``log_start``: the batch from ``log_start`` on (its sync points below gone, the first record at
+    or after it becoming one where its offset is not ``log_start``), ``batch`` itself when it starts
+    there or later, ``None`` when it ends at or before it. Translation of any offset from
+    ``log_start`` on reads the same from the trimmed batch. Its bytes shrink in proportion to its
+    records (the log keeps no size per record)."""
+    if batch.source_end <= log_start:
+        return None
+    if batch.source_start >= log_start:
+        return batch
+    points = runs(batch)
+    ends = [t for _, t in points[1:]] + [batch.target_end]
+    kept = [
+        (max(src, log_start), tgt + max(0, log_start - src))
+        for (src, tgt), end in zip(points, ends, strict=True)
+        if src + (end - tgt) > log_start
+    ]
+    if not kept:
+        # Only offsets without records (markers, compacted or aborted ones) at or after log_start.
+        return replace(
+            batch, source_start=log_start, target_start=batch.target_end, records=0, bytes=0, sync_points=()
+        )
+    first_source, first_target = kept[0]
+    records = batch.target_end - first_target
+    return replace(
+        batch,
+        source_start=log_start,
+        target_start=first_target,
+        records=records,
+        bytes=batch.bytes * records // batch.records,
+        sync_points=tuple(kept if first_source != log_start else kept[1:]),
+    )
+
+
 def offset_syncs(batch: Batch) -> list[OffsetSync]:
     """MM2 offset syncs for a batch: one per run, so MM2's own rule (newest sync at or below U, then
     +1) never skips a record either."""

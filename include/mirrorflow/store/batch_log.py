@@ -1,19 +1,21 @@
 """The batch log's and the gap log's rows, step by step, inside a transaction the store holds:
-moving a partition's progress across one batch or gap (compare-and-set), and merging a DR window's
-micro-batch rows.
+moving a partition's progress across one batch or gap (compare-and-set), merging a DR window's
+micro-batch rows, and pruning what lies below the source's log start.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, exc, insert, select, tuple_, update
+from sqlalchemy import Connection, delete, exc, func, insert, select, tuple_, update
 
 from mirrorflow.core.progress import CommittedBatch, as_utc, format_time
-from mirrorflow.core.translation import coalesce
+from mirrorflow.core.translation import coalesce, trimmed
 from mirrorflow.errors import CommitConflictError
 from mirrorflow.store.rows import Log, batch_row, committed_batch
-from mirrorflow.store.schema import batches_table, progress_table
+from mirrorflow.store.schema import batches_table, gaps_table, progress_table, pruned_table
 
 
 def commit_step(conn: Connection, log: Log, row: dict[str, Any]) -> bool:
@@ -138,3 +140,145 @@ def coalesce_window(conn: Connection, flow: str, holder: str) -> int:
             )
             removed += len(chain) - 1
     return removed
+
+
+def prune_step(
+    conn: Connection,
+    flow: str,
+    log_starts: Mapping[tuple[str, int], int],
+    keep_run: str | None,
+    now: datetime,
+) -> int:
+    """Cut each partition's batch log and gaps at its source log start (``log_starts``): rows
+    that end at or before it go, one that spans it is trimmed (``core.translation.trimmed``), and
+    ``mirror_pruned`` keeps where the log began and the records and bytes the cut rows counted. A
+    consumer position below the log start can only be reset on the source (to the log start), so
+    translation keeps what a group can ask for (``app.checkpoints`` maps a position in the pruned
+    range where the log start maps), and a source that adds a sync point per transaction no longer
+    grows the log without bound. A partition's newest batch is trimmed but never goes (it says
+    where the next record lands); the rows of ``keep_run`` (the commit this step runs in) stay as
+    written, for a retried commit to find. Two reads find the partitions with anything to cut.
+    Returns how many rows went."""
+    removed = 0
+    for (topic, partition), newest in _due(conn, flow, log_starts).items():
+        removed += _prune_partition(
+            conn, (flow, topic, partition), log_starts[(topic, partition)], newest, keep_run, now
+        )
+    return removed
+
+
+def _due(
+    conn: Connection, flow: str, log_starts: Mapping[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """The partitions with rows to cut below their log start, with their newest batch's start."""
+    b, g = batches_table, gaps_table
+    due: dict[tuple[str, int], int] = {}
+    newest: dict[tuple[str, int], int] = {}
+    for topic, partition, first, last, last_end in conn.execute(
+        select(
+            b.c.topic,
+            b.c.partition,
+            func.min(b.c.source_start),
+            func.max(b.c.source_start),
+            func.max(b.c.source_end),
+        )
+        .where(b.c.flow == flow)
+        .group_by(b.c.topic, b.c.partition)
+    ).all():
+        newest[(topic, partition)] = last
+        log_start = log_starts.get((topic, partition))
+        # Nothing to cut when the newest batch is all the log below the log start and ends there.
+        if log_start is not None and first < log_start and not (first == last and last_end <= log_start):
+            due[(topic, partition)] = last
+    for topic, partition, first in conn.execute(
+        select(g.c.topic, g.c.partition, func.min(g.c.source_start))
+        .where(g.c.flow == flow)
+        .group_by(g.c.topic, g.c.partition)
+    ).all():
+        log_start = log_starts.get((topic, partition))
+        if log_start is not None and first < log_start:
+            due[(topic, partition)] = newest.get((topic, partition), -1)
+    return due
+
+
+def _prune_partition(
+    conn: Connection,
+    key: tuple[str, str, int],
+    log_start: int,
+    newest: int,
+    keep_run: str | None,
+    now: datetime,
+) -> int:
+    b, g = batches_table, gaps_table
+    flow, topic, partition = key
+    rows = conn.execute(
+        select(b).where(
+            b.c.flow == flow,
+            b.c.topic == topic,
+            b.c.partition == partition,
+            b.c.source_start < log_start,
+            b.c.run_id != (keep_run or ""),
+        )
+    ).all()
+    gaps = conn.execute(
+        select(g.c.id, g.c.source_start, g.c.source_end).where(
+            g.c.flow == flow,
+            g.c.topic == topic,
+            g.c.partition == partition,
+            g.c.source_start < log_start,
+            g.c.run_id != (keep_run or ""),
+        )
+    ).all()
+    removed = records = size = 0
+    began: list[int] = []
+    for row in rows:
+        batch = committed_batch(row._mapping).as_batch()
+        cut = trimmed(batch, log_start)
+        if cut is None and row.source_start == newest:
+            continue
+        if cut is None:
+            conn.execute(delete(b).where(b.c.id == row.id))
+            removed += 1
+        else:
+            conn.execute(
+                update(b).where(b.c.id == row.id).values(**batch_row(flow, row.run_id, cut, row.committed_at))
+            )
+        records += batch.records - (cut.records if cut else 0)
+        size += batch.bytes - (cut.bytes if cut else 0)
+        began.append(batch.source_start)
+    for gap in gaps:
+        if gap.source_end <= log_start:
+            conn.execute(delete(g).where(g.c.id == gap.id))
+            removed += 1
+        else:
+            conn.execute(update(g).where(g.c.id == gap.id).values(source_start=log_start))
+        began.append(gap.source_start)
+    if began:
+        _count_pruned(conn, key, min(began), records, size, now)
+    return removed
+
+
+def _count_pruned(
+    conn: Connection, key: tuple[str, str, int], began: int, records: int, size: int, now: datetime
+) -> None:
+    p = pruned_table
+    flow, topic, partition = key
+    where = (p.c.flow == flow, p.c.topic == topic, p.c.partition == partition)
+    if conn.execute(select(p.c.flow).where(*where)).first() is None:
+        conn.execute(
+            insert(p).values(
+                flow=flow,
+                topic=topic,
+                partition=partition,
+                source_start=began,
+                records=records,
+                bytes=size,
+                pruned_at=now,
+            )
+        )
+    else:
+        conn.execute(
+            update(p)
+            .where(*where)
+            .values(records=p.c.records + records, bytes=p.c.bytes + size, pruned_at=now)
+        )

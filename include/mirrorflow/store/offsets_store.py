@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
@@ -65,7 +65,7 @@ from mirrorflow.core.progress import (
 from mirrorflow.core.recovery import HISTORY_RETENTION
 from mirrorflow.core.report import FailedPartition, PartitionReport
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
-from mirrorflow.store.batch_log import coalesce_window, commit_step
+from mirrorflow.store.batch_log import coalesce_window, commit_step, prune_step
 from mirrorflow.store.database import (
     DEFAULT_BUSY_TIMEOUT_SECONDS,
     INSERT_CHUNK,
@@ -101,6 +101,7 @@ from mirrorflow.store.schema import (
     partition_errors_table,
     partition_metrics_table,
     progress_table,
+    pruned_table,
     topics_table,
 )
 
@@ -351,10 +352,12 @@ class OffsetsStore:
         holder: str | None = None,
         mirrored_as_of: datetime | None = None,
         failed: Sequence[FailedPartition] = (),
+        log_starts: Mapping[tuple[str, int], int] | None = None,
     ) -> int:
         """Commit the run's source ``gaps``, ``batches`` and partition ``metrics`` in one transaction,
-        with the recovery point they prove (``mirrored_as_of``, see ``core.recovery``); return how
-        many batches were newly committed.
+        with the recovery point they prove (``mirrored_as_of``, see ``core.recovery``), and prune the
+        older batch log below the source's ``log_starts`` (``batch_log.prune_step``); return how many
+        batches were newly committed.
 
         Requires ``flow``'s lock held by ``holder`` (default ``run_id``: a DR window's micro-batches
         commit under ids of their own while the window's run holds the lock). Each gap, then each
@@ -389,6 +392,7 @@ class OffsetsStore:
             record_step(conn, flow, run_id, failed, [(b.topic, b.partition) for b in batches], now)
             if mirrored_as_of is not None:
                 advance_step(conn, flow, run_id, mirrored_as_of, now)
+            prune_step(conn, flow, log_starts or {}, run_id, now)
             return committed
 
     def advance_recovery_point(
@@ -399,13 +403,14 @@ class OffsetsStore:
         with self.locked(flow, holder, "record its recovery point") as conn:
             advance_step(conn, flow, run_id, mirrored_as_of, self.now())
 
-    def coalesce_batches(self, flow: str, holder: str) -> int:
+    def coalesce_batches(self, flow: str, holder: str, log_starts: Mapping[tuple[str, int], int]) -> int:
         """Merge the batch-log rows the DR window ``holder`` committed (micro-batch run ids
         ``<holder>#<n>``) into one row per unbroken stretch of each partition
-        (``batch_log.coalesce_window``); requires the lock held by ``holder``. Returns how many rows
+        (``batch_log.coalesce_window``), then prune the log below the source's ``log_starts``
+        (``batch_log.prune_step``); requires the lock held by ``holder``. Returns how many rows
         went."""
         with self.locked(flow, holder, "coalesce its batch log") as conn:
-            return coalesce_window(conn, flow, holder)
+            return coalesce_window(conn, flow, holder) + prune_step(conn, flow, log_starts, None, self.now())
 
     def record_partition_metrics(
         self, flow: str, run_id: str, metrics: Sequence[PartitionReport], *, holder: str
@@ -454,18 +459,6 @@ class OffsetsStore:
             rows = conn.execute(select(m).where(m.c.id.in_(newest))).all()
         return {(r.topic, r.partition): partition_report(r._mapping) for r in rows}
 
-    def totals(self, flow: str) -> dict[tuple[str, int], tuple[int, int]]:
-        """Records and bytes committed so far per source partition, from the batch log."""
-        b = batches_table
-        query = (
-            select(b.c.topic, b.c.partition, func.sum(b.c.records), func.sum(b.c.bytes))
-            .where(b.c.flow == flow)
-            .group_by(b.c.topic, b.c.partition)
-        )
-        with self._transaction(write=False) as conn:
-            rows = conn.execute(query).all()
-        return {(t, p): (int(r), int(n)) for t, p, r, n in rows}
-
     def batches(
         self, flow: str, topic: str | None = None, partition: int | None = None
     ) -> list[CommittedBatch]:
@@ -480,6 +473,15 @@ class OffsetsStore:
         with self._transaction(write=False) as conn:
             rows = conn.execute(query).all()
         return [committed_batch(row._mapping) for row in rows]
+
+    def pruned_from(self, flow: str) -> dict[tuple[str, int], int]:
+        """Per partition whose batch log was pruned (``batch_log.prune_step``), where it began."""
+        p = pruned_table
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(
+                select(p.c.topic, p.c.partition, p.c.source_start).where(p.c.flow == flow)
+            ).all()
+        return {(t, n): int(start) for t, n, start in rows}
 
     def gaps(self, flow: str, topic: str | None = None, partition: int | None = None) -> list[RecordedGap]:
         """The source gaps ``flow`` skipped (optionally one topic / partition), by topic, partition,
@@ -511,6 +513,7 @@ class OffsetsStore:
                 progress_table,
                 batches_table,
                 gaps_table,
+                pruned_table,
                 topics_table,
                 checkpoints_table,
                 partition_errors_table,

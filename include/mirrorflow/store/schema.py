@@ -1,7 +1,8 @@
 """The offsets database's schema: one ``MetaData`` with every table the store keeps.
 
 ``mirror_progress`` (committed progress per partition), ``mirror_batches`` (the batch log),
-``mirror_gaps`` (source ranges lost before they were mirrored), ``mirror_topics`` (the id of each
+``mirror_gaps`` (source ranges lost before they were mirrored), ``mirror_pruned`` (what the batch log
+held below the source's log start, pruned), ``mirror_topics`` (the id of each
 source topic a flow mirrors), ``mirror_checkpoints`` (the last checkpoint emitted per consumer group
 and partition), ``mirror_partition_metrics`` and ``mirror_checkpoint_metrics`` (the metrics history),
 ``mirror_recovery`` (when each flow was last mirrored as a whole) with its per-minute history
@@ -41,6 +42,7 @@ __all__ = [
     "partition_errors_table",
     "partition_metrics_table",
     "progress_table",
+    "pruned_table",
     "recovery_history_table",
     "recovery_table",
     "run_documents_table",
@@ -115,6 +117,21 @@ gaps_table = Table(
     Column("target_end", BigInteger, nullable=False),
     Column("recorded_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("flow", "topic", "partition", "source_start"),
+)
+
+pruned_table = Table(
+    "mirror_pruned",
+    metadata,
+    Column("flow", _NAME, nullable=False),
+    Column("topic", _NAME, nullable=False),
+    Column("partition", Integer, nullable=False),
+    # Where the partition's batch log and gaps began before they were first pruned; the records and
+    # bytes of the rows pruned since.
+    Column("source_start", BigInteger, nullable=False),
+    Column("records", BigInteger, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("pruned_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("flow", "topic", "partition"),
 )
 
 topics_table = Table(

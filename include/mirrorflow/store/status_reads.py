@@ -1,28 +1,30 @@
 """The status page's aggregates: over a flow's metrics history (``mirror_partition_metrics``), the
 newest lag per partition and what each recent run committed; its recovery point and that point's
-history. ``mirrorflow.app.status`` reads them with ``OffsetsStore``'s own reads (progress, totals,
-gaps, lock, checkpoints); each is one read transaction and returns plain values
-(``mirrorflow.store.read_model``).
+history; what each partition's batch log counted. ``mirrorflow.app.status`` reads them with
+``OffsetsStore``'s own reads (progress, gaps, lock, checkpoints); each is one read transaction and
+returns plain values (``mirrorflow.store.read_model``).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, union_all
 
 from mirrorflow.core.progress import as_utc
 from mirrorflow.core.recovery import RecoveryStep
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import PartitionErrorRecord, PartitionLag, RunTotals
 from mirrorflow.store.schema import (
+    batches_table,
     partition_errors_table,
     partition_metrics_table,
+    pruned_table,
     recovery_history_table,
     recovery_table,
 )
 
-__all__ = ["failed_partitions", "newest_lags", "recovery_history", "recovery_point", "run_totals"]
+__all__ = ["failed_partitions", "newest_lags", "recovery_history", "recovery_point", "run_totals", "totals"]
 
 
 def newest_lags(store: OffsetsStore, flow: str) -> dict[tuple[str, int], PartitionLag]:
@@ -101,3 +103,16 @@ def failed_partitions(store: OffsetsStore, flow: str) -> list[PartitionErrorReco
         PartitionErrorRecord(r.topic, int(r.partition), r.run_id, r.error, r.message, as_utc(r.failed_at))
         for r in rows
     ]
+
+
+def totals(store: OffsetsStore, flow: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """Records and bytes committed so far per source partition, from the batch log and what its
+    pruned rows counted."""
+    b, p = batches_table, pruned_table
+    logged = select(b.c.topic, b.c.partition, b.c.records, b.c.bytes).where(b.c.flow == flow)
+    both = union_all(logged, select(p.c.topic, p.c.partition, p.c.records, p.c.bytes).where(p.c.flow == flow))
+    rows = both.subquery()
+    query = select(rows.c.topic, rows.c.partition, func.sum(rows.c.records), func.sum(rows.c.bytes))
+    with store.read() as conn:
+        found = conn.execute(query.group_by(rows.c.topic, rows.c.partition)).all()
+    return {(t, n): (int(r), int(size)) for t, n, r, size in found}

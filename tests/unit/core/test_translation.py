@@ -1,6 +1,6 @@
-"""Exact offset translation from the batch log, MM2's offset-sync record, and coalescing a
-partition's contiguous batches (the batch log of a DR window's micro-batches shrinks to one row per
-unbroken stretch, translating every offset as before)."""
+"""Exact offset translation from the batch log, MM2's offset-sync record, coalescing a partition's
+contiguous batches (the batch log of a DR window's micro-batches shrinks to one row per unbroken
+stretch, translating every offset as before), and trimming a batch at the source's log start."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch
-from mirrorflow.core.translation import OffsetTranslator, coalesce, offset_syncs
+from mirrorflow.core.translation import OffsetTranslator, coalesce, offset_syncs, trimmed
 from mirrorflow.errors import PlanError, WireFormatError
 from mirrorflow.mm2.records import OffsetSync
 
@@ -173,3 +173,37 @@ def test_only_contiguous_batches_merge() -> None:
         other_start,
     ]
     assert coalesce([]) == []
+
+
+# ----------------------------------------------------------------------------------------- trimmed
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_a_batch_trimmed_at_the_log_start_is_what_a_copy_from_there_commits(seed: int) -> None:
+    rng = random.Random(seed)
+    end = rng.randint(1, 60)
+    # Records at some offsets; the others are transaction markers, aborted or compacted records.
+    offsets = [o for o in range(end) if rng.random() < 0.7]
+    whole = copied(0, end, 100, offsets)
+    log_start = rng.randint(0, end - 1)
+    kept = [o for o in offsets if o >= log_start]
+
+    cut = trimmed(whole, log_start)
+
+    assert cut is not None
+    cut.validate()
+    assert cut == copied(log_start, end, whole.target_end - len(kept), kept)
+    before, after = OffsetTranslator([whole]), OffsetTranslator([cut])
+    upstream = range(log_start, end + 2)
+    assert [after.translate(u) for u in upstream] == [before.translate(u) for u in upstream]
+    downstream = range(cut.target_start, cut.target_end + 1)
+    assert [after.reverse(d) for d in downstream] == [before.reverse(d) for d in downstream]
+
+
+def test_a_batch_below_the_log_start_goes_and_one_above_it_stays_as_it_is() -> None:
+    below, above = copied(0, 10, 0, list(range(10))), copied(10, 20, 10, [12, 15])
+
+    assert trimmed(below, 10) is None
+    assert trimmed(below, 11) is None
+    assert trimmed(above, 10) is above
+    assert trimmed(above, 3) is above
