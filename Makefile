@@ -5,7 +5,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # The dev tooling (include/mirrorflow_dev) is not part of the installed product: it is imported from here.
 export PYTHONPATH := $(CURDIR)/include$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: setup demo airflow test test-unit soak lint format readme-keys bench kafka-up kafka-down kafka-status clean
+.PHONY: setup demo airflow test test-unit test-replicated soak lint format readme-keys bench kafka-up kafka-down kafka-status clean
 
 setup:
 	@bash scripts/setup.sh
@@ -24,6 +24,10 @@ test: setup
 # The tests that start nothing (no broker, Spark, Airflow, PostgreSQL or browser): well under a minute.
 test-unit: setup
 	$(VENV)/bin/pytest -m "not (kafka or spark or airflow or postgres or browser or faults)" $(PYTEST_ARGS)
+
+# The tests on three-node clusters (leader changes, node kills and restarts): up to six broker JVMs.
+test-replicated: setup
+	$(VENV)/bin/pytest -m replicated $(PYTEST_ARGS)
 
 # The fault-injection suite with SOAK_KILLS more random kill points (seed: MIRROR_SOAK_SEED).
 soak: setup

@@ -21,12 +21,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 from mirror_helpers import local_clusters
+from mirror_helpers import replicated_clusters as start_replicated_clusters
 
 from mirrorflow.app.dag_spec import ENV_JVM_CACHE
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow_dev import kafka_home, local_postgres, paths
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.local_postgres import LocalPostgres
+from mirrorflow_dev.replicated_kafka import ReplicatedCluster
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 os.environ.setdefault(ENV_JVM_CACHE, str(paths.jvm_cache()))
 
 SESSION_ALIASES = ("primary", "backup", "dr")
+REPLICATED_ALIASES = ("primary", "backup")
 _names = itertools.count()
 
 # The log cleaner looks for work every 100 ms instead of every 15 s: tests of compacted topics wait
@@ -43,7 +46,12 @@ _names = itertools.count()
 CLEANER = {"log.cleaner.backoff.ms": "100"}
 
 # The fixtures that start a server, and the mark a test using one gets.
-SERVER_MARKS = {"kafka_clusters": "kafka", "spark": "spark", "postgres_server": "postgres"}
+SERVER_MARKS = {
+    "kafka_clusters": "kafka",
+    "spark": "spark",
+    "postgres_server": "postgres",
+    "replicated_clusters": "kafka",
+}
 
 # Shared test bodies outside test modules still get pytest's assertion messages.
 pytest.register_assert_rewrite("offsets_store_cases")
@@ -68,6 +76,23 @@ def kafka_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
     if not kafka_home.libs_present():
         pytest.fail(f"Kafka jars missing in {paths.kafka_libs()}: run `make setup`", pytrace=False)
     with local_clusters(SESSION_ALIASES, tmp_path_factory.mktemp("kafka"), CLEANER) as clusters:
+        yield clusters
+
+
+@pytest.fixture(scope="session")
+def replicated_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ReplicatedCluster]]:
+    """Two independent three-node clusters ("primary", "backup"), production's shape: static KRaft
+    voters, replication factor 3, min.insync.replicas 2 (``replicated_kafka``). Six JVMs: tests using
+    them carry the ``replicated`` mark (``make test-replicated``), which keeps them out of ``make test``.
+
+    Shared by the session like ``kafka_clusters``: a test that kills a node restarts it (and waits for
+    its replicas to rejoin the ISR) before it ends. Stopped at session end by PID, restarted nodes too.
+    """
+    if not kafka_home.libs_present():
+        pytest.fail(f"Kafka jars missing in {paths.kafka_libs()}: run `make setup`", pytrace=False)
+    with start_replicated_clusters(
+        REPLICATED_ALIASES, tmp_path_factory.mktemp("replicated"), CLEANER
+    ) as clusters:
         yield clusters
 
 

@@ -13,6 +13,7 @@ import tempfile
 import time
 import urllib.error
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
@@ -41,6 +42,11 @@ from mirrorflow_dev.kafka_security import SUPER_USER, BrokerSecurity, ScramSecur
 from mirrorflow_dev.local_airflow import LocalAirflow
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.processes import free_port
+from mirrorflow_dev.replicated_kafka import (
+    ReplicatedCluster,
+    start_replicated_cluster,
+    stop_replicated_cluster,
+)
 
 
 def run_flow(config: MirrorConfig, flow_name: str, run_id: str, spark: SparkSession) -> RunReport:
@@ -210,6 +216,38 @@ def local_clusters(
         yield clusters
     finally:
         local_kafka.stop_clusters(clusters)
+
+
+@contextmanager
+def replicated_clusters(
+    aliases: Sequence[str], root: Path, extra_properties: Mapping[str, str] | None = None
+) -> Iterator[dict[str, ReplicatedCluster]]:
+    """Three-node clusters on free loopback ports, started in parallel, stopped by PID however the
+    block ends: by their homes' PID files, so also the nodes restarted inside the block."""
+    ports = processes.free_ports(6 * len(aliases))
+    with ThreadPoolExecutor(max_workers=max(len(aliases), 1)) as pool:
+        futures = {
+            alias: pool.submit(
+                start_replicated_cluster,
+                alias,
+                ports[6 * i : 6 * i + 6],
+                root,
+                extra_properties=extra_properties,
+            )
+            for i, alias in enumerate(aliases)
+        }
+    # Each start is all-or-nothing; the clusters that did start are stopped below if another failed.
+    clusters = {alias: f.result() for alias, f in futures.items() if f.exception() is None}
+    try:
+        for f in futures.values():
+            if (error := f.exception()) is not None:
+                raise error
+        yield clusters
+    finally:
+        with ThreadPoolExecutor(max_workers=max(len(clusters), 1)) as pool:
+            stops = [pool.submit(stop_replicated_cluster, c) for c in clusters.values()]
+        for stop in stops:
+            stop.result()
 
 
 def delete_records(bootstrap: str, before: Mapping[tuple[str, int], int]) -> None:

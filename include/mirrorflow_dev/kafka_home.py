@@ -1,8 +1,10 @@
 """A local Kafka cluster's home before its broker starts: the broker jars and the java to run them,
-``server.properties`` (combined KRaft, single node, on loopback), the JVM options and the storage
-format. ``local_kafka`` starts and stops the brokers.
+``server.properties`` (combined KRaft on loopback: a single node, or one node of a replicated cluster),
+the JVM options and the storage format. ``local_kafka`` starts and stops the brokers.
 
-Invariant: data/ is formatted once; a restart never reformats it (that would lose its records).
+Invariants: data/ is formatted once; a restart never reformats it (that would lose its records). A
+single node is its own dynamic quorum (``--standalone``); the nodes of a replicated cluster share a
+static voter set (``controller.quorum.voters``) and one cluster id, given to each node's format.
 """
 
 from __future__ import annotations
@@ -46,21 +48,54 @@ def java_executable() -> str:
     return found
 
 
+# A replicated cluster's defaults, as production runs them: every record on three nodes, and a write
+# acknowledged by all (acks=all) only while two of them have it, so one node may fail at a time.
+REPLICATED_DEFAULTS = {
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "share.coordinator.state.topic.replication.factor": "3",
+    "share.coordinator.state.topic.min.isr": "2",
+}
+REPLICATED_NODES = 3
+
+
 def server_properties(
     port: int,
     controller_port: int,
     home: Path,
     extra: Mapping[str, str] | None = None,
     security: BrokerSecurity | None = None,
+    *,
+    node_id: int = 1,
+    voters: Mapping[int, int] | None = None,
 ) -> dict[str, str]:
-    """Combined KRaft single-node settings of a cluster in ``home``, secured by ``security`` if given;
-    ``extra`` overrides or adds keys last."""
+    """Combined KRaft settings of a node in ``home``, secured by ``security`` if given; ``extra``
+    overrides or adds keys last.
+
+    Without ``voters``: a single-node cluster. With ``voters`` (node id -> controller port, at least
+    three, ``node_id`` among them): node ``node_id`` of a replicated cluster whose controllers are a
+    static voter set, with ``REPLICATED_DEFAULTS``.
+    """
     plain = f"PLAINTEXT://127.0.0.1:{port}"
     controller = f"CONTROLLER://127.0.0.1:{controller_port}"
+    if voters is None:
+        quorum = {"node.id": "1", "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}"}
+    else:
+        if len(voters) < REPLICATED_NODES or voters.get(node_id) != controller_port:
+            raise ValueError(
+                f"node {node_id} (controller port {controller_port}) of voters {dict(voters)}: "
+                f"need {REPLICATED_NODES}+ voters, this node among them"
+            )
+        quorum = {
+            "node.id": str(node_id),
+            "controller.quorum.voters": ",".join(f"{n}@127.0.0.1:{p}" for n, p in sorted(voters.items())),
+        }
     props = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+        **quorum,
         "listeners": f"{plain},{controller}",
         "advertised.listeners": f"{plain},{controller}",
         "inter.broker.listener.name": "PLAINTEXT",
@@ -81,6 +116,8 @@ def server_properties(
         # while a test or the demo is still using them. Tests of expiry set retention per topic.
         "log.retention.ms": "-1",
     }
+    if voters is not None:
+        props.update(REPLICATED_DEFAULTS)
     if security is not None:
         props.update(security.server_properties(port, controller_port, home))
     props.update(extra or {})
@@ -120,8 +157,21 @@ def jvm_options(home: Path, full_jit: bool = False) -> list[str]:
     ]
 
 
-def format_storage(home: Path, libs: Path, timeout: float, extra_args: Sequence[str] = ()) -> None:
-    """Format data/ once: meta.properties marks a formatted dir, and reformatting would lose data."""
+def format_storage(
+    home: Path,
+    libs: Path,
+    timeout: float,
+    extra_args: Sequence[str] = (),
+    *,
+    cluster_id: str | None = None,
+) -> None:
+    """Format data/ once: meta.properties marks a formatted dir, and reformatting would lose data.
+
+    Without ``cluster_id``: a single node, a new cluster id, its own dynamic quorum (--standalone).
+    With it: a node of a static voter set (server.properties names them), formatted with no quorum
+    flag, as each of its nodes must be, under the id all of them share (kraft.version 0: the set
+    never changes).
+    """
     if (home / "data" / "meta.properties").exists():
         return
     cmd = [
@@ -132,9 +182,7 @@ def format_storage(home: Path, libs: Path, timeout: float, extra_args: Sequence[
         f"{libs}/*",
         "kafka.tools.StorageTool",
         "format",
-        "--standalone",
-        "-t",
-        random_cluster_id(),
+        *(("--standalone", "-t", random_cluster_id()) if cluster_id is None else ("-t", cluster_id)),
         "-c",
         str(home / "server.properties"),
         *extra_args,

@@ -20,7 +20,8 @@ lives minutes and moves little, and C2's compiling is most of its start-up CPU a
 CPU; the bench starts its clusters with ``full_jit``, as production brokers run.
 
 What a home holds before its broker starts (the jars, server.properties, JVM options, the storage
-format) is ``kafka_home``'s.
+format) is ``kafka_home``'s. ``replicated_kafka`` starts three such brokers, each in a home of its own,
+as the nodes of one cluster.
 
 Invariants: brokers bind 127.0.0.1 only; every JVM gets -Xmx; a process is stopped by its PID only,
 and only after /proc/<pid>/cmdline proves it is the ``kafka.Kafka`` of that home (a reused PID
@@ -150,15 +151,17 @@ def _wait_gone(pid: int, timeout: float) -> bool:
     return wait_gone(pid, timeout)
 
 
-def _terminate(pid: int, timeout: float) -> None:
-    """SIGTERM (clean shutdown), SIGKILL after ``timeout``; the caller has checked the identity."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    if _wait_gone(pid, timeout):
-        return
-    log.warning("kafka pid %s ignored SIGTERM for %.0fs, sending SIGKILL", pid, timeout)
+def _terminate(pid: int, timeout: float, kill: bool = False) -> None:
+    """SIGTERM (clean shutdown), SIGKILL after ``timeout``, or at once if ``kill``; the caller has
+    checked the identity."""
+    if not kill:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        if _wait_gone(pid, timeout):
+            return
+        log.warning("kafka pid %s ignored SIGTERM for %.0fs, sending SIGKILL", pid, timeout)
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -167,12 +170,13 @@ def _terminate(pid: int, timeout: float) -> None:
         raise LocalKafkaError(f"kafka pid {pid} survived SIGKILL")
 
 
-def stop_cluster(cluster_or_home: LocalCluster | Path, timeout: float = 30.0) -> bool:
+def stop_cluster(cluster_or_home: LocalCluster | Path, timeout: float = 30.0, *, kill: bool = False) -> bool:
     """Stop one cluster by PID. Returns True if a running broker was stopped, False if none ran.
 
     The PID comes from the object or from home/kafka.pid. It is signalled only if it still is this
     home's ``kafka.Kafka``. The PID file is removed unless it names another broker that still runs
-    in this home (a later start than the stale object passed in).
+    in this home (a later start than the stale object passed in). ``kill``: SIGKILL at once, a crash
+    (no controlled shutdown hands its leaderships over; the next start recovers its logs).
     """
     if isinstance(cluster_or_home, LocalCluster):
         home, pid = cluster_or_home.home.resolve(), cluster_or_home.pid
@@ -181,7 +185,7 @@ def stop_cluster(cluster_or_home: LocalCluster | Path, timeout: float = 30.0) ->
         pid = _read_pid(home) or 0
     stopped = False
     if pid > 0 and process_alive(pid) and _is_broker_of(pid, home):
-        _terminate(pid, timeout)
+        _terminate(pid, timeout, kill)
         stopped = True
     else:
         with _children_lock:
@@ -291,6 +295,9 @@ def start_cluster(
     client_config: Mapping[str, Any] | None = None,
     timeout: float = 60.0,
     full_jit: bool = False,
+    node_id: int = 1,
+    voters: Mapping[int, int] | None = None,
+    cluster_id: str | None = None,
 ) -> LocalCluster:
     """Start one cluster in ``home`` and return once clients can use it.
 
@@ -301,25 +308,29 @@ def start_cluster(
     Storage is formatted only once, so restarting on the same home keeps data (restart with the same
     controller port: the voter set recorded at format time names it) and the SCRAM users created
     then (restart with the same ``security``).
+
+    ``node_id``, ``voters`` and ``cluster_id`` make it node ``node_id`` of a replicated cluster (see
+    ``kafka_home.server_properties`` and ``format_storage``; ``replicated_kafka`` starts all of them):
+    it becomes ready only once a majority of ``voters`` runs.
     """
     libs = require_libs()
     if not _ALIAS_RE.match(alias):
         raise ValueError(f"alias {alias!r} must match {_ALIAS_RE.pattern}")
+    if (voters is None) != (cluster_id is None):
+        raise ValueError(
+            f"{alias}: a replicated node needs both voters and cluster_id, a single node neither"
+        )
     home = home.resolve()
     deadline = time.monotonic() + timeout
     (home / "logs").mkdir(parents=True, exist_ok=True)
-    pid = running_pid(home)
-    if pid is not None:
-        raise LocalKafkaError(f"{alias}: a broker already runs in {home} (pid {pid})")
-    for p in (port, controller_port):
-        if port_in_use(p):
-            raise LocalKafkaError(f"{alias}: port 127.0.0.1:{p} is already in use")
+    _check_free(alias, port, controller_port, home)
 
     if security is not None and security.tls is not None:
         security.tls.install(home)
-    write_properties(
-        home / "server.properties", server_properties(port, controller_port, home, extra_properties, security)
+    props = server_properties(
+        port, controller_port, home, extra_properties, security, node_id=node_id, voters=voters
     )
+    write_properties(home / "server.properties", props)
     (home / "log4j2.properties").write_text(_LOG4J2)
     (home / "cluster.json").write_text(
         json.dumps({"alias": alias, "port": port, "controller_port": controller_port}) + "\n"
@@ -329,10 +340,66 @@ def start_cluster(
         libs,
         timeout=max(deadline - time.monotonic(), 1.0),
         extra_args=security.format_args() if security is not None else (),
+        cluster_id=cluster_id,
     )
     if client_config is None and security is not None:
         client_config = security.kafka_python(SUPER_USER)
+    return _run(
+        alias, port, controller_port, home, libs, heap_mb, client_config or {}, deadline, timeout, full_jit
+    )
 
+
+def start_prepared(
+    cluster: LocalCluster,
+    *,
+    heap_mb: int = 512,
+    client_config: Mapping[str, Any] | None = None,
+    timeout: float = 60.0,
+    full_jit: bool = False,
+) -> LocalCluster:
+    """Start a stopped cluster again in its home as ``start_cluster`` left it (server.properties as
+    they are, data as it is) and return once it is ready, as ``start_cluster`` says. For a node of a
+    replicated cluster, whose properties (node id, voters) only its first start knows."""
+    home = cluster.home.resolve()
+    _check_free(cluster.alias, cluster.port, cluster.controller_port, home)
+    deadline = time.monotonic() + timeout
+    return _run(
+        cluster.alias,
+        cluster.port,
+        cluster.controller_port,
+        home,
+        require_libs(),
+        heap_mb,
+        client_config or {},
+        deadline,
+        timeout,
+        full_jit,
+    )
+
+
+def _check_free(alias: str, port: int, controller_port: int, home: Path) -> None:
+    pid = running_pid(home)
+    if pid is not None:
+        raise LocalKafkaError(f"{alias}: a broker already runs in {home} (pid {pid})")
+    for p in (port, controller_port):
+        if port_in_use(p):
+            raise LocalKafkaError(f"{alias}: port 127.0.0.1:{p} is already in use")
+
+
+def _run(
+    alias: str,
+    port: int,
+    controller_port: int,
+    home: Path,
+    libs: Path,
+    heap_mb: int,
+    client_config: Mapping[str, Any],
+    deadline: float,
+    timeout: float,
+    full_jit: bool,
+) -> LocalCluster:
+    """Launch the JVM of a prepared home and wait until it is ready or ``deadline`` (monotonic), the
+    end of the caller's ``timeout``."""
     log_file = home / "logs" / "server.log"
     # Only log lines written after this launch count: a restart appends to the same file.
     offset = log_file.stat().st_size if log_file.exists() else 0
@@ -376,7 +443,7 @@ def start_cluster(
                     f"{alias}: kafka exited with code {rc} during startup\n{_tail(home, offset)}"
                 )
             seen_marker = seen_marker or _log_says_started(log_file, offset)
-            if seen_marker and _metadata_ready(cluster.bootstrap, port, client_config or {}):
+            if seen_marker and _metadata_ready(cluster.bootstrap, port, client_config):
                 elapsed = time.monotonic() - started_at
                 log.info("%s ready on %s in %.1fs (pid %s)", alias, cluster.bootstrap, elapsed, proc.pid)
                 return cluster
