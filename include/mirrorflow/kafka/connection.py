@@ -11,8 +11,8 @@ thread. Invariants:
   a leader are ``TransientError``s naming the cluster; a failed request asks for fresh metadata, so
   that the next one finds a moved leader.
 - A request goes to the leader of the partitions it names: one request per broker, whatever the
-  number of partitions. An offset a partition cannot give right now (a leader moving, a topic just
-  created) is asked again with fresh metadata until ``TIMEOUT_S``.
+  number of partitions. An offset a partition cannot give right now (a leader moving or its broker
+  gone, a topic just created) is asked again with fresh metadata until ``TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ TP = tuple[str, int]
 TIMEOUT_S = 30.0
 # The largest fetch response (a whole one is one frame).
 FETCH_MAX_BYTES = 52_428_800
+# How long a failed request waits for the cluster's metadata afterwards (``Connection.call``).
+_RELOOK_S = 5.0
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 # TOPIC_/CLUSTER_AUTHORIZATION_FAILED
@@ -104,11 +106,15 @@ class Connection:
         return nodes
 
     def call(self, node: int, request: Any) -> Any:
-        """``request``'s answer from broker ``node``."""
+        """``request``'s answer from broker ``node``. When none comes, the cluster's metadata is read
+        again before the error is raised: the leader may have moved (its broker died), and a caller
+        that retries through ``call`` would otherwise send to the dead broker again, as nothing
+        between the two calls moves a refresh that is only asked for."""
         try:
             return self.client.send_and_receive(node, request, timeout_ms=int(TIMEOUT_S * 1000))
         except Exception as exc:
-            self.request_update()
+            update = self.client.cluster.request_update()
+            self.client.poll(timeout_ms=int(_RELOOK_S * 1000), future=update)
             raise TransientError(f"request to the {self.side} cluster failed: {exc!r}") from exc
 
     def poll(self, timeout_ms: int) -> None:
@@ -194,18 +200,20 @@ def _list_offsets(
     offsets: dict[TP, int] = {}
     wanted = list(tps)
     deadline = time.monotonic() + TIMEOUT_S
+    silent: list[TransientError] = []
     while wanted:
         again = []
-        for tp, offset in _list_offsets_once(connection, wanted, timestamp, isolation, what):
+        for tp, offset in _list_offsets_once(connection, wanted, timestamp, isolation, what, silent):
             if offset is None:
                 again.append(tp)
             else:
                 offsets[tp] = offset
         if again and time.monotonic() > deadline:
             t, p = again[0]
+            cause = f"; last: {silent[-1]}" if silent else ""
             raise TransientError(
                 f"the {connection.side} cluster gave no {what} of {t}-{p} in {TIMEOUT_S:.0f} s "
-                "(its leader kept moving, or it is not ready)"
+                f"(its leader kept moving, or it is not ready{cause})"
             )
         if again:
             connection.request_update()
@@ -215,9 +223,15 @@ def _list_offsets(
 
 
 def _list_offsets_once(
-    connection: Connection, tps: list[TP], timestamp: int, isolation: int, what: str
+    connection: Connection,
+    tps: list[TP],
+    timestamp: int,
+    isolation: int,
+    what: str,
+    silent: list[TransientError],
 ) -> list[tuple[TP, int | None]]:
-    """One ListOffsets round; None for a partition whose error a fresh look may cure."""
+    """One ListOffsets round; None for a partition whose error (or whose leader's silence) a fresh
+    look may cure."""
     found: list[tuple[TP, int | None]] = []
     topic_type = ListOffsetsRequest.ListOffsetsTopic
     for node, owned in connection.by_leader(tps).items():
@@ -235,7 +249,15 @@ def _list_offsets_once(
             # v2 is the first to carry the isolation level.
             min_version=2 if isolation == READ_COMMITTED else 1,
         )
-        for t in connection.call(node, request).topics:
+        try:
+            answer = connection.call(node, request)
+        except TransientError as error:
+            # The leader's broker is gone (killed, restarting): asked again of the next leader,
+            # which the metadata names once the controller moved its partitions.
+            silent.append(error)
+            found.extend((tp, None) for tp in owned)
+            continue
+        for t in answer.topics:
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
                 if p.error_code and for_code(p.error_code).retriable:
