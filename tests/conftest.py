@@ -44,6 +44,11 @@ _names = itertools.count()
 # The log cleaner looks for work every 100 ms instead of every 15 s: tests of compacted topics wait
 # for it to compact a segment they rolled.
 CLEANER = {"log.cleaner.backoff.ms": "100"}
+# The three-node clusters look for expired producers every second, not every 10 minutes: a writer
+# whose newest record timestamp is older than producer.id.expiration.ms (a day; the sample records
+# are from 2001) is then forgotten within a second of each write, as a production broker forgets it
+# within 10 minutes, and the fault cases meet that within their seconds.
+PRODUCTION_SHAPE = {**CLEANER, "producer.id.expiration.check.interval.ms": "1000"}
 
 # The fixtures that start a server, and the mark a test using one gets.
 SERVER_MARKS = {
@@ -91,7 +96,7 @@ def replicated_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
     if not kafka_home.libs_present():
         pytest.fail(f"Kafka jars missing in {paths.kafka_libs()}: run `make setup`", pytrace=False)
     with start_replicated_clusters(
-        REPLICATED_ALIASES, tmp_path_factory.mktemp("replicated"), CLEANER
+        REPLICATED_ALIASES, tmp_path_factory.mktemp("replicated"), PRODUCTION_SHAPE
     ) as clusters:
         yield clusters
 

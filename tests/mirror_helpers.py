@@ -66,11 +66,37 @@ def run_flow(config: MirrorConfig, flow_name: str, run_id: str, spark: SparkSess
         runner.release_run(config, flow.name, run_id)
 
 
-def create_topic(bootstrap: str, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+# A copy of a run's plan (config path, flow and run id as arguments), as the copy task copies it, in a
+# process of its own: one to freeze (SIGSTOP) and resume after a newer copy took over.
+STALE_COPY = """
+import sys
+from mirrorflow.app import runner
+from mirrorflow.config.model import load_config
+from mirrorflow.copy.batch_copy import CopySettings, copy_partitions
+config = load_config(sys.argv[1])
+flow = config.flow(sys.argv[2])
+plan = runner.load_plan(config, flow, sys.argv[3])
+copy_partitions(plan.partitions, CopySettings.of(flow), plan.writer)
+"""
+
+
+def create_topic(
+    bootstrap: str,
+    name: str,
+    partitions: int,
+    configs: dict[str, str] | None = None,
+    replication_factor: int = 1,
+) -> None:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         admin.create_topics(
-            {name: {"num_partitions": partitions, "replication_factor": 1, "configs": configs or {}}},
+            {
+                name: {
+                    "num_partitions": partitions,
+                    "replication_factor": replication_factor,
+                    "configs": configs or {},
+                }
+            },
             wait_for_metadata=True,
         )
     finally:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from mirror_helpers import assert_same_records, create_topic
+from mirror_helpers import STALE_COPY, assert_same_records, create_topic
 
 from mirrorflow.app import runner
 from mirrorflow.config.model import MirrorConfig
@@ -27,18 +27,6 @@ pytestmark = pytest.mark.kafka
 
 FLOW = "primary->backup"
 RECORDS = 3000
-
-# The old copy: the run's plan, copied as the copy task copies it, in a process of its own.
-_OLD_COPY = """
-import sys
-from mirrorflow.app import runner
-from mirrorflow.config.model import load_config
-from mirrorflow.copy.batch_copy import CopySettings, copy_partitions
-config = load_config(sys.argv[1])
-flow = config.flow(sys.argv[2])
-plan = runner.load_plan(config, flow, sys.argv[3])
-copy_partitions(plan.partitions, CopySettings.of(flow), plan.writer)
-"""
 
 
 def _one_batch_per_record(bootstrap: str, topic: str) -> None:
@@ -69,7 +57,7 @@ def test_a_copy_stopped_mid_write_and_resumed_after_a_newer_one_took_over_append
 
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "include")}
     old = subprocess.Popen(
-        [sys.executable, "-c", _OLD_COPY, str(config.path), FLOW, "run-1"],
+        [sys.executable, "-c", STALE_COPY, str(config.path), FLOW, "run-1"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
