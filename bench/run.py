@@ -59,6 +59,10 @@ no --contenders, no contender runs). Each starts its own source and target clust
             until --soak-micro-batches micro-batches have run, under a steady producer (--soak-rate
             records/s, 12 partitions); the copy is checked record by record, then the offsets
             database's rows per table and the state folder are checked against README's bounds.
+   - txn-log (bench/txn_log.py): the batch log under a transactional source (a transaction every
+            100 ms, 5 minutes' retention): DR windows (--soak-window-seconds) back to back for
+            --txn-minutes; after each, the batch log's rows and sync points, the checkpoint pass's
+            time and the offsets database's size.
 
 Every process started here is stopped by PID, also on failure; the temp dir is removed unless
 --keep-work is given or a contender or scenario failed (its logs are kept then and the path is printed).
@@ -85,6 +89,7 @@ import report
 import rpo
 import scenarios
 import soak
+import txn_log
 from contenders import Context, Result
 from scenarios import start
 from workload import PARTITIONS, WORKLOADS, Workload, create_topics, end_offsets, fingerprint, produce
@@ -96,6 +101,7 @@ SCENARIOS: dict[str, Callable[[scenarios.Options], scenarios.ScenarioResult]] = 
     "rpo": rpo.rpo,
     "fan-in": fan_in.fan_in,
     "soak": soak.soak,
+    "txn-log": txn_log.txn_log,
 }
 CONTENDERS: dict[str, tuple[str, Callable[[Context], Result]]] = {
     "limit": (contenders.LIMIT, contenders.copy_limit),
@@ -250,6 +256,7 @@ def main() -> int:
         "--soak-window-seconds", type=int, default=120, help="DR window length of the soak scenario"
     )
     parser.add_argument("--soak-rate", type=int, default=50, help="records/s produced during the soak")
+    parser.add_argument("--txn-minutes", type=int, default=30, help="how long the txn-log scenario runs")
     parser.add_argument("--fan-in-flows", type=int, default=4, help="source clusters of the fan-in scenario")
     parser.add_argument(
         "--fan-in-rate", type=int, default=500, help="records/s produced to each fan-in source (default: 500)"
@@ -325,6 +332,7 @@ def run_scenarios(args: argparse.Namespace, work: Path, picked: list[str]) -> li
             args.fan_in_flows,
             args.fan_in_rate,
             args.fan_in_trigger_ms,
+            args.txn_minutes,
         )
         opts.work.mkdir(parents=True, exist_ok=True)
         try:

@@ -64,6 +64,7 @@ class Options:
     fan_in_flows: int = 4
     fan_in_rate: int = 500
     fan_in_trigger_ms: int = 200
+    txn_minutes: int = 30
 
 
 # ------------------------------------------------------------------------------ Spark RSS sampling

@@ -1,14 +1,17 @@
 """Faults at production's shape: flows between three-node clusters (replication factor 3,
-min.insync.replicas 2) whose brokers fail in the middle of a copy: a partition leader SIGKILLed on
-either side (and in the middle of a DR window), a rolling restart of the target, the target short of
-in-sync replicas for a while, a follower frozen. Each case checks the remote partition record for record against what the source
-holds (every record once, in source order) and the offsets table's progress and batch log exactly.
+min.insync.replicas 2) whose brokers fail or move partitions in the middle of a copy: a partition
+leader SIGKILLed on either side (and in the middle of a DR window), a rolling restart of the target,
+the target short of in-sync replicas for a while, a follower frozen, leader elections looped, a
+reassignment during a DR window. Each case checks the remote partitions record for record against
+what the source holds (every record once, in source order) and the offsets table's progress and
+batch log exactly.
 
 The clusters forget a producer whose newest record timestamp is older than a day within a second
 (``conftest.PRODUCTION_SHAPE``), as production brokers do within 10 minutes; the sample records are
-from 2001. One case needs a fence that holds whatever the records' timestamps and is a strict xfail
-until the copy has one: a stale copy resumed after the brokers forgot the flow's writer appends its
-next batch at the partition's end.
+from 2001. Two cases need a fence that holds whatever the records' timestamps and are xfails until
+the copy has one: a stale copy resumed after the brokers forgot the flow's writer appends its next
+batch at the partition's end (strict: always), and a batch whose answer a leader change lost is
+appended twice by a new leader that forgot the writer (most runs).
 
 Runs with ``make test-replicated`` (six broker JVMs), not in ``make test``.
 """
@@ -27,7 +30,7 @@ from typing import Any
 
 import pytest
 from arrivals import Producing
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, TopicPartition
 from mirror_helpers import STALE_COPY, assert_same_records, create_topic
 from pyspark.sql import SparkSession
 
@@ -358,24 +361,13 @@ def test_a_copy_frozen_past_the_brokers_expiry_check_and_resumed_appends_nothing
     assert _run(config, "run-3") == f"copied 0 records for {FLOW}"
 
 
-def test_the_target_leader_killed_mid_dr_window_loses_and_duplicates_nothing(
-    replicated_clusters: Clusters,
-    write_replicated_config: Callable[[str], MirrorConfig],
-    restored: None,
-    spark: SparkSession,
-    unique_name: str,
+def _window_through(
+    clusters: Clusters, config: MirrorConfig, topic: str, spark: SparkSession, fault: Callable[[], None]
 ) -> None:
-    """Records arrive on three partitions for 30 s of a 40 s DR window; 10 s in, the leader of a
-    remote partition is SIGKILLed. The window goes on through the election, and ends with every
-    record mirrored once, in order, its micro-batches' batch log one row per partition."""
-    primary, backup = replicated_clusters["primary"], replicated_clusters["backup"]
-    topic, remote = unique_name, f"primary.{unique_name}"
-    create_topic(primary.bootstrap, topic, 3, replication_factor=3)
-    config = write_replicated_config(
-        f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n{FLOW}.mirrorflow.mode = dr\n"
-        f"{FLOW}.mirrorflow.dr.window.seconds = 40\n{FLOW}.mirrorflow.dr.idle.wait.ms = 100\n"
-        f"{FLOW}.mirrorflow.dr.handover.wait.seconds = 0\n"
-    )
+    """A 40 s DR window while records arrive on three partitions for its first 30 s; 10 s in,
+    ``fault``. The window must end without an error, every record mirrored once and in order, its
+    micro-batches' batch log one row per partition."""
+    primary, backup = clusters["primary"], clusters["backup"]
     copy = StandingCopy(spark.sparkContext, config.flow(FLOW))
     summaries: list[WindowSummary | BaseException] = []
 
@@ -390,10 +382,10 @@ def test_the_target_leader_killed_mid_dr_window_loses_and_duplicates_nothing(
         running = threading.Thread(target=window)
         with Producing(primary.bootstrap, topic, 3) as producing:
             running.start()
+            started = time.monotonic()
             time.sleep(10)
-            killed = _leader(backup, remote)
-            assert kill_node(backup.node(killed))
-            time.sleep(20)
+            fault()
+            time.sleep(max(0.0, started + 30 - time.monotonic()))
         running.join(120)
     finally:
         copy.close()
@@ -401,8 +393,7 @@ def test_the_target_leader_killed_mid_dr_window_loses_and_duplicates_nothing(
 
     (summary,) = summaries
     assert isinstance(summary, WindowSummary) and summary.error is None, summary
-    assert _leader(backup, remote) != killed
-    produced = producing.count
+    produced, remote = producing.count, f"primary.{topic}"
     assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, remote, 3) == 3 * produced
     with OffsetsStore(config.offsets_db_url) as store:
         assert store.progress(FLOW) == {
@@ -411,3 +402,96 @@ def test_the_target_leader_killed_mid_dr_window_loses_and_duplicates_nothing(
         assert [(b.partition, b.source_start, b.source_end, b.target_start) for b in store.batches(FLOW)] == [
             (p, 0, produced, 0) for p in range(3)
         ]
+
+
+def _dr_config(write: Callable[[str], MirrorConfig], clusters: Clusters, topic: str) -> MirrorConfig:
+    create_topic(clusters["primary"].bootstrap, topic, 3, replication_factor=3)
+    return write(
+        f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n{FLOW}.mirrorflow.mode = dr\n"
+        f"{FLOW}.mirrorflow.dr.window.seconds = 40\n{FLOW}.mirrorflow.dr.idle.wait.ms = 100\n"
+        f"{FLOW}.mirrorflow.dr.handover.wait.seconds = 0\n"
+    )
+
+
+def test_the_target_leader_killed_mid_dr_window_loses_and_duplicates_nothing(
+    replicated_clusters: Clusters,
+    write_replicated_config: Callable[[str], MirrorConfig],
+    restored: None,
+    spark: SparkSession,
+    unique_name: str,
+) -> None:
+    backup, remote = replicated_clusters["backup"], f"primary.{unique_name}"
+    config = _dr_config(write_replicated_config, replicated_clusters, unique_name)
+    killed: list[int] = []
+
+    def kill_leader() -> None:
+        killed.append(_leader(backup, remote))
+        assert kill_node(backup.node(killed[0]))
+
+    _window_through(replicated_clusters, config, unique_name, spark, kill_leader)
+
+    assert _leader(backup, remote) != killed[0]
+
+
+def _reassign(cluster: ReplicatedCluster, topic: str, replicas: list[int]) -> None:
+    """Partition 0 of ``topic`` moved onto ``replicas`` (the first one preferred as leader), waiting
+    until the reassignment is complete and the preferred replica leads."""
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=10000)
+    tp = TopicPartition(topic, 0)
+    try:
+        assert admin.alter_partition_reassignments({tp: replicas}) == {tp: None}
+        _wait_for("the reassignment's end", lambda: not admin.list_partition_reassignments([tp]))
+        admin.elect_leaders(0, {topic: [0]})
+        _wait_for(f"node {replicas[0]} leading", lambda: _leader(cluster, topic) == replicas[0])
+    finally:
+        admin.close()
+
+
+def test_a_reassignment_on_the_target_mid_dr_window_loses_and_duplicates_nothing(
+    replicated_clusters: Clusters,
+    write_replicated_config: Callable[[str], MirrorConfig],
+    restored: None,
+    spark: SparkSession,
+    unique_name: str,
+) -> None:
+    """The remote partition's replicas move off its leader (leadership moves with them), then back
+    onto it (it copies the partition again and leads again)."""
+    backup, remote = replicated_clusters["backup"], f"primary.{unique_name}"
+    config = _dr_config(write_replicated_config, replicated_clusters, unique_name)
+
+    def move_off_and_back() -> None:
+        leader = _leader(backup, remote)
+        others = [n for n in (1, 2, 3) if n != leader]
+        _reassign(backup, remote, others)
+        _reassign(backup, remote, [leader, *others])
+
+    _window_through(replicated_clusters, config, unique_name, spark, move_off_and_back)
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="a batch the old leader appended and the new one holds past its high watermark gets "
+    "NOT_LEADER_OR_FOLLOWER and is resent; the new leader, having forgotten the expired writer, appends "
+    "it again (the acknowledgement's offset check stops the copy). Fails in most runs: " + _FENCE_DEBT,
+)
+def test_leader_elections_looped_on_the_target_mid_copy_lose_and_duplicate_nothing(
+    replicated_clusters: Clusters,
+    write_replicated_config: Callable[[str], MirrorConfig],
+    restored: None,
+    unique_name: str,
+) -> None:
+    """The remote partition's leadership moved to the next replica six times in a row, each by
+    reordering its replicas and electing the preferred one."""
+    topic, remote = unique_name, f"primary.{unique_name}"
+    _one_batch_per_record(replicated_clusters, topic)
+    config = _config(write_replicated_config, topic)
+    backup = replicated_clusters["backup"]
+
+    def elections() -> None:
+        for _ in range(6):
+            leader = _leader(backup, remote)
+            _reassign(backup, remote, [leader % 3 + 1, (leader + 1) % 3 + 1, leader])
+
+    _copy_through(config, elections, remote)
+
+    _assert_exact(replicated_clusters, config, topic)
