@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 from arrivals import Arrivals, Producing
-from mirror_helpers import assert_same_records, commit_group, create_topic
+from mirror_helpers import assert_same_records, commit_group, create_topic, delete_records
 from pyspark.sql import SparkSession
 
 from mirrorflow.app import dr_window, runner
@@ -18,12 +18,13 @@ from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_copy import StandingCopy
 from mirrorflow.core.plan import CopyResult, Plan
+from mirrorflow.core.progress import PartitionProgress
 from mirrorflow.core.window import WindowSummary
 from mirrorflow.errors import FlowLockedError
 from mirrorflow.store.checkpoint_log import checkpoints
 from mirrorflow.store.handover import successor_of
 from mirrorflow.store.offsets_store import OffsetsStore
-from mirrorflow.store.status_reads import failed_partitions, recovery_history, recovery_point
+from mirrorflow.store.status_reads import failed_partitions, recovery_history, recovery_point, totals
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 
@@ -132,6 +133,57 @@ def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
     name = 'mirrorflow_mirrored_as_of_timestamp_seconds{source="primary",destination="backup"}'
     (gauge,) = [float(line.split()[1]) for line in exported if line.startswith(name)]
     assert gauge == round(as_of.timestamp(), 3)
+
+
+def test_a_window_prunes_its_batch_log_below_the_sources_log_start(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    spark_copy: SparkCopy,
+    unique_name: str,
+) -> None:
+    """Records the window mirrored are deleted from the source (retention moving the log start on):
+    the window's merge cuts its batch-log row there, the totals stay, and a group still positioned
+    below the log start is checkpointed at the copy of the first record kept."""
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, group = unique_name, f"{unique_name}-group"
+    create_topic(primary.bootstrap, topic, 1)
+    sample_data.produce_samples(primary.bootstrap, topic, 1, 0, 200)
+    config = _dr_config(write_config, topic, window_s=10)
+
+    def delete_what_was_mirrored() -> None:
+        store = OffsetsStore(config.offsets_db_url)
+        deadline = time.monotonic() + 30
+        while (
+            store.progress(FLOW).get((topic, 0), PartitionProgress(topic, 0, 0, 0)).next_source_offset < 200
+        ):
+            assert time.monotonic() < deadline, "the window mirrored nothing"
+            time.sleep(0.1)
+        delete_records(primary.bootstrap, {(topic, 0): 150})
+        commit_group(primary.bootstrap, group, {(topic, 0): 120})
+        sample_data.produce_samples(primary.bootstrap, topic, 1, 200, 50)
+
+    deleting = threading.Thread(target=delete_what_was_mirrored)
+    try:
+        deleting.start()
+        summary = dr_window.run_window(config, FLOW, "window-1", spark_copy(config))
+    finally:
+        deleting.join()
+        runner.release_run(config, FLOW, "window-1")
+
+    assert summary.error is None
+    remote = sample_data.read_partition(backup.bootstrap, f"primary.{topic}", 0)
+    assert len(remote) == 250 and remote[150:] == sample_data.read_partition(primary.bootstrap, topic, 0)
+    store = OffsetsStore(config.offsets_db_url)
+    assert [(b.source_start, b.source_end, b.target_start, b.records) for b in store.batches(FLOW)] == [
+        (150, 250, 150, 100)
+    ]
+    assert totals(store, FLOW)[(topic, 0)][0] == 250
+    (checkpoint,) = checkpoints(store, FLOW).values()
+    assert (checkpoint.group_id, checkpoint.upstream_offset, checkpoint.downstream_offset) == (
+        group,
+        120,
+        150,
+    )
 
 
 def test_a_window_killed_before_its_commit_leaves_nothing_twice(
