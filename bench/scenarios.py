@@ -15,7 +15,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,11 +223,20 @@ def compare_counts(
     return problems
 
 
-def start(alias: str, home: Path, heap_mb: int) -> LocalCluster:
+def start(
+    alias: str, home: Path, heap_mb: int, extra_properties: Mapping[str, str] | None = None
+) -> LocalCluster:
     """A bench cluster: its broker compiles with the full JIT, as production brokers do."""
     port, controller = processes.free_ports(2)
     return local_kafka.start_cluster(
-        alias, port, controller, home, heap_mb=heap_mb, timeout=120, full_jit=True
+        alias,
+        port,
+        controller,
+        home,
+        heap_mb=heap_mb,
+        timeout=120,
+        full_jit=True,
+        extra_properties=extra_properties,
     )
 
 
