@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from mirror_helpers import local_clusters
+from mirror_helpers import local_clusters, write_mm2
 from mirror_helpers import replicated_clusters as start_replicated_clusters
 
 from mirrorflow.app.dag_spec import ENV_JVM_CACHE
-from mirrorflow.config.model import MirrorConfig, load_config
+from mirrorflow.config.model import MirrorConfig
 from mirrorflow_dev import kafka_home, local_postgres, paths
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.local_postgres import LocalPostgres
@@ -170,22 +170,4 @@ def write_config(tmp_path: Path, kafka_clusters: dict[str, LocalCluster]) -> Cal
 
     Each test gets its own state dir and offsets database, so tests never share progress.
     """
-
-    def write(extra: str) -> MirrorConfig:
-        lines = [
-            f"clusters = {', '.join(kafka_clusters)}",
-            *(f"{a}.bootstrap.servers = {c.bootstrap}" for a, c in kafka_clusters.items()),
-            "replication.factor = 1",
-            "checkpoints.topic.replication.factor = 1",
-            "offset-syncs.topic.replication.factor = 1",
-            # Heartbeats would add a mirrored topic to every flow on the shared clusters; the
-            # heartbeat tests start clusters of their own.
-            "emit.heartbeats.enabled = false",
-            f"mirrorflow.state.dir = {tmp_path / 'state'}",
-            extra,
-        ]
-        path = tmp_path / "mm2.properties"
-        path.write_text("\n".join(lines) + "\n")
-        return load_config(path, env={})
-
-    return write
+    return lambda extra: write_mm2(tmp_path, kafka_clusters, 1, extra)

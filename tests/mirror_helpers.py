@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka import TopicPartition as KafkaTopicPartition
@@ -64,6 +64,25 @@ def run_flow(config: MirrorConfig, flow_name: str, run_id: str, spark: SparkSess
         return runner.commit_run(config, flow.name, run_id).report
     finally:
         runner.release_run(config, flow.name, run_id)
+
+
+def write_mm2(tmp_path: Path, clusters: Mapping[str, Any], replication: int, extra: str) -> MirrorConfig:
+    """An mm2.properties in ``tmp_path`` for ``clusters`` (alias -> a cluster with ``bootstrap``):
+    remote and internal topics replicated ``replication`` times, no heartbeats (they would add a
+    mirrored topic to every flow on shared clusters), a state dir of the test's own; ``extra`` last."""
+    lines = [
+        f"clusters = {', '.join(clusters)}",
+        *(f"{a}.bootstrap.servers = {c.bootstrap}" for a, c in clusters.items()),
+        f"replication.factor = {replication}",
+        f"checkpoints.topic.replication.factor = {replication}",
+        f"offset-syncs.topic.replication.factor = {replication}",
+        "emit.heartbeats.enabled = false",
+        f"mirrorflow.state.dir = {tmp_path / 'state'}",
+        extra,
+    ]
+    path = tmp_path / "mm2.properties"
+    path.write_text("\n".join(lines) + "\n")
+    return load_config(path, env={})
 
 
 # A copy of a run's plan (config path, flow and run id as arguments), as the copy task copies it, in a

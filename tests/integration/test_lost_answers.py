@@ -34,6 +34,15 @@ FLOW = "primary->backup"
 RECORDS = 40
 
 
+def _flow_of_samples(
+    primary: LocalCluster, write_config: Callable[[str], MirrorConfig], topic: str
+) -> MirrorConfig:
+    """The flow of ``topic``, a new one-partition topic holding ``RECORDS`` sample records."""
+    create_topic(primary.bootstrap, topic, 1)
+    sample_data.produce_samples(primary.bootstrap, topic, 1, 0, RECORDS)
+    return write_config(f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n")
+
+
 @pytest.mark.parametrize("appended", [True, False], ids=["appended-then-lost", "lost-before-sending"])
 def test_a_batch_whose_answer_is_lost_is_on_the_target_exactly_once(
     appended: bool,
@@ -44,9 +53,7 @@ def test_a_batch_whose_answer_is_lost_is_on_the_target_exactly_once(
 ) -> None:
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
     topic, remote = unique_name, f"primary.{unique_name}"
-    create_topic(primary.bootstrap, topic, 1)
-    sample_data.produce_samples(primary.bootstrap, topic, 1, 0, RECORDS)
-    config = write_config(f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n")
+    config = _flow_of_samples(primary, write_config, topic)
     flow = config.flow(FLOW)
 
     sent: list[int] = []  # the base sequence of each batch sent to the remote partition
@@ -103,9 +110,7 @@ def test_a_batch_the_target_appends_past_its_planned_offset_fails_the_copy_namin
     record. Its acknowledgement names offset 1 where the plan put it at 0, and the copy stops there."""
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
     topic, remote = unique_name, f"primary.{unique_name}"
-    create_topic(primary.bootstrap, topic, 1)
-    sample_data.produce_samples(primary.bootstrap, topic, 1, 0, RECORDS)
-    config = write_config(f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n")
+    config = _flow_of_samples(primary, write_config, topic)
     flow = config.flow(FLOW)
     real_send = KafkaNetClient.send
     # Dropped at the end: its librdkafka threads would go on calling the session's clusters.

@@ -31,11 +31,11 @@ from typing import Any
 import pytest
 from arrivals import Producing
 from kafka import KafkaAdminClient, TopicPartition
-from mirror_helpers import STALE_COPY, assert_same_records, create_topic
+from mirror_helpers import STALE_COPY, assert_same_records, create_topic, write_mm2
 from pyspark.sql import SparkSession
 
 from mirrorflow.app import dr_window, runner
-from mirrorflow.config.model import MirrorConfig, load_config
+from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
 from mirrorflow.copy.spark_copy import StandingCopy
 from mirrorflow.core.progress import PartitionProgress
@@ -63,21 +63,7 @@ _FENCE_DEBT = (
 @pytest.fixture
 def write_replicated_config(tmp_path: Path, replicated_clusters: Clusters) -> Callable[[str], MirrorConfig]:
     """An mm2.properties for the three-node clusters, remote topics replicated three times."""
-
-    def write(extra: str) -> MirrorConfig:
-        lines = [
-            f"clusters = {', '.join(replicated_clusters)}",
-            *(f"{a}.bootstrap.servers = {c.bootstrap}" for a, c in replicated_clusters.items()),
-            "replication.factor = 3",
-            "emit.heartbeats.enabled = false",
-            f"mirrorflow.state.dir = {tmp_path / 'state'}",
-            extra,
-        ]
-        path = tmp_path / "mm2.properties"
-        path.write_text("\n".join(lines) + "\n")
-        return load_config(path, env={})
-
-    return write
+    return lambda extra: write_mm2(tmp_path, replicated_clusters, 3, extra)
 
 
 def _wait_for(what: str, done: Callable[[], bool], timeout: float = 90.0) -> None:
@@ -122,11 +108,16 @@ def restored(replicated_clusters: Clusters) -> Iterator[None]:
             else:
                 os.kill(node.pid, signal.SIGCONT)
         replicated_clusters[alias] = cluster
-        _wait_for(
-            f"full ISR on {alias}",
-            lambda c=cluster: all(len(p["isr_nodes"]) == 3 for p in _partitions(c.bootstrap)),  # type: ignore[misc]
-            120,
-        )
+        _await_full_isr(cluster)
+
+
+def _await_full_isr(cluster: ReplicatedCluster) -> None:
+    """Until every partition of ``cluster`` has its three replicas in sync."""
+    _wait_for(
+        f"full ISR on {cluster.alias}",
+        lambda: all(len(p["isr_nodes"]) == 3 for p in _partitions(cluster.bootstrap)),
+        120,
+    )
 
 
 def _target_end(config: MirrorConfig, remote: str) -> int:
@@ -183,6 +174,17 @@ def _copy_through(config: MirrorConfig, fault: Callable[[], None], remote: str) 
     assert outcome and isinstance(outcome[0], str), outcome
 
 
+def _mirror_through(
+    clusters: Clusters, write: Callable[[str], MirrorConfig], topic: str, fault: Callable[[], None]
+) -> None:
+    """``RECORDS`` one-record batches of a new topic copied by run-1 through ``fault``, then checked
+    exactly (``_assert_exact``)."""
+    _one_batch_per_record(clusters, topic)
+    config = _config(write, topic)
+    _copy_through(config, fault, f"primary.{topic}")
+    _assert_exact(clusters, config, topic)
+
+
 def _assert_exact(clusters: Clusters, config: MirrorConfig, topic: str) -> None:
     """The remote partition is the source's record for record; progress and batch log end there."""
     remote = f"primary.{topic}"
@@ -207,20 +209,16 @@ def test_the_target_leader_killed_mid_copy_loses_and_duplicates_nothing(
     restored: None,
     unique_name: str,
 ) -> None:
-    topic, remote = unique_name, f"primary.{unique_name}"
-    _one_batch_per_record(replicated_clusters, topic)
-    config = _config(write_replicated_config, topic)
-    backup = replicated_clusters["backup"]
+    backup, remote = replicated_clusters["backup"], f"primary.{unique_name}"
     killed: list[int] = []
 
     def kill_leader() -> None:
         killed.append(_leader(backup, remote))
         assert kill_node(backup.node(killed[0]))
 
-    _copy_through(config, kill_leader, remote)
+    _mirror_through(replicated_clusters, write_replicated_config, unique_name, kill_leader)
 
     assert _leader(backup, remote) != killed[0]
-    _assert_exact(replicated_clusters, config, topic)
 
 
 def test_the_source_leader_killed_mid_copy_loses_and_duplicates_nothing(
@@ -229,18 +227,12 @@ def test_the_source_leader_killed_mid_copy_loses_and_duplicates_nothing(
     restored: None,
     unique_name: str,
 ) -> None:
-    topic, remote = unique_name, f"primary.{unique_name}"
-    _one_batch_per_record(replicated_clusters, topic)
-    config = _config(write_replicated_config, topic)
     primary = replicated_clusters["primary"]
 
-    _copy_through(config, lambda: assert_killed(primary, _leader(primary, topic)), remote)
+    def kill_leader() -> None:
+        assert kill_node(primary.node(_leader(primary, unique_name)))
 
-    _assert_exact(replicated_clusters, config, topic)
-
-
-def assert_killed(cluster: ReplicatedCluster, node_id: int) -> None:
-    assert kill_node(cluster.node(node_id))
+    _mirror_through(replicated_clusters, write_replicated_config, unique_name, kill_leader)
 
 
 def test_a_rolling_restart_of_the_target_mid_copy_loses_and_duplicates_nothing(
@@ -249,10 +241,6 @@ def test_a_rolling_restart_of_the_target_mid_copy_loses_and_duplicates_nothing(
     restored: None,
     unique_name: str,
 ) -> None:
-    topic, remote = unique_name, f"primary.{unique_name}"
-    _one_batch_per_record(replicated_clusters, topic)
-    config = _config(write_replicated_config, topic)
-
     def rolling_restart() -> None:
         # As an operator rolls a cluster: each node stopped cleanly (its leaderships handed over),
         # started again, and every partition back in sync before the next.
@@ -260,16 +248,9 @@ def test_a_rolling_restart_of_the_target_mid_copy_loses_and_duplicates_nothing(
             backup = replicated_clusters["backup"]
             assert local_kafka.stop_cluster(backup.node(node_id))
             replicated_clusters["backup"] = backup.with_node(restart_node(backup.node(node_id)))
-            _wait_for(
-                "full ISR",
-                lambda: all(
-                    len(p["isr_nodes"]) == 3 for p in _partitions(replicated_clusters["backup"].bootstrap)
-                ),
-            )
+            _await_full_isr(replicated_clusters["backup"])
 
-    _copy_through(config, rolling_restart, remote)
-
-    _assert_exact(replicated_clusters, config, topic)
+    _mirror_through(replicated_clusters, write_replicated_config, unique_name, rolling_restart)
 
 
 def test_the_target_short_of_in_sync_replicas_for_a_while_holds_the_copy_back_and_loses_nothing(
@@ -278,10 +259,7 @@ def test_the_target_short_of_in_sync_replicas_for_a_while_holds_the_copy_back_an
     restored: None,
     unique_name: str,
 ) -> None:
-    topic, remote = unique_name, f"primary.{unique_name}"
-    _one_batch_per_record(replicated_clusters, topic)
-    config = _config(write_replicated_config, topic)
-    backup = replicated_clusters["backup"]
+    backup, remote = replicated_clusters["backup"], f"primary.{unique_name}"
 
     def two_nodes_down() -> None:
         # Two of three replicas gone: min.insync.replicas 2 is unmet and acks=all writes are refused
@@ -293,9 +271,7 @@ def test_the_target_short_of_in_sync_replicas_for_a_while_holds_the_copy_back_an
         time.sleep(15)
         replicated_clusters["backup"] = backup.with_node(restart_node(backup.node(followers[0])))
 
-    _copy_through(config, two_nodes_down, remote)
-
-    _assert_exact(replicated_clusters, config, topic)
+    _mirror_through(replicated_clusters, write_replicated_config, unique_name, two_nodes_down)
 
 
 def test_a_follower_frozen_for_45_s_mid_copy_loses_and_duplicates_nothing(
@@ -308,10 +284,7 @@ def test_a_follower_frozen_for_45_s_mid_copy_loses_and_duplicates_nothing(
     watermark, until the controller fences the frozen node (it stopped heartbeating:
     broker.session.timeout.ms, 9 s) and drops it from the ISR; the answer then comes, within the
     request's 30 s."""
-    topic, remote = unique_name, f"primary.{unique_name}"
-    _one_batch_per_record(replicated_clusters, topic)
-    config = _config(write_replicated_config, topic)
-    backup = replicated_clusters["backup"]
+    backup, remote = replicated_clusters["backup"], f"primary.{unique_name}"
 
     def freeze_a_follower() -> None:
         leader = _leader(backup, remote)
@@ -320,9 +293,7 @@ def test_a_follower_frozen_for_45_s_mid_copy_loses_and_duplicates_nothing(
         time.sleep(45)
         os.kill(follower.pid, signal.SIGCONT)
 
-    _copy_through(config, freeze_a_follower, remote)
-
-    _assert_exact(replicated_clusters, config, topic)
+    _mirror_through(replicated_clusters, write_replicated_config, unique_name, freeze_a_follower)
 
 
 @pytest.mark.xfail(strict=True, reason=_FENCE_DEBT)
@@ -482,16 +453,11 @@ def test_leader_elections_looped_on_the_target_mid_copy_lose_and_duplicate_nothi
 ) -> None:
     """The remote partition's leadership moved to the next replica six times in a row, each by
     reordering its replicas and electing the preferred one."""
-    topic, remote = unique_name, f"primary.{unique_name}"
-    _one_batch_per_record(replicated_clusters, topic)
-    config = _config(write_replicated_config, topic)
-    backup = replicated_clusters["backup"]
+    backup, remote = replicated_clusters["backup"], f"primary.{unique_name}"
 
     def elections() -> None:
         for _ in range(6):
             leader = _leader(backup, remote)
             _reassign(backup, remote, [leader % 3 + 1, (leader + 1) % 3 + 1, leader])
 
-    _copy_through(config, elections, remote)
-
-    _assert_exact(replicated_clusters, config, topic)
+    _mirror_through(replicated_clusters, write_replicated_config, unique_name, elections)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, exc, func, insert, select, tuple_, update
+from sqlalchemy import ColumnElement, Connection, Table, delete, exc, func, insert, select, tuple_, update
 
 from mirrorflow.core.progress import CommittedBatch, as_utc, format_time
 from mirrorflow.core.translation import coalesce, trimmed
@@ -210,25 +210,19 @@ def _prune_partition(
     now: datetime,
 ) -> int:
     b, g = batches_table, gaps_table
-    flow, topic, partition = key
-    rows = conn.execute(
-        select(b).where(
-            b.c.flow == flow,
-            b.c.topic == topic,
-            b.c.partition == partition,
-            b.c.source_start < log_start,
-            b.c.run_id != (keep_run or ""),
+    flow = key[0]
+
+    def below(table: Table) -> tuple[ColumnElement[bool], ...]:
+        """``table``'s rows of the partition that start below the log start, but ``keep_run``'s."""
+        c = table.c
+        return (
+            tuple_(c.flow, c.topic, c.partition) == key,
+            c.source_start < log_start,
+            c.run_id != (keep_run or ""),
         )
-    ).all()
-    gaps = conn.execute(
-        select(g.c.id, g.c.source_start, g.c.source_end).where(
-            g.c.flow == flow,
-            g.c.topic == topic,
-            g.c.partition == partition,
-            g.c.source_start < log_start,
-            g.c.run_id != (keep_run or ""),
-        )
-    ).all()
+
+    rows = conn.execute(select(b).where(*below(b))).all()
+    gaps = conn.execute(select(g.c.id, g.c.source_start, g.c.source_end).where(*below(g))).all()
     removed = records = size = 0
     began: list[int] = []
     for row in rows:
