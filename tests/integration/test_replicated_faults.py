@@ -11,7 +11,7 @@ The clusters forget a producer whose newest record timestamp is older than a day
 from 2001. Two cases need a fence that holds whatever the records' timestamps and are xfails until
 the copy has one: a stale copy resumed after the brokers forgot the flow's writer appends its next
 batch at the partition's end (strict: always), and a batch whose answer a leader change lost is
-appended twice by a new leader that forgot the writer (most runs).
+appended twice by a new leader that forgot the writer (some runs).
 
 Runs with ``make test-replicated`` (six broker JVMs), not in ``make test``.
 """
@@ -443,7 +443,8 @@ def test_a_reassignment_on_the_target_mid_dr_window_loses_and_duplicates_nothing
     strict=False,
     reason="a batch the old leader appended and the new one holds past its high watermark gets "
     "NOT_LEADER_OR_FOLLOWER and is resent; the new leader, having forgotten the expired writer, appends "
-    "it again (the acknowledgement's offset check stops the copy). Fails in most runs: " + _FENCE_DEBT,
+    "it again (the acknowledgement's offset check stops the copy). Fails in some runs (one of the "
+    "first two): " + _FENCE_DEBT,
 )
 def test_leader_elections_looped_on_the_target_mid_copy_lose_and_duplicate_nothing(
     replicated_clusters: Clusters,
