@@ -17,6 +17,7 @@ thread. Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -76,9 +77,10 @@ class Connection:
             self.client.close()
             raise TransientError(f"cannot reach the {side} cluster: {exc}") from exc
 
-    def refresh(self) -> None:
+    def refresh(self, timeout_s: float = TIMEOUT_S) -> None:
+        """The cluster's metadata read now, waiting at most ``timeout_s``."""
         update = self.client.cluster.request_update()
-        self.client.poll(timeout_ms=int(TIMEOUT_S * 1000), future=update)
+        self.client.poll(timeout_ms=int(timeout_s * 1000), future=update)
         if not update.succeeded():
             raise TransientError(f"cannot read the {self.side} cluster's metadata: {update.exception}")
 
@@ -113,8 +115,8 @@ class Connection:
         try:
             return self.client.send_and_receive(node, request, timeout_ms=int(TIMEOUT_S * 1000))
         except Exception as exc:
-            update = self.client.cluster.request_update()
-            self.client.poll(timeout_ms=int(_RELOOK_S * 1000), future=update)
+            with contextlib.suppress(TransientError):  # the request's own error says more
+                self.refresh(_RELOOK_S)
             raise TransientError(f"request to the {self.side} cluster failed: {exc!r}") from exc
 
     def poll(self, timeout_ms: int) -> None:
