@@ -42,11 +42,7 @@ from mirrorflow_dev.kafka_security import SUPER_USER, BrokerSecurity, ScramSecur
 from mirrorflow_dev.local_airflow import LocalAirflow
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.processes import free_port
-from mirrorflow_dev.replicated_kafka import (
-    ReplicatedCluster,
-    start_replicated_cluster,
-    stop_replicated_cluster,
-)
+from mirrorflow_dev.replicated_kafka import ReplicatedCluster, start_replicated_cluster
 
 
 def run_flow(config: MirrorConfig, flow_name: str, run_id: str, spark: SparkSession) -> RunReport:
@@ -289,10 +285,7 @@ def replicated_clusters(
                 raise error
         yield clusters
     finally:
-        with ThreadPoolExecutor(max_workers=max(len(clusters), 1)) as pool:
-            stops = [pool.submit(stop_replicated_cluster, c) for c in clusters.values()]
-        for stop in stops:
-            stop.result()
+        local_kafka.stop_clusters([node.home for c in clusters.values() for node in c.nodes])
 
 
 def delete_records(bootstrap: str, before: Mapping[tuple[str, int], int]) -> None:

@@ -111,22 +111,13 @@ def start_replicated_cluster(
     finally:
         if cluster is None:
             # Also on Ctrl-C: by the homes' PID files, which name the JVMs this call started.
-            _stop_homes(homes, 30.0)
-
-
-def _stop_homes(homes: Sequence[Path], timeout: float) -> None:
-    """Stop the brokers of these homes in parallel (by PID file); raises after trying all of them."""
-    with ThreadPoolExecutor(max_workers=len(homes)) as pool:
-        futures = [pool.submit(local_kafka.stop_cluster, home, timeout) for home in homes]
-    errors = [e for f in futures if (e := f.exception()) is not None]
-    if errors:
-        raise LocalKafkaError(f"{len(errors)} node(s) failed to stop: {errors}") from errors[0]
+            local_kafka.stop_clusters(homes)
 
 
 def stop_replicated_cluster(cluster: ReplicatedCluster, timeout: float = 30.0) -> None:
     """Stop every node by PID, in parallel: by its home's PID file, so that a node restarted since
     ``cluster`` was returned is stopped too. Raises after trying all of them."""
-    _stop_homes([n.home for n in cluster.nodes], timeout)
+    local_kafka.stop_clusters([n.home for n in cluster.nodes], timeout)
 
 
 def kill_node(node: LocalCluster) -> bool:
