@@ -220,7 +220,7 @@ class _Window:
                 self.spark_copies += 1
                 result = self.copy(plan)
         with timed("commit"):
-            report = self.session.commit(plan, result, log_level=logging.DEBUG, metrics=False, prune=False)
+            report = self.session.commit(plan, result, micro_batch=True)
         self.log_starts.update(plan.log_starts)
         self.unpublished = report
         if self.timers.due("recovery", self.clock()):

@@ -300,22 +300,13 @@ class FlowSession:
         that."""
         return copy_result(plan, copy_partitions(plan.partitions, CopySettings.of(self.flow), plan.writer))
 
-    def commit(
-        self,
-        plan: Plan,
-        result: CopyResult,
-        *,
-        log_level: int = logging.INFO,
-        metrics: bool = True,
-        prune: bool = True,
-    ) -> RunReport:
+    def commit(self, plan: Plan, result: CopyResult, *, micro_batch: bool = False) -> RunReport:
         """Commit ``result`` of ``plan`` (progress, batch log, gaps, partition metrics, recovery point,
         the older batch log pruned below the plan's source log starts: one transaction) while the
-        session's run holds the flow's lock, then write its offset syncs; the report is logged at
-        ``log_level`` (a DR window's micro-batches: DEBUG); ``metrics``: whether the report goes to
-        the metrics history now, ``prune``: whether the batch log is pruned now (a DR window records
-        its micro-batches' metrics summed up, a minute at a time, and prunes as it merges their
-        rows)."""
+        session's run holds the flow's lock, then write its offset syncs and log the report. A DR
+        window's ``micro_batch`` is logged at DEBUG, and leaves the metrics history and the pruning
+        to the window, which records its micro-batches' metrics summed up, a minute at a time, and
+        prunes as it merges their rows."""
         flow = self.flow
         batches = batches_for(plan, result)
         report = build_report(plan, result)
@@ -323,16 +314,16 @@ class FlowSession:
             flow.name,
             plan.run_id,
             batches,
-            [p for p in report.partitions if p.records or p.lag] if metrics else [],
+            [] if micro_batch else [p for p in report.partitions if p.records or p.lag],
             plan.gaps,
             holder=self.run_id,
             mirrored_as_of=mirrored_as_of(plan, report),
             failed=report.failed,
-            log_starts=plan.log_starts if prune else None,
+            log_starts=None if micro_batch else plan.log_starts,
         )
         syncs = emit_offset_syncs(flow, batches, self.internal)
         log.log(
-            log_level,
+            logging.DEBUG if micro_batch else logging.INFO,
             "flow %s run %s committed, %d offset syncs written\n%s",
             flow.name,
             plan.run_id,
