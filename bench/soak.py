@@ -30,7 +30,7 @@ import sqlite3
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -72,6 +72,8 @@ class Window:
     records: int = 0
     error: str | None = None
     rows_after: dict[str, int] = field(default_factory=dict)
+    # Seconds the window spent in each step, from its summary.
+    step_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -89,21 +91,30 @@ class Bound:
         return self.bound is None or self.value <= self.bound
 
 
-def _properties(source: str, target: str, state: Path, db: Path, window_s: int) -> str:
-    flow: str = flow_properties(source, target, TOPIC, state, 1_000_000, {})
+def dr_properties(
+    source: str,
+    target: str,
+    state: Path,
+    db: Path,
+    window_s: int,
+    topic: str = TOPIC,
+    more: Mapping[str, object] | None = None,
+) -> str:
+    """mm2.properties of a DR flow of ``topic`` whose windows run one after the other (`airflow dags
+    test`: none waits for a next one, a failed one shows), its offsets in the SQLite file ``db``;
+    ``more``: further settings of the flow."""
+    flow: str = flow_properties(source, target, topic, state, 1_000_000, {})
+    settings = {
+        "mirrorflow.mode": "dr",
+        "mirrorflow.dr.window.seconds": window_s,
+        "mirrorflow.dr.idle.wait.ms": IDLE_WAIT_MS,
+        "mirrorflow.dr.handover.wait.seconds": 0,
+        "mirrorflow.task.retries": 0,
+        **(more or {}),
+    }
     return (
         flow
-        + "".join(
-            f"{FLOW}.{k} = {v}\n"
-            for k, v in (
-                ("mirrorflow.mode", "dr"),
-                ("mirrorflow.dr.window.seconds", window_s),
-                ("mirrorflow.dr.idle.wait.ms", IDLE_WAIT_MS),
-                # Its windows run one after the other (`airflow dags test`): none waits for a next one.
-                ("mirrorflow.dr.handover.wait.seconds", 0),
-                ("mirrorflow.task.retries", 0),
-            )
-        )
+        + "".join(f"{FLOW}.{k} = {v}\n" for k, v in settings.items())
         + f"mirrorflow.offsets.db.url = sqlite:///{db}\n"
     )
 
@@ -144,6 +155,7 @@ def _run_window(env: dict[str, str], logs: Path, state: Path, index: int, window
         summary.spark_copies,
         summary.records,
     )
+    window.step_seconds = dict(summary.step_seconds)
     if summary.error is not None:
         window.error = f"{summary.error[0]}: {summary.error[1]}"
     return window
@@ -260,7 +272,9 @@ def soak(opts: Options) -> ScenarioResult:
         dst = start("target", work / "kafka-target", opts.heap_mb)
         try:
             create_topics(src.bootstrap, [TOPIC], PARTITIONS)
-            config.write_text(_properties(src.bootstrap, dst.bootstrap, state, db, opts.soak_window_seconds))
+            config.write_text(
+                dr_properties(src.bootstrap, dst.bootstrap, state, db, opts.soak_window_seconds)
+            )
             env = prepare_airflow(work / "airflow", config, state, logs)
             env.pop("MIRROR_OFFSETS_DB_URL", None)  # it would win over the config's database
             producer = RateProducer(src.bootstrap, TOPIC, PARTITIONS, PRODUCER_SETTINGS)

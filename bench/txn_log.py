@@ -34,11 +34,9 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
-from contenders import flow_properties
 from scenarios import Options, ScenarioResult, prepare_airflow, start
-from soak import FLOW, IDLE_WAIT_MS, MIB, Window, _db_bytes, _run_window, _summaries
+from soak import MIB, Window, _db_bytes, _run_window, dr_properties
 
-from mirrorflow.core.window import WindowSummary
 from mirrorflow_dev import local_kafka
 
 TOPIC = "txn"
@@ -65,23 +63,6 @@ class Sample:
     db_bytes: int
     checkpoint_s_per_pass: float
     failed: str | None
-
-
-def _properties(source: str, target: str, state: Path, db: Path, window_s: int) -> str:
-    flow: str = flow_properties(source, target, TOPIC, state, 1_000_000, {})
-    settings = (
-        ("mirrorflow.mode", "dr"),
-        ("mirrorflow.dr.window.seconds", window_s),
-        ("mirrorflow.dr.idle.wait.ms", IDLE_WAIT_MS),
-        ("mirrorflow.dr.handover.wait.seconds", 0),
-        ("mirrorflow.task.retries", 0),
-        ("emit.checkpoints.interval.seconds", CHECKPOINT_EVERY_S),
-    )
-    return (
-        flow
-        + "".join(f"{FLOW}.{k} = {v}\n" for k, v in settings)
-        + f"mirrorflow.offsets.db.url = sqlite:///{db}\n"
-    )
 
 
 def _create_topic(bootstrap: str) -> None:
@@ -158,15 +139,6 @@ def _log(db: Path) -> tuple[int, int, int]:
         conn.close()
 
 
-def _checkpoint_seconds(db: Path, run_id: str | None, window_s: int) -> float:
-    """The window's checkpoint time per pass (its summary's step time over the passes it made)."""
-    text = _summaries(db).get(run_id or "")
-    if text is None:
-        return 0.0
-    steps = dict(WindowSummary.from_json(text, "a window summary").step_seconds)
-    return steps.get("checkpoints", 0.0) / max(1, window_s // CHECKPOINT_EVERY_S)
-
-
 def txn_log(opts: Options) -> ScenarioResult:
     minutes = opts.txn_minutes
     res = ScenarioResult(f"txn-log ({minutes} minutes)")
@@ -179,7 +151,10 @@ def txn_log(opts: Options) -> ScenarioResult:
         dst = start("target", work / "kafka-target", opts.heap_mb)
         try:
             _create_topic(src.bootstrap)
-            config.write_text(_properties(src.bootstrap, dst.bootstrap, state, db, opts.soak_window_seconds))
+            more = {"emit.checkpoints.interval.seconds": CHECKPOINT_EVERY_S}
+            config.write_text(
+                dr_properties(src.bootstrap, dst.bootstrap, state, db, opts.soak_window_seconds, TOPIC, more)
+            )
             env = prepare_airflow(work / "airflow", config, state, logs)
             env.pop("MIRROR_OFFSETS_DB_URL", None)  # it would win over the config's database
             print(
@@ -189,9 +164,7 @@ def txn_log(opts: Options) -> ScenarioResult:
             started = time.monotonic()
             with _transactions(src.bootstrap) as transactions:
                 while time.monotonic() - started < minutes * 60:
-                    before = set(_summaries(db))
                     window: Window = _run_window(env, logs, state, len(samples) + 1, opts.soak_window_seconds)
-                    new = [run for run in _summaries(db) if run not in before]
                     rows, points, pruned = _log(db)
                     samples.append(
                         Sample(
@@ -202,7 +175,9 @@ def txn_log(opts: Options) -> ScenarioResult:
                             points,
                             pruned,
                             _db_bytes(db),
-                            _checkpoint_seconds(db, new[0] if new else None, opts.soak_window_seconds),
+                            # The window's checkpoint time over the passes it made.
+                            window.step_seconds.get("checkpoints", 0.0)
+                            / max(1, opts.soak_window_seconds // CHECKPOINT_EVERY_S),
                             window.error if window.failed else None,
                         )
                     )
