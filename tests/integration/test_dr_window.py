@@ -67,6 +67,19 @@ def spark_copy(spark: SparkSession) -> Iterator[SparkCopy]:
         copy.close()
 
 
+def _window_beside(
+    config: MirrorConfig, spark_copy: SparkCopy, meanwhile: Callable[[], None]
+) -> WindowSummary:
+    """Window ``window-1`` run while ``meanwhile`` runs in a thread; its lock released after."""
+    during = threading.Thread(target=meanwhile)
+    try:
+        during.start()
+        return dr_window.run_window(config, FLOW, "window-1", spark_copy(config))
+    finally:
+        during.join()
+        runner.release_run(config, FLOW, "window-1")
+
+
 def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],
@@ -162,13 +175,7 @@ def test_a_window_prunes_its_batch_log_below_the_sources_log_start(
         commit_group(primary.bootstrap, group, {(topic, 0): 120})
         sample_data.produce_samples(primary.bootstrap, topic, 1, 200, 50)
 
-    deleting = threading.Thread(target=delete_what_was_mirrored)
-    try:
-        deleting.start()
-        summary = dr_window.run_window(config, FLOW, "window-1", spark_copy(config))
-    finally:
-        deleting.join()
-        runner.release_run(config, FLOW, "window-1")
+    summary = _window_beside(config, spark_copy, delete_what_was_mirrored)
 
     assert summary.error is None
     remote = sample_data.read_partition(backup.bootstrap, f"primary.{topic}", 0)
@@ -338,13 +345,7 @@ def test_a_window_leaves_a_failed_partition_out_mirrors_the_others_and_fails_at_
         time.sleep(2)
         sample_data.produce_samples(primary.bootstrap, topic, 1, 20, 10)
 
-    during = threading.Thread(target=produce_while_the_window_runs)
-    try:
-        during.start()
-        summary = dr_window.run_window(config, FLOW, "window-1", spark_copy(config))
-    finally:
-        during.join()
-        runner.release_run(config, FLOW, "window-1")
+    summary = _window_beside(config, spark_copy, produce_while_the_window_runs)
 
     assert summary.error is not None and summary.error[0] == "PartitionsFailedError"
     assert f"{topic}-1: TransformError: transform parse" in summary.error[1]
