@@ -51,12 +51,21 @@ def passes(batch: SourceBatch, start: int, end: int) -> bool:
     )
 
 
-def stamp(batch: bytearray, producer_id: int, producer_epoch: int, base_sequence: int) -> bytearray:
-    """``batch`` (a v2 batch's bytes) as this writer's, non-transactional: base offset 0, no leader
-    epoch, the producer fields set and the CRC-32C recomputed."""
+def stamp(
+    batch: bytearray,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    *,
+    transactional: bool = False,
+) -> bytearray:
+    """``batch`` (a v2 batch's bytes) as this writer's, part of its open transaction or not
+    (``transactional``): base offset 0, no leader epoch, the producer fields and the transactional
+    bit set and the CRC-32C recomputed."""
     _, length, _ = _PREFIX.unpack_from(batch)
     _PREFIX.pack_into(batch, 0, 0, length, -1)
-    attributes = _WRITER.unpack_from(batch, _ATTRIBUTES_AT)[0] & ~_TRANSACTIONAL
+    attributes = _WRITER.unpack_from(batch, _ATTRIBUTES_AT)[0]
+    attributes = attributes | _TRANSACTIONAL if transactional else attributes & ~_TRANSACTIONAL
     _WRITER.pack_into(batch, _ATTRIBUTES_AT, attributes)
     _PRODUCER.pack_into(batch, _PRODUCER_AT, producer_id, producer_epoch, base_sequence)
     struct.pack_into(">I", batch, _CRC_AT, calc_crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))

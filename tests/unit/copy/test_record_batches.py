@@ -57,6 +57,37 @@ def test_stamping_changes_only_the_writer_fields_and_keeps_the_records_and_codec
     assert stamped[61:] == source[61:]
 
 
+@pytest.mark.parametrize("source_attributes", [0, TRANSACTIONAL])
+@pytest.mark.parametrize("codec", [NONE, ZSTD])
+def test_stamping_transactional_sets_the_transactional_bit_and_keeps_the_rest(
+    codec: int, source_attributes: int
+) -> None:
+    source = build(base_offset=100, codec=codec, producer_id=42, attributes=source_attributes)
+    stamped = stamp(bytearray(source), producer_id=7, producer_epoch=3, base_sequence=250, transactional=True)
+    batch = DefaultRecordBatch(bytes(stamped))
+    assert batch.validate_crc()
+    assert batch.is_transactional and not batch.is_control_batch
+    assert (batch.base_offset, batch.producer_id, batch.producer_epoch, batch.base_sequence) == (0, 7, 3, 250)
+    assert batch.compression_type == codec
+    assert decoded(stamped) == RECORDS
+    assert stamped[61:] == source[61:]
+    # Stamped again, as a non-transactional writer's: the bit is cleared, the rest as before.
+    again = DefaultRecordBatch(bytes(stamp(stamped, 7, 3, 250)))
+    assert again.validate_crc() and not again.is_transactional
+    assert again.compression_type == codec
+
+
+def test_reencoded_batches_are_stamped_transactional_like_passed_ones() -> None:
+    """Re-encoded batches leave ``encode`` without a writer; the copy stamps them as it stamps
+    batches passed as bytes."""
+    for data in encode(RECORDS, LZ4, max_bytes=1 << 20):
+        assert not DefaultRecordBatch(bytes(data)).is_transactional
+        batch = DefaultRecordBatch(bytes(stamp(data, 9, 1, 0, transactional=True)))
+        assert batch.validate_crc() and batch.is_transactional
+        assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (9, 1, 0)
+        assert decoded(data) == RECORDS
+
+
 @pytest.mark.parametrize("codec", [NONE, LZ4])
 def test_reencoding_keeps_every_field_and_splits_at_the_size_limit(codec: int) -> None:
     many = [SourceRecord(i, 1_000 + i, b"k%d" % i, b"x" * 100, (("h", None),)) for i in range(50)]
