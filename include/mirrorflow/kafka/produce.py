@@ -4,8 +4,11 @@ and Produce requests of batches the copy stamped.
 The copy (``copy.batch_copy``) decides what to send, stamps each batch with the writer's producer
 id and sequence, and judges each partition's answer; this module builds the requests, sends them
 and hands back each partition's answer (error code and base offset). Invariants:
-- Produce is acks=all and never transactional: a batch counts only once every in-sync replica has
-  it, and the broker checks its sequence against the writer's (idempotence).
+- Produce is acks=all: a batch counts only once every in-sync replica has it, and the broker checks
+  its sequence against the writer's (idempotence).
+- A request is transactional only when it carries the writer's transactional id (its batches
+  stamped transactional, their partitions added to the open transaction: ``kafka.transactions``);
+  it stays at v9, below v12, which brokers take as transaction version 2.
 - A refused login is an ``AuthorizationError`` that names the grant to add.
 """
 
@@ -51,15 +54,18 @@ class ProduceCall:
         return exception
 
 
-def produce(target: Connection, node: int, batches: Sequence[tuple[TP, bytes]]) -> ProduceCall:
+def produce(
+    target: Connection, node: int, batches: Sequence[tuple[TP, bytes]], transactional_id: str | None = None
+) -> ProduceCall:
     """Send ``batches`` (one stamped batch per partition, all led by ``node``) in one Produce request,
-    acks=all; ``target.poll`` moves it, ``ProduceCall.done`` says when its answer is in."""
+    acks=all; ``target.poll`` moves it, ``ProduceCall.done`` says when its answer is in. Transactional
+    batches travel with the ``transactional_id`` of their writer."""
     topic_type = ProduceRequest.TopicProduceData
     topics: dict[str, list[Any]] = {}
     for (topic, partition), data in batches:
         topics.setdefault(topic, []).append(topic_type.PartitionProduceData(index=partition, records=data))
     request = ProduceRequest(
-        transactional_id=None,
+        transactional_id=transactional_id,
         acks=-1,
         timeout_ms=int(TIMEOUT_S * 1000),
         topic_data=[topic_type(name=t, partition_data=ps) for t, ps in topics.items()],
