@@ -61,6 +61,11 @@ class TargetStateError(MirrorError):
     """The target cluster is not in the state the plan expects (truncated, deleted, foreign writes)."""
 
 
+class WriterFencedError(TargetStateError):
+    """A newer copy of the flow fenced this one's writer (a newer epoch of its transactional id): the
+    coordinator aborted what this copy's transaction wrote, and refuses its requests from then on."""
+
+
 class PlanError(MirrorError):
     """A plan file is missing, malformed, or belongs to another flow or run."""
 
