@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch
@@ -71,31 +71,48 @@ def runs_from(found: Iterable[Run], *, source: int = 0, target: int = 0) -> list
     return kept
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where a copy's records went, as a batch records it: a sync point where the source offsets
+    jump, a target gap where the target's do (``Batch``)."""
+
+    sync_points: tuple[tuple[int, int], ...]
+    target_gaps: tuple[tuple[int, int], ...]
+    records: int
+
+    @classmethod
+    def of(cls, source_start: int, target_start: int, parts: Iterable[Run]) -> Layout:
+        """The layout of runs ``parts`` (in order on both clusters) copied from ``source_start`` to
+        ``target_start`` on."""
+        points: list[tuple[int, int]] = []
+        gaps: list[tuple[int, int]] = []
+        next_source, next_target, records = source_start, target_start, 0
+        for s, t, n in parts:
+            if s != next_source:
+                points.append((s, t))
+            if t != next_target:
+                gaps.append((next_target, t))
+            next_source, next_target, records = s + n, t + n, records + n
+        return cls(tuple(points), tuple(gaps), records)
+
+
 def laid_out(
     batch: Batch, source: tuple[int, int], target: tuple[int, int], parts: Iterable[Run], size: int
 ) -> Batch:
     """``batch`` as the copy of source offsets ``source`` to target offsets ``target`` whose records
     are ``parts`` (runs, in order, within both ranges; the last ends at the target range's end), of
-    ``size`` bytes: its sync points and target gaps are where the runs jump."""
-    points: list[tuple[int, int]] = []
-    gaps: list[tuple[int, int]] = []
-    next_source, next_target, records = source[0], target[0], 0
-    for s, t, n in parts:
-        if s != next_source:
-            points.append((s, t))
-        if t != next_target:
-            gaps.append((next_target, t))
-        next_source, next_target, records = s + n, t + n, records + n
+    ``size`` bytes."""
+    found = Layout.of(source[0], target[0], parts)
     return replace(
         batch,
         source_start=source[0],
         source_end=source[1],
         target_start=target[0],
         target_end=target[1],
-        records=records,
+        records=found.records,
         bytes=size,
-        sync_points=tuple(points),
-        target_gaps=tuple(gaps),
+        sync_points=found.sync_points,
+        target_gaps=found.target_gaps,
     )
 
 
