@@ -239,12 +239,14 @@ def measure(
     handovers: Callable[[], list[float]] = list,
     root_pid: int | None = None,
     alias: str = "source",
+    watch: Watch | None = None,
 ) -> dict[str, Any]:
     """Steps 1-5 (and 6, with ``handovers``: the times, s since the epoch, the flow changed hands) of
     the module's doc for the flow from the cluster ``alias`` at ``source``, with the contender already
     started; with ``root_pid``, the memory of the contender's processes under it while the producer
-    runs (``footprint``)."""
-    watch, producer = Watch(), RateProducer(source)
+    runs (``footprint``). ``watch``: where what the target's consumer sees goes, for the caller to
+    read as it fills and after."""
+    watch, producer = watch or Watch(), RateProducer(source)
     measured_from = [1] * PARTITIONS  # sequence 0 of each partition is its warm-up record
     group = Consumer({"bootstrap.servers": source, "group.id": GROUP, "enable.auto.commit": "false"})
     with (

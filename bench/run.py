@@ -63,6 +63,11 @@ no --contenders, no contender runs). Each starts its own source and target clust
             100 ms, 5 minutes' retention): DR windows (--soak-window-seconds) back to back for
             --txn-minutes; after each, the batch log's rows and sync points, the checkpoint pass's
             time and the offsets database's size.
+   - fault-soak (bench/fault_soak.py): a DR flow between three-node clusters under `airflow
+            standalone` while a random target node restarts every --fault-every-seconds (a controlled
+            shutdown, then a crash, in turn): lost, duplicated and reordered records, and how soon
+            after each restart the recovery point is back under 2 s (--fault-rate records/s for
+            --fault-minutes).
 
 Every process started here is stopped by PID, also on failure; the temp dir is removed unless
 --keep-work is given or a contender or scenario failed (its logs are kept then and the path is printed).
@@ -85,6 +90,7 @@ from pathlib import Path
 
 import contenders
 import fan_in
+import fault_soak
 import report
 import rpo
 import scenarios
@@ -102,6 +108,7 @@ SCENARIOS: dict[str, Callable[[scenarios.Options], scenarios.ScenarioResult]] = 
     "fan-in": fan_in.fan_in,
     "soak": soak.soak,
     "txn-log": txn_log.txn_log,
+    "fault-soak": fault_soak.fault_soak,
 }
 CONTENDERS: dict[str, tuple[str, Callable[[Context], Result]]] = {
     "limit": (contenders.LIMIT, contenders.copy_limit),
@@ -257,6 +264,16 @@ def main() -> int:
     )
     parser.add_argument("--soak-rate", type=int, default=50, help="records/s produced during the soak")
     parser.add_argument("--txn-minutes", type=int, default=30, help="how long the txn-log scenario runs")
+    parser.add_argument("--fault-minutes", type=int, default=30, help="how long the fault-soak load runs")
+    parser.add_argument(
+        "--fault-every-seconds",
+        type=float,
+        default=120.0,
+        help="fault-soak: a target node restart every so often",
+    )
+    parser.add_argument(
+        "--fault-rate", type=int, default=500, help="records/s produced during the fault-soak"
+    )
     parser.add_argument("--fan-in-flows", type=int, default=4, help="source clusters of the fan-in scenario")
     parser.add_argument(
         "--fan-in-rate", type=int, default=500, help="records/s produced to each fan-in source (default: 500)"
@@ -333,6 +350,9 @@ def run_scenarios(args: argparse.Namespace, work: Path, picked: list[str]) -> li
             args.fan_in_rate,
             args.fan_in_trigger_ms,
             args.txn_minutes,
+            args.fault_minutes,
+            args.fault_every_seconds,
+            args.fault_rate,
         )
         opts.work.mkdir(parents=True, exist_ok=True)
         try:

@@ -65,6 +65,9 @@ class Options:
     fan_in_rate: int = 500
     fan_in_trigger_ms: int = 200
     txn_minutes: int = 30
+    fault_minutes: int = 30
+    fault_every_seconds: float = 120.0
+    fault_rate: int = 500
 
 
 # ------------------------------------------------------------------------------ Spark RSS sampling

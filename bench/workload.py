@@ -97,9 +97,13 @@ class PartitionDigest:
     sha256: str
 
 
-def create_topics(bootstrap: str, topics: Sequence[str], partitions: int = PARTITIONS) -> None:
+def create_topics(
+    bootstrap: str, topics: Sequence[str], partitions: int = PARTITIONS, replication_factor: int = 1
+) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(t, partitions, 1) for t in topics], operation_timeout=30)
+    futures = admin.create_topics(
+        [NewTopic(t, partitions, replication_factor) for t in topics], operation_timeout=30
+    )
     for f in futures.values():
         f.result(timeout=60)
     deadline = time.monotonic() + 30

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, event, inspect, select
+from sqlalchemy import Engine, create_engine, event, inspect, select, text
 
 from mirrorflow.core.metrics import CheckpointMetrics, Stats
 from mirrorflow.core.plan import PartitionFailure, SourceGap
@@ -95,6 +95,7 @@ def _batch(
     source: tuple[int, int] = (10, 20),
     target: tuple[int, int] = (100, 108),
     sync_points: tuple[tuple[int, int], ...] = ((10, 100), (13, 102)),
+    target_gaps: tuple[tuple[int, int], ...] = (),
 ) -> Batch:
     return Batch(
         topic=topic,
@@ -104,9 +105,10 @@ def _batch(
         source_end=source[1],
         target_start=target[0],
         target_end=target[1],
-        records=target[1] - target[0],
+        records=target[1] - target[0] - sum(end - start for start, end in target_gaps),
         bytes=1000,
         sync_points=sync_points,
+        target_gaps=target_gaps,
     )
 
 
@@ -129,6 +131,23 @@ def test_schema_created_on_first_use(db_url: str) -> None:
     with OffsetsStore(db_url) as again:
         assert again.batches(FLOW) == []
         assert again.lock_holder(FLOW) is None
+
+
+def test_an_older_database_gets_the_columns_added_since(db_url: str) -> None:
+    # A batch log written before target gaps existed: its rows read as batches without any.
+    with OffsetsStore(db_url) as store:
+        _anchored(store)
+        store.commit(FLOW, "run-1", [_batch()])
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE mirror_batches DROP COLUMN target_gaps"))
+    engine.dispose()
+
+    with OffsetsStore(db_url) as again:
+        assert [b.as_batch() for b in again.batches(FLOW)] == [_batch()]
+        gapped = _batch(partition=1, source=(0, 5), target=(50, 56), sync_points=(), target_gaps=((50, 51),))
+        again.commit(FLOW, "run-1", [gapped])
+        assert [b.as_batch() for b in again.batches(FLOW, partition=1)] == [gapped]
 
 
 # ----------------------------------------------------------------------------------------------- locks
@@ -371,11 +390,12 @@ def test_commit_moves_progress_and_logs_batches(store: OffsetsStore, clock: Fake
     _anchored(store)
     clock.advance(30)
     b0 = _batch()
-    b1 = _batch(partition=1, source=(0, 5), target=(50, 55), sync_points=())
+    # Partition 1's first record lands past a marker of the copy's transaction: a target gap.
+    b1 = _batch(partition=1, source=(0, 5), target=(50, 56), sync_points=(), target_gaps=((50, 51),))
     assert store.commit(FLOW, "run-1", [b0, b1]) == 2
     assert store.progress(FLOW) == {
         ("orders", 0): PartitionProgress("orders", 0, 20, 108),
-        ("orders", 1): PartitionProgress("orders", 1, 5, 55),
+        ("orders", 1): PartitionProgress("orders", 1, 5, 56),
     }
     committed_at = T0 + timedelta(seconds=30)
     assert store.batches(FLOW) == [
@@ -401,10 +421,11 @@ def test_commit_moves_progress_and_logs_batches(store: OffsetsStore, clock: Fake
             source_start=0,
             source_end=5,
             target_start=50,
-            target_end=55,
+            target_end=56,
             records=5,
             bytes=1000,
             sync_points=(),
+            target_gaps=((50, 51),),
             flow=FLOW,
             run_id="run-1",
             committed_at=committed_at,
@@ -415,8 +436,9 @@ def test_commit_moves_progress_and_logs_batches(store: OffsetsStore, clock: Fake
     assert store.batches(FLOW, topic="payments") == []
     assert [row[1:] for row in _rows(db_url, "mirror_batches")] == [
         (FLOW, "run-1", "orders", 0, "primary.orders", 10, 20, 100, 108, 8, 1000, "[[10,100],[13,102]]",
-         committed_at),
-        (FLOW, "run-1", "orders", 1, "primary.orders", 0, 5, 50, 55, 5, 1000, "[]", committed_at),
+         committed_at, "[]"),
+        (FLOW, "run-1", "orders", 1, "primary.orders", 0, 5, 50, 56, 5, 1000, "[]", committed_at,
+         "[[50,51]]"),
     ]  # fmt: skip
 
     # The next run resumes from there; the log keeps both batches of partition 0 in offset order.
@@ -885,7 +907,7 @@ def test_holder_killed_in_its_commit_writes_nothing_and_its_lock_expires(
     assert _rows(db_url, "mirror_locks") == [(FLOW, "run-2", takeover, takeover + timedelta(seconds=600))]
     assert [row[1:] for row in _rows(db_url, "mirror_batches")] == [
         (FLOW, "run-2", "orders", 0, "primary.orders", 10, 20, 100, 108, 8, 1000, "[[10,100],[13,102]]",
-         takeover),
+         takeover, "[]"),
     ]  # fmt: skip
     assert _rows(db_url, "mirror_progress") == [
         (FLOW, "orders", 0, 20, 108, "run-2", takeover),
@@ -906,6 +928,9 @@ def test_holder_killed_in_its_commit_writes_nothing_and_its_lock_expires(
         ({"sync_points": ((20, 100),)}, r"sync point \(20, 100\) lies outside"),
         ({"sync_points": ((13, 102), (12, 103))}, r"not strictly increasing at \(12, 103\)"),
         ({"bytes": -1}, "negative bytes -1"),
+        ({"target_gaps": ((105, 108),), "records": 5}, r"target gap \(105, 108\) is not a stretch"),
+        ({"target_gaps": ((103, 105), (104, 106)), "records": 5}, r"target gap \(104, 106\) is not"),
+        ({"target_gaps": ((102, 103),), "records": 7}, r"sync point \(13, 102\) lies in a target gap"),
     ],
 )
 def test_insane_batches_are_refused(

@@ -67,5 +67,5 @@ TWO = VerifyPlan(
 
 # orders-0: source 0, 1 copied to target 0, 1 and 3, 4 to 2, 3 (2 and 5 held no record then).
 KEYED = VerifyPlan(
-    FLOW, "r1", (VerifyRange("orders", 0, "primary.orders", 0, 6, 0, 4, True, ((0, 0), (3, 2))),)
+    FLOW, "r1", (VerifyRange("orders", 0, "primary.orders", 0, 6, 0, 4, True, ((0, 0, 2), (3, 2, 2))),)
 )

@@ -108,9 +108,9 @@ def test_a_compacted_topic_verifies_record_by_record_reporting_what_each_cluster
     plan = plan_verification(config, FLOW, "verify-1")
 
     assert plan.ranges == (
-        VerifyRange(on_source, 0, f"primary.{on_source}", 0, 21, 0, 21, compacted=True, runs=((0, 0),)),
+        VerifyRange(on_source, 0, f"primary.{on_source}", 0, 21, 0, 21, compacted=True, runs=((0, 0, 21),)),
         VerifyRange(
-            on_target, 0, f"primary.{on_target}", 0, 22, 0, 21, compacted=True, runs=((0, 0), (21, 20))
+            on_target, 0, f"primary.{on_target}", 0, 22, 0, 21, compacted=True, runs=((0, 0, 20), (21, 20, 1))
         ),
     )
     result = verify_ranges(spark, config.flow(FLOW), plan)
@@ -197,7 +197,8 @@ def test_a_logappendtime_remote_topic_verifies_with_the_timestamps_its_records_c
 
     plan = plan_verification(config, FLOW, "verify-1")
 
-    assert [(r.log_append_time, r.compacted, r.runs) for r in plan.ranges] == [(True, False, ((0, 0),))] * 2
+    kinds = [(r.log_append_time, r.compacted, r.runs) for r in plan.ranges]
+    assert kinds == [(True, False, ((0, 0, 20),))] * 2
     result = verify_ranges(spark, flow, plan)
     assert [v.records for v in result.partitions] == [RecordComparison(same=Found(20))] * 2
     assert result.mismatches == ()

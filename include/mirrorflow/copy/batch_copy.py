@@ -93,7 +93,7 @@ class BatchCopy:
                     f"remote partition {plan.remote_topic}-{plan.partition} ends before the planned start "
                     f"{plan.target_start}: it was truncated or recreated since the plan was made"
                 )
-            part = PartitionCopy(plan, written, plan.source_start, prev_offset=plan.source_start - 1)
+            part = PartitionCopy(plan, written, plan.source_start)
             if written:
                 try:
                     self._check_written(part)

@@ -1,7 +1,8 @@
 """A planned partition's copy as it runs: what it read, queued, sent and had acknowledged, and the
 result it makes. Invariant: the records counted (``PartitionCopy.count``) are the planned records
-the target gets, in source order; each one whose source offset does not follow the previous one's
-is an offset-sync point of the result, so the batch log translates every offset exactly.
+the target gets, in source order, each with the target offset it lands at; the result's layout
+(``core.translation.Layout``: sync points where source offsets jump, target gaps where the target's
+do) says where each one went, so the batch log translates every offset exactly.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 
 from mirrorflow.core.metrics import Stats, Timestamps
 from mirrorflow.core.plan import PartitionFailure, PartitionPlan, PartitionResult
+from mirrorflow.core.translation import Layout, Run
 from mirrorflow.errors import MirrorError
 from mirrorflow.kafka.connection import TP
 
@@ -37,8 +39,9 @@ class PartitionCopy:
     position: int
     records: int = 0
     bytes: int = 0
-    prev_offset: int = -1
-    sync_points: list[tuple[int, int]] = field(default_factory=list)
+    # The records counted, as runs consecutive on both clusters, and where the next one lands.
+    runs: list[Run] = field(default_factory=list)
+    landing: int = -1
     record_age: Stats = field(default_factory=Stats)
     replication_latency: Stats = field(default_factory=Stats)
     first_received_ms: int = 0
@@ -50,6 +53,10 @@ class PartitionCopy:
     failing_since: float = 0.0
     # Set (isolate) when the partition met an error a retry would meet again: it copies no more.
     failed: MirrorError | None = None
+
+    def __post_init__(self) -> None:
+        if self.landing < 0:
+            self.landing = self.plan.target_start
 
     @property
     def tp(self) -> TP:
@@ -64,23 +71,31 @@ class PartitionCopy:
     def remote(self) -> TP:
         return (self.plan.remote_topic, self.plan.partition)
 
-    def count(self, offsets: Sequence[int] | range) -> int:
-        """Account for planned records at these source offsets (in order); returns the target offset
-        of the first. A record whose offset does not follow the previous one is an offset-sync point."""
-        target = self.plan.target_start + self.records
-        if isinstance(offsets, range):
-            if offsets.start != self.prev_offset + 1:
-                self.sync_points.append((offsets.start, target))
+    def count(self, offsets: Sequence[int] | range, targets: Sequence[int] | range | None = None) -> None:
+        """Account for planned records at these source offsets (in order), landing at ``targets``
+        (by default one after another from where the last one landed)."""
+        if not len(offsets):
+            return
+        if targets is None:
+            targets = range(self.landing, self.landing + len(offsets))
+        if isinstance(offsets, range) and isinstance(targets, range):
+            self._extend(offsets.start, targets.start, len(offsets))
         else:
-            prev = self.prev_offset
-            for i, offset in enumerate(offsets):
-                if offset != prev + 1:
-                    self.sync_points.append((offset, target + i))
-                prev = offset
-        if len(offsets):
-            self.prev_offset = offsets[-1]
+            start = 0
+            for i in range(1, len(offsets) + 1):
+                if i == len(offsets) or (offsets[i], targets[i]) != (offsets[i - 1] + 1, targets[i - 1] + 1):
+                    self._extend(offsets[start], targets[start], i - start)
+                    start = i
         self.records += len(offsets)
-        return target
+        self.landing = targets[-1] + 1
+
+    def _extend(self, source: int, target: int, n: int) -> None:
+        if self.runs:
+            s, t, k = self.runs[-1]
+            if (s + k, t + k) == (source, target):
+                self.runs[-1] = (s, t, k + n)
+                return
+        self.runs.append((source, target, n))
 
     def result(self) -> PartitionResult:
         if self.failed is not None:
@@ -88,6 +103,7 @@ class PartitionCopy:
             return PartitionResult(
                 self.plan.topic, self.plan.partition, 0, 0, 0, self.plan.target_start, failure=failure
             )
+        layout = Layout.of(self.plan.source_start, self.plan.target_start, self.runs)
         return PartitionResult(
             topic=self.plan.topic,
             partition=self.plan.partition,
@@ -95,7 +111,8 @@ class PartitionCopy:
             skipped=min(self.already_written, self.records),
             bytes=self.bytes,
             target_start=self.plan.target_start,
-            sync_points=tuple(self.sync_points),
+            sync_points=layout.sync_points,
+            target_gaps=layout.target_gaps,
             record_age=self.record_age,
             replication_latency=self.replication_latency,
             write_ms=max(self.last_acked_ms - self.first_received_ms, 0),

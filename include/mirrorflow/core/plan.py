@@ -221,9 +221,10 @@ class PartitionResult:
 
     ``records`` counts every record read from the source range, ``skipped`` those found already on
     the target from an earlier attempt of the same plan. The records occupy target offsets
-    ``[target_start, target_start + records)``. ``sync_points`` lists (source offset, target offset)
-    for each record whose source offset is not the previous one plus one (the first record counts
-    against ``source_start``): between sync points the mapping is arithmetic. ``record_age`` and
+    ``[target_start, target_end)`` outside ``target_gaps`` (as ``core.progress.Batch`` has them).
+    ``sync_points`` lists (source offset, target offset) for each record whose source offset is not
+    the previous one plus one (the first record counts against ``source_start``): between sync
+    points and target gaps the mapping is arithmetic. ``record_age`` and
     ``replication_latency`` cover the records this attempt wrote (see ``mirrorflow.core.metrics``), over
     ``write_ms`` from the first one received to the last one acknowledged. A result with a
     ``failure`` copied nothing that may be committed: its counts are 0.
@@ -236,6 +237,7 @@ class PartitionResult:
     bytes: int
     target_start: int
     sync_points: tuple[tuple[int, int], ...] = ()
+    target_gaps: tuple[tuple[int, int], ...] = ()
     record_age: Stats = field(default_factory=Stats)
     replication_latency: Stats = field(default_factory=Stats)
     write_ms: int = 0
@@ -243,7 +245,7 @@ class PartitionResult:
 
     @property
     def target_end(self) -> int:
-        return self.target_start + self.records
+        return self.target_start + self.records + sum(end - start for start, end in self.target_gaps)
 
 
 @dataclass(frozen=True)
@@ -266,6 +268,7 @@ class CopyResult(Document):
                     **{
                         **p,
                         "sync_points": tuple(tuple(s) for s in p["sync_points"]),
+                        "target_gaps": tuple(tuple(g) for g in p.get("target_gaps", ())),
                         "record_age": Stats(**p["record_age"]),
                         "replication_latency": Stats(**p["replication_latency"]),
                         "failure": PartitionFailure(**p["failure"]) if p.get("failure") else None,

@@ -40,11 +40,13 @@ class Batch:
     """One partition's committed copy: source offsets ``[source_start, source_end)`` became target
     offsets ``[target_start, target_end)`` of ``remote_topic``.
 
-    ``records`` counts the records written (``target_end - target_start``); the source range can hold
-    fewer records than offsets (compaction, transaction markers, aborted records). ``sync_points``
-    lists (source offset, target offset) for each record whose source offset is not the previous
-    one plus one (the first record counts against ``source_start``): between sync points the mapping
-    is arithmetic.
+    ``records`` counts the records written; the source range can hold fewer records than offsets
+    (compaction, transaction markers, aborted records), and so can the target range: ``target_gaps``
+    lists its stretches ``[start, end)`` that hold none of the batch's records (the markers of the
+    copy's transactions, records of its aborted attempts), each followed by a record of the batch.
+    ``sync_points`` lists (source offset, target offset) for each record whose source offset is not
+    the previous one plus one (the first record counts against ``source_start``): between sync
+    points and target gaps the mapping is arithmetic (``core.translation.runs``).
     """
 
     topic: str
@@ -57,6 +59,12 @@ class Batch:
     records: int
     bytes: int
     sync_points: tuple[tuple[int, int], ...] = ()
+    target_gaps: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def gapped(self) -> int:
+        """How many offsets of the target range hold none of the batch's records."""
+        return sum(end - start for start, end in self.target_gaps)
 
     def validate(self) -> None:
         """Raise ``PlanError`` unless the batch is internally consistent."""
@@ -69,10 +77,12 @@ class Batch:
             raise PlanError(f"{where}: empty or negative source range; an empty batch must not be committed")
         if self.target_end < self.target_start:
             raise PlanError(f"{where}: target range [{self.target_start}, {self.target_end}) is negative")
-        if self.records != self.target_end - self.target_start:
+        self._validate_target_gaps(where)
+        if self.records != self.target_end - self.target_start - self.gapped:
             raise PlanError(
                 f"{where}: records={self.records} but the target range [{self.target_start}, "
-                f"{self.target_end}) holds {self.target_end - self.target_start}"
+                f"{self.target_end}) holds {self.target_end - self.target_start - self.gapped} outside "
+                "its gaps"
             )
         if self.records > self.source_end - self.source_start:
             raise PlanError(
@@ -95,7 +105,19 @@ class Batch:
                 )
             if previous is not None and not (src > previous[0] and tgt > previous[1]):
                 raise PlanError(f"{where}: sync points are not strictly increasing at ({src}, {tgt})")
+            if any(start <= tgt < end for start, end in self.target_gaps):
+                raise PlanError(f"{where}: sync point ({src}, {tgt}) lies in a target gap")
             previous = (src, tgt)
+
+    def _validate_target_gaps(self, where: str) -> None:
+        after = self.target_start - 1
+        for gap in self.target_gaps:
+            if len(gap) != 2 or not after < gap[0] < gap[1] < self.target_end:
+                raise PlanError(
+                    f"{where}: target gap {gap!r} is not a stretch [start, end) of the target range "
+                    f"[{self.target_start}, {self.target_end}) after the previous gap and before a record"
+                )
+            after = gap[1]
 
 
 @dataclass(frozen=True)
@@ -118,6 +140,7 @@ class CommittedBatch(Batch):
             records=self.records,
             bytes=self.bytes,
             sync_points=self.sync_points,
+            target_gaps=self.target_gaps,
         )
 
 

@@ -279,6 +279,7 @@ def batches_for(plan: Plan, result: CopyResult) -> list[Batch]:
                 records=r.records,
                 bytes=r.bytes,
                 sync_points=r.sync_points,
+                target_gaps=r.target_gaps,
             )
         )
     if len(by_tp) != len(plan.partitions):

@@ -43,7 +43,7 @@ import numpy as np
 
 from mirrorflow.core.documents import Document
 from mirrorflow.core.progress import Batch
-from mirrorflow.core.translation import OffsetTranslator, coalesce, runs
+from mirrorflow.core.translation import OffsetTranslator, Run, coalesce, runs, runs_from
 from mirrorflow.errors import PlanError
 
 __all__ = [
@@ -62,11 +62,10 @@ __all__ = [
 ]
 
 # 2: ranges carry whether they are compacted (with their offset map) and LogAppendTime.
-VERIFY_PLAN_VERSION = 2
+# 3: runs carry their lengths, ranges their target gaps.
+VERIFY_PLAN_VERSION = 3
 
 TP = tuple[str, int]
-# (source offset, target offset) of the first record of a run of consecutive source offsets.
-Run = tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -74,13 +73,13 @@ class VerifyRange:
     """Source offsets ``[source_start, source_end)`` of ``topic``-``partition`` were mirrored to target
     offsets ``[target_start, target_end)`` of ``remote_topic``-``partition`` (one committed, contiguous
     stretch of the batch log). If the mirror is exact, the two ranges hold the same records in the
-    same order; the target range holds exactly ``records`` of them (the writer leaves no gaps).
+    same order; the target range holds exactly ``records`` of them, outside ``target_gaps`` (the
+    markers of the copy's transactions, records of its aborted attempts: none a committed read sees).
 
     ``compacted``: the source or the remote topic compacts, so either cluster may since have removed
     records of the range. ``log_append_time``: the remote topic stamps its broker's append time.
     Either makes the range one compared record by record (``by_record``), through ``runs``: the
-    batch log's offset map of the range, (source offset, target offset) of the first record of each
-    run of consecutive source offsets the copy wrote, from ``target_start`` on.
+    batch log's offset map of the range, the runs of records the copy wrote (``translation.Run``).
     """
 
     topic: str
@@ -93,6 +92,7 @@ class VerifyRange:
     compacted: bool = False
     runs: tuple[Run, ...] = ()
     log_append_time: bool = False
+    target_gaps: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 <= self.source_start < self.source_end or not 0 <= self.target_start <= self.target_end:
@@ -109,7 +109,7 @@ class VerifyRange:
     @property
     def records(self) -> int:
         """The records the mirror committed for the range."""
-        return self.target_end - self.target_start
+        return self.target_end - self.target_start - sum(end - start for start, end in self.target_gaps)
 
     @property
     def by_record(self) -> bool:
@@ -126,46 +126,46 @@ class VerifyRange:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> VerifyRange:
-        """The range from its JSON object (``asdict``): the runs as pairs again."""
-        runs = tuple((int(s), int(t)) for s, t in raw.get("runs", ()))
-        return cls(**{**raw, "runs": runs})
+        """The range from its JSON object (``asdict``): the runs and target gaps as tuples again."""
+        runs = tuple((int(s), int(t), int(n)) for s, t, n in raw.get("runs", ()))
+        gaps = tuple((int(a), int(b)) for a, b in raw.get("target_gaps", ()))
+        return cls(**{**raw, "runs": runs, "target_gaps": gaps})
 
 
 def _runs_fit(r: VerifyRange) -> bool:
-    """Whether ``r.runs`` tiles the target range with runs that each map into the source range after
-    the one before: the first starts at ``target_start``, and run k's source offsets
-    ``[s_k, s_k + length_k)`` end at or before the next run's start, the last at ``source_end``."""
+    """Whether ``r.runs`` are the records of the range: in order on both clusters, inside the source
+    range, leaving exactly ``r.target_gaps`` of the target range and ending at its end."""
     if not r.runs:
         return True
-    ends = [t for _, t in r.runs[1:]] + [r.target_end]
-    spans = [(s, s + end - t) for (s, t), end in zip(r.runs, ends, strict=True)]
-    return (
-        r.runs[0][1] == r.target_start
-        and all(t < end for (_, t), end in zip(r.runs, ends, strict=True))
-        and spans[0][0] >= r.source_start
-        and all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
-        and spans[-1][1] <= r.source_end
-    )
+    next_source, next_target, gaps = r.source_start, r.target_start, []
+    for s, t, n in r.runs:
+        if n <= 0 or s < next_source or t < next_target:
+            return False
+        if t > next_target:
+            gaps.append((next_target, t))
+        next_source, next_target = s + n, t + n
+    return next_source <= r.source_end and next_target == r.target_end and tuple(gaps) == r.target_gaps
 
 
 class OffsetMap:
-    """Where the copy wrote each record of a range: its runs of consecutive source offsets, each
+    """Where the copy wrote each record of a range: its runs, each of consecutive source offsets
     copied to consecutive target offsets (``VerifyRange.runs``)."""
 
-    def __init__(self, runs: Sequence[Run], target_end: int) -> None:
-        self._sources = np.array([s for s, _ in runs], dtype=np.int64)
-        self._targets = np.array([t for _, t in runs], dtype=np.int64)
-        self._lengths = np.diff(np.append(self._targets, target_end))
+    def __init__(self, runs: Sequence[Run]) -> None:
+        self._sources = np.array([s for s, _, _ in runs], dtype=np.int64)
+        self._targets = np.array([t for _, t, _ in runs], dtype=np.int64)
+        self._lengths = np.array([n for _, _, n in runs], dtype=np.int64)
 
     @classmethod
     def of(cls, r: VerifyRange) -> OffsetMap:
-        return cls(r.runs, r.target_end)
+        return cls(r.runs)
 
     def sources(self, targets: np.ndarray) -> np.ndarray:
         """The source offset of the record copied to each of ``targets`` (offsets of the target range)."""
         k = np.searchsorted(self._targets, targets, side="right") - 1
-        if np.any(k < 0):
-            raise PlanError(f"target offsets {targets[k < 0].tolist()} precede the offset map")
+        outside = (k < 0) | (targets - self._targets[np.maximum(k, 0)] >= self._lengths[np.maximum(k, 0)])
+        if np.any(outside):
+            raise PlanError(f"target offsets {targets[outside].tolist()} hold no record of the offset map")
         return self._sources[k] + (targets - self._targets[k])
 
     def targets(self, sources: np.ndarray) -> np.ndarray:
@@ -329,8 +329,9 @@ def _stretch_range(
         if kept > target_start:
             if kept >= last.target_end:
                 return None  # every mirrored record of the stretch is gone from the target
-            # The source offset of the record at target offset ``kept``: the target range is dense.
+            # The source offset of the first mirrored record at or after target offset ``kept``.
             source_start, target_start = _source_of(translator, kept), kept
+    (merged,) = coalesce(stretch)
     return VerifyRange(
         first.topic,
         first.partition,
@@ -339,20 +340,16 @@ def _stretch_range(
         last.source_end,
         target_start,
         last.target_end,
+        target_gaps=tuple((max(a, target_start), b) for a, b in merged.target_gaps if b > target_start),
     )
 
 
 def _source_of(translator: OffsetTranslator, target: int) -> int:
-    """The source offset of the mirrored record at ``target`` (within the stretch's target range)."""
+    """The source offset of the first mirrored record at or after ``target`` (within the stretch's
+    target range)."""
     source = translator.reverse(target)
     assert source is not None  # the stretch's batch log covers its target range
     return source
-
-
-def _stretch_runs(stretch: list[Batch]) -> list[Run]:
-    """The runs of a stretch's records (contiguous batches: one merged batch)."""
-    (merged,) = coalesce(stretch)
-    return runs(merged)
 
 
 def _with_kind(
@@ -361,8 +358,8 @@ def _with_kind(
     """The range marked compacted and LogAppendTime as its topics are; compared record by record,
     with the runs of its target range (the stretch's runs from its first record on)."""
     is_compacted, stamped = r.topic in compacted, r.remote_topic in log_append_time
-    points: list[Run] = []
+    kept: list[Run] = []
     if (is_compacted or stamped) and r.records:
-        first = (_source_of(OffsetTranslator(stretch), r.target_start), r.target_start)
-        points = [first, *(p for p in _stretch_runs(stretch) if r.target_start < p[1] < r.target_end)]
-    return replace(r, compacted=is_compacted, log_append_time=stamped, runs=tuple(points))
+        (merged,) = coalesce(stretch)
+        kept = runs_from(runs(merged), target=r.target_start)
+    return replace(r, compacted=is_compacted, log_append_time=stamped, runs=tuple(kept))

@@ -15,10 +15,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, and_, create_engine, event, exc, insert, select, text
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    and_,
+    create_engine,
+    event,
+    exc,
+    insert,
+    inspect,
+    select,
+    text,
+)
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.schema import CreateColumn
 
 from mirrorflow.errors import ConfigError, TransientError
 from mirrorflow.store.schema import metadata
@@ -108,7 +121,8 @@ def create_store_engine(url: str, redacted: str, busy_timeout_seconds: float) ->
 
 
 def create_schema(engine: Engine) -> None:
-    """Create the tables that are missing; concurrent creators (other processes) are harmless."""
+    """Create the tables that are missing, and the columns added since a table was first created;
+    concurrent creators (other processes) are harmless."""
     for attempt in range(2):
         try:
             with engine.connect() as conn:
@@ -119,12 +133,25 @@ def create_schema(engine: Engine) -> None:
                             text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_ADVISORY_LOCK}
                         )
                     metadata.create_all(conn, checkfirst=True)
+                    _add_missing_columns(conn)
             return
         except (exc.ProgrammingError, exc.IntegrityError, exc.OperationalError):
             # Another process created the tables between our check and our CREATE (databases
             # without transactional DDL or advisory locks): the second look finds them.
             if attempt == 1:
                 raise
+
+
+def _add_missing_columns(conn: Connection) -> None:
+    """Columns a newer release added to an existing table (each has a server default, so existing
+    rows read as they were written)."""
+    found = inspect(conn)
+    for table in metadata.sorted_tables:
+        present = {c["name"] for c in found.get_columns(table.name)}
+        for column in table.columns:
+            if column.name not in present:
+                ddl = CreateColumn(column).compile(dialect=conn.dialect)
+                conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {ddl}"))
 
 
 @contextmanager

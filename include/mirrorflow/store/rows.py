@@ -66,8 +66,9 @@ def batch_row(flow: str, run_id: str, batch: Batch, now: datetime) -> dict[str, 
         "target_end": batch.target_end,
         "records": batch.records,
         "bytes": batch.bytes,
-        "sync_points": json.dumps([[s, t] for s, t in batch.sync_points], separators=(",", ":")),
+        "sync_points": _pairs(batch.sync_points),
         "committed_at": now,
+        "target_gaps": _pairs(batch.target_gaps),
     }
 
 
@@ -75,8 +76,21 @@ def describe_batch(row: Mapping[Any, Any]) -> str:
     return (
         f"source [{row['source_start']}, {row['source_end']}) -> {row['remote_topic']} target "
         f"[{row['target_start']}, {row['target_end']}), {row['records']} records, {row['bytes']} bytes, "
-        f"{len(json.loads(row['sync_points']))} sync points"
+        f"{len(json.loads(row['sync_points']))} sync points{_target_gaps(row)}"
     )
+
+
+def _target_gaps(row: Mapping[Any, Any]) -> str:
+    gaps = len(json.loads(row["target_gaps"]))
+    return f", {gaps} target gaps" if gaps else ""
+
+
+def _pairs(pairs: tuple[tuple[int, int], ...]) -> str:
+    return json.dumps([[a, b] for a, b in pairs], separators=(",", ":"))
+
+
+def _read_pairs(text: str) -> tuple[tuple[int, int], ...]:
+    return tuple((int(a), int(b)) for a, b in json.loads(text))
 
 
 def describe_gap(row: Mapping[Any, Any]) -> str:
@@ -112,7 +126,8 @@ def committed_batch(row: RowMapping) -> CommittedBatch:
             target_end=row["target_end"],
             records=row["records"],
             bytes=row["bytes"],
-            sync_points=tuple((int(s), int(t)) for s, t in json.loads(row["sync_points"])),
+            sync_points=_read_pairs(row["sync_points"]),
+            target_gaps=_read_pairs(row["target_gaps"]),
             flow=row["flow"],
             run_id=row["run_id"],
             committed_at=as_utc(row["committed_at"]),

@@ -100,6 +100,8 @@ batches_table = Table(
     Column("bytes", BigInteger, nullable=False),
     Column("sync_points", Text, nullable=False),
     Column("committed_at", DateTime(timezone=True), nullable=False),
+    # Added after the table's first release: ``database.create_schema`` adds it to older databases.
+    Column("target_gaps", Text, nullable=False, server_default="[]"),
     UniqueConstraint("flow", "topic", "partition", "source_start"),
 )
 

@@ -108,7 +108,7 @@ def test_each_kind_of_document_refuses_in_its_own_words(kind: type[Document], me
         (Plan, ("version", 1)),
         (CopyResult, ("version", 1)),
         (WindowSummary, ("window_version", 1)),
-        (VerifyPlan, ("version", 2)),
+        (VerifyPlan, ("version", 3)),
         (VerifyResult, ("digest_scheme", "mirrorflow-v1")),
     ],
 )

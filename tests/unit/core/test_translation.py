@@ -5,6 +5,7 @@ stretch, translating every offset as before), and trimming a batch at the source
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -118,47 +119,93 @@ def test_offset_sync_wire_format() -> None:
 # ---------------------------------------------------------------------------------------- coalesce
 
 
-def copied(source_start: int, source_end: int, target_start: int, offsets: list[int]) -> Batch:
-    """The batch a copy of ``offsets`` (the records of [source_start, source_end)) commits: a sync
-    point wherever a record's offset does not follow the previous one (the first counts against
-    ``source_start``), as the copy records them."""
-    points, prev = [], source_start - 1
-    for i, offset in enumerate(offsets):
+def copied(
+    source_start: int,
+    source_end: int,
+    target_start: int,
+    offsets: list[int],
+    targets: list[int] | None = None,
+) -> Batch:
+    """The batch a copy of ``offsets`` (the records of [source_start, source_end)) commits when they
+    land at ``targets`` (by default one after the other from ``target_start``): a sync point wherever
+    a record's offset does not follow the previous one (the first counts against ``source_start``),
+    a target gap wherever a record's target offset does not, as the copy records them."""
+    targets = targets if targets is not None else [target_start + i for i in range(len(offsets))]
+    points, gaps, prev, prev_target = [], [], source_start - 1, target_start - 1
+    for offset, target in zip(offsets, targets, strict=True):
         if offset != prev + 1:
-            points.append((offset, target_start + i))
-        prev = offset
-    return Batch(
-        "t", 0, "a.t", source_start, source_end, target_start, target_start + len(offsets),
-        len(offsets), 10 * len(offsets), tuple(points),
+            points.append((offset, target))
+        if target != prev_target + 1:
+            gaps.append((prev_target + 1, target))
+        prev, prev_target = offset, target
+    b = Batch(
+        "t", 0, "a.t", source_start, source_end, target_start, prev_target + 1,
+        len(offsets), 10 * len(offsets), tuple(points), tuple(gaps),
     )  # fmt: skip
+    b.validate()
+    return b
 
 
-def split_copy(offsets: list[int], end: int, cuts: list[int]) -> list[Batch]:
+def split_copy(
+    offsets: list[int], end: int, cuts: list[int], rng: random.Random | None = None
+) -> tuple[list[Batch], list[int]]:
     """The records at ``offsets`` (of source offsets [0, end)) copied as micro-batches ending at
-    each of ``cuts``."""
-    batches, start, target = [], 0, 0
+    each of ``cuts``, and the target offset each record landed at: with ``rng``, each micro-batch
+    that writes lands past its commit marker and, at times, an aborted attempt's records (the first
+    one past an earlier copy's marker too, at times)."""
+    batches: list[Batch] = []
+    targets: list[int] = []
+    start, target = 0, 0
     for cut in [*cuts, end]:
         part = [o for o in offsets if start <= o < cut]
-        batches.append(copied(start, cut, target, part))
-        start, target = cut, target + len(part)
-    return batches
+        first = target
+        if rng is not None and part and (batches or rng.random() < 0.5):
+            first += 1 + (rng.randint(1, 5) if rng.random() < 0.3 else 0)
+        landed = list(range(first, first + len(part)))
+        batches.append(copied(start, cut, target, part, landed))
+        targets += landed
+        start, target = cut, (landed[-1] + 1 if part else target)
+    return batches, targets
+
+
+def expected_translation(offsets: list[int], targets: list[int], upstream: int, end: int) -> int:
+    """Where a consumer at ``upstream`` resumes: the copy of the first record at or after it, or
+    the log's end."""
+    return next((t for o, t in zip(offsets, targets, strict=True) if o >= upstream), end)
+
+
+def expected_reverse(offsets: list[int], targets: list[int], downstream: int, source_end: int) -> int:
+    """Where a consumer at target ``downstream`` resumes on the source: the source offset of the
+    first record at or after it, or the mirrored end."""
+    return next((o for o, t in zip(offsets, targets, strict=True) if t >= downstream), source_end)
 
 
 @pytest.mark.parametrize("seed", range(200))
-def test_coalesced_micro_batches_are_the_batch_one_copy_of_the_whole_range_commits(seed: int) -> None:
+@pytest.mark.parametrize("transactional", [False, True], ids=["dense", "target-gaps"])
+def test_coalesced_micro_batches_are_the_batch_one_copy_of_the_whole_range_commits(
+    seed: int, transactional: bool
+) -> None:
     rng = random.Random(seed)
     end = rng.randint(1, 60)
     # Records at some offsets; the others are transaction markers, aborted or compacted records.
     offsets = [o for o in range(end) if rng.random() < 0.7]
     cuts = sorted(rng.sample(range(1, end), rng.randint(0, min(end - 1, 8)))) if end > 1 else []
-    parts = split_copy(offsets, end, cuts)
+    parts, targets = split_copy(offsets, end, cuts, rng if transactional else None)
 
     (merged,) = coalesce(parts)
 
     merged.validate()
-    assert merged == copied(0, end, 0, offsets)
+    assert merged == copied(0, end, 0, offsets, targets)
     whole, separate = OffsetTranslator([merged]), OffsetTranslator(parts)
-    assert [whole.translate(u) for u in range(end + 2)] == [separate.translate(u) for u in range(end + 2)]
+    upstream, downstream = range(end + 2), range(merged.target_end + 1)
+    assert [whole.translate(u) for u in upstream] == [separate.translate(u) for u in upstream]
+    assert [whole.translate(u) for u in upstream] == [
+        expected_translation(offsets, targets, u, merged.target_end) for u in upstream
+    ]
+    assert [whole.reverse(d) for d in downstream] == [separate.reverse(d) for d in downstream]
+    assert [whole.reverse(d) for d in downstream] == [
+        expected_reverse(offsets, targets, d, end) for d in downstream
+    ]
 
 
 def test_only_contiguous_batches_merge() -> None:
@@ -179,20 +226,28 @@ def test_only_contiguous_batches_merge() -> None:
 
 
 @pytest.mark.parametrize("seed", range(200))
-def test_a_batch_trimmed_at_the_log_start_is_what_a_copy_from_there_commits(seed: int) -> None:
+@pytest.mark.parametrize("transactional", [False, True], ids=["dense", "target-gaps"])
+def test_a_batch_trimmed_at_the_log_start_is_what_a_copy_from_there_commits(
+    seed: int, transactional: bool
+) -> None:
     rng = random.Random(seed)
     end = rng.randint(1, 60)
     # Records at some offsets; the others are transaction markers, aborted or compacted records.
     offsets = [o for o in range(end) if rng.random() < 0.7]
-    whole = copied(0, end, 100, offsets)
+    parts, targets = split_copy(offsets, end, sorted(rng.sample(range(1, end), min(end - 1, 3))), rng)
+    (whole,) = coalesce(parts) if transactional else (copied(0, end, 100, offsets),)
+    targets = targets if transactional else [100 + i for i in range(len(offsets))]
     log_start = rng.randint(0, end - 1)
-    kept = [o for o in offsets if o >= log_start]
+    kept = [(o, t) for o, t in zip(offsets, targets, strict=True) if o >= log_start]
 
     cut = trimmed(whole, log_start)
 
     assert cut is not None
     cut.validate()
-    assert cut == copied(log_start, end, whole.target_end - len(kept), kept)
+    start = kept[0][1] if kept else whole.target_end
+    from_there = copied(log_start, end, start, [o for o, _ in kept], [t for _, t in kept])
+    size = whole.bytes * len(kept) // whole.records if kept else 0
+    assert cut == (whole if log_start == 0 else replace(from_there, bytes=size))
     before, after = OffsetTranslator([whole]), OffsetTranslator([cut])
     upstream = range(log_start, end + 2)
     assert [after.translate(u) for u in upstream] == [before.translate(u) for u in upstream]

@@ -55,7 +55,7 @@ def test_a_range_split_over_two_tasks_is_refused() -> None:
 
 def test_only_in_a_compacted_range_is_a_record_on_one_side_no_difference() -> None:
     compacted = RecordComparison(same=Found(3), only_on_target=Found(1, ((5, 5),)))
-    stamped = VerifyRange("orders", 0, "primary.orders", 0, 6, 0, 4, runs=((0, 0),), log_append_time=True)
+    stamped = VerifyRange("orders", 0, "primary.orders", 0, 6, 0, 4, runs=((0, 0, 4),), log_append_time=True)
     as_compacted = dataclasses.replace(stamped, compacted=True)
 
     assert PartitionVerdict(as_compacted, SideDigest(3, ""), SideDigest(4, ""), compacted).matches

@@ -140,20 +140,47 @@ def test_compacted_and_logappendtime_ranges_carry_their_offset_map_from_their_fi
     plan = verify_plan(FLOW, "r1", log, starts, compacted={"orders"}, log_append_time={"primary.plain"})
 
     assert plan.ranges == (
-        VerifyRange("orders", 0, "primary.orders", 3, 20, 3, 16, True, ((3, 3), (6, 5), (10, 8), (15, 12))),
-        VerifyRange("plain", 0, "primary.plain", 0, 4, 0, 4, runs=((0, 0),), log_append_time=True),
+        VerifyRange(
+            "orders", 0, "primary.orders", 3, 20, 3, 16, True, ((3, 3, 2), (6, 5, 3), (10, 8, 4), (15, 12, 4))
+        ),
+        VerifyRange("plain", 0, "primary.plain", 0, 4, 0, 4, runs=((0, 0, 4),), log_append_time=True),
     )
     assert [r.by_record for r in plan.ranges] == [True, True]
     # The target no longer holds offsets 3-5: the map starts at source offset 7, target offset 6.
     kept = verify_plan(
         FLOW, "r1", log, starts, compacted={"orders"}, target_log_starts={("primary.orders", 0): 6}
     )
-    assert kept.ranges[0].runs == ((7, 6), (10, 8), (15, 12))
+    assert kept.ranges[0].runs == ((7, 6, 2), (10, 8, 4), (15, 12, 4))
     assert (kept.ranges[1].runs, kept.ranges[1].by_record) == ((), False)
 
 
+def test_a_range_over_the_copys_transactions_leaves_their_markers_and_aborted_records_out() -> None:
+    # The second micro-batch landed past the first one's commit marker (5) and an aborted attempt's
+    # record (6): target offsets 5-6 hold none of the mirror's records.
+    log = [batch((0, 5), (0, 5)), Batch("orders", 0, "primary.orders", 5, 10, 5, 12, 5, 0, (), ((5, 7),))]
+    starts = {("orders", 0): 0}
+
+    (whole,) = verify_plan(FLOW, "r1", log, starts, compacted={"orders"}).ranges
+    (kept,) = verify_plan(
+        FLOW, "r1", log, starts, compacted={"orders"}, target_log_starts={("primary.orders", 0): 6}
+    ).ranges
+
+    assert whole == VerifyRange(
+        "orders", 0, "primary.orders", 0, 10, 0, 12, True, ((0, 0, 5), (5, 7, 5)), target_gaps=((5, 7),)
+    )
+    assert whole.records == 10
+    # The target keeps nothing before 6: the range starts with the next record, source offset 5.
+    assert kept == VerifyRange(
+        "orders", 0, "primary.orders", 5, 10, 6, 12, True, ((5, 7, 5),), target_gaps=((6, 7),)
+    )
+    assert OffsetMap.of(whole).sources(np.array([0, 4, 7, 11])).tolist() == [0, 4, 5, 9]
+    with pytest.raises(PlanError, match=r"target offsets \[5, 6\] hold no record"):
+        OffsetMap.of(whole).sources(np.array([5, 6]))
+    assert VerifyPlan.from_json(VerifyPlan(FLOW, "r1", (whole,)).to_json()).ranges == (whole,)
+
+
 def test_an_offset_map_maps_target_offsets_to_source_ones_and_back() -> None:
-    offsets = OffsetMap(((3, 3), (6, 5), (10, 8)), 10)
+    offsets = OffsetMap(((3, 3, 2), (6, 5, 3), (10, 8, 2)))
 
     assert offsets.sources(np.array([3, 4, 5, 7, 8, 9])).tolist() == [3, 4, 6, 8, 10, 11]
     # -1: no record was copied from there.
@@ -174,10 +201,11 @@ def test_an_offset_map_maps_target_offsets_to_source_ones_and_back() -> None:
     "fields",
     [
         {"compacted": True},  # records, but no map
-        {"runs": ((0, 0),)},  # a map for a range compared by digest
-        {"compacted": True, "runs": ((0, 1),)},  # not from the target start
-        {"compacted": True, "runs": ((0, 0), (2, 3))},  # the first run (0-2) overlaps the second
-        {"compacted": True, "runs": ((8, 0),)},  # source offsets 8-12, past the range's end
+        {"runs": ((0, 0, 5),)},  # a map for a range compared by digest
+        {"compacted": True, "runs": ((0, 1, 4),)},  # not from the target start, and no target gap
+        {"compacted": True, "runs": ((0, 0, 3), (2, 3, 2))},  # the first run (0-2) overlaps the second
+        {"compacted": True, "runs": ((8, 0, 5),)},  # source offsets 8-12, past the range's end
+        {"compacted": True, "runs": ((0, 0, 4),)},  # ends before the target range does
     ],
 )
 def test_a_range_refuses_an_offset_map_that_does_not_fit(fields: dict[str, object]) -> None:
@@ -204,16 +232,21 @@ def test_a_plan_survives_json() -> None:
         ("{", "not a valid verify plan"),
         (
             json.dumps({"version": 9, "flow": FLOW, "run_id": "r", "ranges": []}),
-            "verify plan version 9, expected 2",
+            "verify plan version 9, expected 3",
         ),
         # A plan of before compacted ranges were marked: it would compare them by digest.
         (
             json.dumps({"version": 1, "flow": FLOW, "run_id": "r", "ranges": []}),
-            "verify plan version 1, expected 2",
+            "verify plan version 1, expected 3",
         ),
-        (json.dumps({"version": 2, "flow": FLOW, "run_id": "r"}), "not a valid verify plan"),
+        # A plan of before runs had lengths: its runs would read as a dense target range.
         (
-            json.dumps({"version": 2, "flow": FLOW, "run_id": "r", "ranges": [{"topic": "t"}]}),
+            json.dumps({"version": 2, "flow": FLOW, "run_id": "r", "ranges": []}),
+            "verify plan version 2, expected 3",
+        ),
+        (json.dumps({"version": 3, "flow": FLOW, "run_id": "r"}), "not a valid verify plan"),
+        (
+            json.dumps({"version": 3, "flow": FLOW, "run_id": "r", "ranges": [{"topic": "t"}]}),
             "not a valid verify plan",
         ),
     ],
