@@ -28,7 +28,7 @@ from mirrorflow.config.dr import DrSettings
 from mirrorflow.config.keys import DR_HANDOVER_WAIT, MODE
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS
-from mirrorflow.core.plan import CopyResult, Plan
+from mirrorflow.core.plan import CopyResult, Grant, Plan
 from mirrorflow.core.recovery import mirrored_as_of
 from mirrorflow.core.report import (
     FailedPartition,
@@ -53,7 +53,7 @@ from mirrorflow.store.run_documents import describe, read_document, save_documen
 
 log = logging.getLogger(__name__)
 
-Copy = Callable[[Plan], CopyResult]
+Copy = Callable[[Plan, Grant], CopyResult]
 # After a transient error the window waits this long before planning again, doubling up to the cap.
 RETRY_WAIT_S = 1.0
 RETRY_WAIT_MAX_S = 30.0
@@ -133,9 +133,10 @@ class _Window:
         them whoever mirrors), the remote topics and ACLs synced (their intervals count from then, so
         a topic created while the window waits is picked up within one, as MM2's refresh does), both
         clusters' ends read once (the first plan then finds its connections to the leaders open),
-        the offset syncs' producer ready, the flow's writer if it has one, the mirrored heartbeat's
-        age. The checkpoints are next due an interval after the flow last emitted one, whichever
-        window did."""
+        the offset syncs' producer ready, the mirrored heartbeat's age. The checkpoints are next due
+        an interval after the flow last emitted one, whichever window did. The flow's writer is
+        fenced only after the window took the flow over (``FlowSession.transactions``): a fence
+        before would cut off the window still mirroring."""
         session, now = self.session, self.clock()
         self.sync(now)
         assert self.topics is not None  # set by sync
@@ -143,7 +144,6 @@ class _Window:
         session.source.latest_offsets(tps)
         session.target.latest_offsets([(self.topics.remote_names[t], p) for t, p in tps])
         session.open_offset_syncs()
-        session.known_writer()
         self.heartbeat_age()
         emitted = last_emitted_at(session.store, self.flow.name)
         if emitted is not None:
@@ -210,7 +210,6 @@ class _Window:
     def copy_and_commit(self, plan: Plan) -> RunReport:
         """Copy the plan (in process when it holds heartbeats only, else in Spark) and commit it."""
         timed = self.steps.timed
-        plan = replace(plan, writer=self.session.flow_writer())
         with timed("copy"):
             if not plan.partitions:
                 result = CopyResult(plan.flow, plan.run_id, ())
@@ -218,7 +217,7 @@ class _Window:
                 result = self.session.copy_in_process(plan)
             else:
                 self.spark_copies += 1
-                result = self.copy(plan)
+                result = self.session.copy_in_transaction(plan, lambda grant: self.copy(plan, grant))
         with timed("commit"):
             report = self.session.commit(plan, result, micro_batch=True)
         self.log_starts.update(plan.log_starts)

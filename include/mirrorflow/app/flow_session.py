@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from contextlib import ExitStack
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack, suppress
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import cached_property
@@ -37,8 +37,9 @@ from mirrorflow.app.run_folder import metrics_file, write_atomically
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import RunOptions
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
+from mirrorflow.copy.flow_transaction import FlowTransactions
 from mirrorflow.core.metrics import PartitionMetrics, checkpoint_metrics_text, source_metrics_text
-from mirrorflow.core.plan import CopyResult, Plan, SourceGap, Writer
+from mirrorflow.core.plan import CopyResult, Grant, Plan, SourceGap, transactional_id
 from mirrorflow.core.planner import (
     PlannerInput,
     PlannerOutput,
@@ -49,19 +50,17 @@ from mirrorflow.core.planner import (
 )
 from mirrorflow.core.recovery import mirrored_as_of
 from mirrorflow.core.report import PartitionReport, RunReport, batches_for, build_report
-from mirrorflow.errors import ParamError, TargetStateError
+from mirrorflow.errors import MirrorError, ParamError, TargetStateError
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.kafka.heartbeats import HeartbeatAges, emit_heartbeats
 from mirrorflow.kafka.internal_topics import InternalTopicWriter
 from mirrorflow.kafka.offset_syncs import emit_offset_syncs, open_offset_syncs
-from mirrorflow.kafka.produce import allocate_writer
 from mirrorflow.kafka.record_reads import record_digests
 from mirrorflow.mm2.acl_rules import TopicAcl, missing_acls, target_acls
 from mirrorflow.store.checkpoint_log import latest_checkpoint_metrics
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import prune_documents
 from mirrorflow.store.status_reads import recovery_point, totals
-from mirrorflow.store.writers import record_writer, writer_of
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,6 @@ class FlowSession:
         self.run_id = run_id
         self.locked = locked
         self._opened = ExitStack()
-        self._writer: Writer | None = None
 
     def __enter__(self) -> FlowSession:
         return self
@@ -189,8 +187,8 @@ class FlowSession:
         topics: RemoteTopics,
         absent: frozenset[TP] = frozenset(),
     ) -> PlannerOutput:
-        """The planner's input read from both clusters and the offsets table, and its output (a plan
-        still without its writer: ``flow_writer``). ``run_id``: the plan's (a DR window's micro-batch
+        """The planner's input read from both clusters and the offsets table, and its output.
+        ``run_id``: the plan's (a DR window's micro-batch
         has one of its own); ``absent``: remote partitions that do not exist yet (they end at 0)."""
         flow, source, store = self.flow, self.source, self.store
         # Before either cluster's ends (see the module's invariants).
@@ -271,34 +269,39 @@ class FlowSession:
             ),
         )
 
-    def known_writer(self) -> Writer | None:
-        """The flow's writer on its target cluster, if it has one yet (read only)."""
-        if self._writer is None:
-            self._writer = writer_of(self.store, self.flow.name, self._target_cluster)
-        return self._writer
-
-    def flow_writer(self) -> Writer:
-        """The producer id every copy of the flow writes as (``core.plan.Writer``), made and recorded
-        the first time the flow writes to its target cluster, under the session's lock."""
-        known = self.known_writer()
-        if known is None:
-            flow, cluster = self.flow, self._target_cluster
-            known = self._writer = allocate_writer(flow.target.producer)
-            record_writer(self.store, flow.name, cluster, known, holder=self.run_id)
-            log.info("flow %s writes to cluster %s as producer id %d", flow.name, cluster, known.producer_id)
-        return known
-
-    @cached_property
-    def _target_cluster(self) -> str:
-        return self.target.cluster_id()
-
     # ----------------------------------------------------------------------------- copy, commit
 
+    @cached_property
+    def transactions(self) -> FlowTransactions:
+        """The flow's writer on its target, fenced the first time the session writes there (under
+        its run's lock: a DR window's, after it took the flow over), until the session ends."""
+        settings = CopySettings.of(self.flow)
+        return self._opened.enter_context(
+            FlowTransactions.fenced(settings.target, transactional_id(self.flow.name))
+        )
+
+    def copy_in_transaction(self, plan: Plan, copy: Callable[[Grant], CopyResult]) -> CopyResult:
+        """``copy`` of ``plan`` in one transaction of the flow's writer, committed once it returns; a
+        failed one is aborted (the writer fenced again)."""
+        transactions = self.transactions
+        grant = transactions.begin(plan.partitions)
+        try:
+            result = copy(grant)
+        except BaseException:
+            with suppress(MirrorError):
+                transactions.abort()
+            raise
+        transactions.commit(result, plan.partitions)
+        return result
+
     def copy_in_process(self, plan: Plan) -> CopyResult:
-        """A plan of heartbeats only, copied here as the Spark job would copy it: starting Spark
-        costs seconds, and a run whose only new records are the heartbeat it just emitted would pay
-        that."""
-        return copy_result(plan, copy_partitions(plan.partitions, CopySettings.of(self.flow), plan.writer))
+        """A plan of heartbeats only, copied here as the Spark job would copy it, in a transaction:
+        starting Spark costs seconds, and a run whose only new records are the heartbeat it just
+        emitted would pay that."""
+        settings = CopySettings.of(self.flow)
+        return self.copy_in_transaction(
+            plan, lambda grant: copy_result(plan, copy_partitions(plan.partitions, settings, grant))
+        )
 
     def commit(self, plan: Plan, result: CopyResult, *, micro_batch: bool = False) -> RunReport:
         """Commit ``result`` of ``plan`` (progress, batch log, gaps, partition metrics, recovery point,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from mirrorflow.app.checkpoints import CheckpointReport, emit_checkpoints
 from mirrorflow.app.dry_run import DryRun, dry_run_of
@@ -58,7 +58,7 @@ def plan_run(
                 session.sync_acls(topics.remote_names)
             planned = session.plan(run_id, options, topics)
             # After planning: a plan refused for bad state leaves nothing behind, not even this.
-            plan = replace(planned.plan, writer=session.flow_writer())
+            plan = planned.plan
             session.store.anchor(flow.name, run_id, planned.anchors, planned.topics)
             # A retried plan task's earlier copy outcome describes another plan.
             save_document(

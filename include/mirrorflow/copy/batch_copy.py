@@ -45,21 +45,20 @@ from mirrorflow.config.transforms import TransformConfig
 from mirrorflow.copy.partition_copy import PartitionCopy
 from mirrorflow.copy.produce_loop import ProduceLoop
 from mirrorflow.copy.source_reader import BUFFER_BYTES, Budget, SourceReader, transformed
-from mirrorflow.core.plan import CopyResult, PartitionPlan, PartitionResult, Plan, Writer
+from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, PartitionResult, Plan
 from mirrorflow.core.transforms import Chain, Encodable
 from mirrorflow.errors import MirrorError, SourceDataLostError, TargetStateError, TransientError
 from mirrorflow.kafka.connection import READ_COMMITTED, READ_UNCOMMITTED, TIMEOUT_S, end_offsets, kept_open
 from mirrorflow.kafka.fetched_batches import SourceRecord
-from mirrorflow.kafka.produce import new_writer
 from mirrorflow.kafka.record_reads import read_records
 
 
 class BatchCopy:
     """The copy of one group of planned partitions; use as a context manager."""
 
-    def __init__(self, plans: Sequence[PartitionPlan], settings: CopySettings, writer: Writer | None) -> None:
+    def __init__(self, plans: Sequence[PartitionPlan], settings: CopySettings, grant: Grant) -> None:
         self.plans = plans
-        self.writer = writer
+        self.grant = grant
         self.isolate = settings.isolate
         self.chain = Chain(settings.transforms)
         self._open = ExitStack()
@@ -87,25 +86,25 @@ class BatchCopy:
         ends = end_offsets(self.target, [(p.remote_topic, p.partition) for p in self.plans], READ_UNCOMMITTED)
         parts = []
         for plan in self.plans:
-            written = ends[(plan.remote_topic, plan.partition)] - plan.target_start
-            if written < 0:
+            end = ends[(plan.remote_topic, plan.partition)]
+            if end < plan.target_start:
                 raise TargetStateError(
                     f"remote partition {plan.remote_topic}-{plan.partition} ends before the planned start "
                     f"{plan.target_start}: it was truncated or recreated since the plan was made"
                 )
-            part = PartitionCopy(plan, written, plan.source_start)
-            if written:
+            first = self.grant.first_sequence(plan.remote_topic, plan.partition)
+            part = PartitionCopy(plan, 0, plan.source_start, first_sequence=first, first_new=end)
+            if end > plan.target_start:
                 try:
-                    self._check_written(part)
+                    self._check_written(part, end)
                 except MirrorError as exc:
                     self._give_up(part, exc)
+            part.landing = end
             parts.append(part)
-        writer = self.writer or new_writer(self.target)
-        producer_id, epoch = writer.producer_id, writer.producer_epoch
         reader = SourceReader(self.source, parts, self.budget, self.chain, self._give_up)
         reader.start()
         try:
-            ProduceLoop(self.target, self.budget, self._give_up).write(reader, parts, producer_id, epoch)
+            ProduceLoop(self.target, self.budget, self._give_up).write(reader, parts, self.grant)
         finally:
             self.budget.close()
             reader.join(TIMEOUT_S)
@@ -127,28 +126,33 @@ class BatchCopy:
         if part.failed is None:
             part.failed = error
 
-    def _check_written(self, part: PartitionCopy) -> None:
-        """The ``already_written`` records after the planned target start must be the first planned
-        records; the source position then moves past them."""
+    def _check_written(self, part: PartitionCopy, end: int) -> None:
+        """The committed records between the planned target start and the partition's ``end`` (an
+        earlier attempt's, whose transaction committed before the offsets table moved) must be the
+        first planned records: they are counted where they are, and the source position moves past
+        them. The rest of that stretch holds no record a committed read sees (transaction markers,
+        aborted attempts' records)."""
         plan = part.plan
-        n = part.already_written
-        source = self._planned_records(part, n)
         target = read_records(
-            self.target, part.remote, plan.target_start, plan.target_start + n, READ_UNCOMMITTED, n
+            self.target, part.remote, plan.target_start, end, READ_COMMITTED, end - plan.target_start
         )
+        if not target:
+            return
+        n = len(target)
+        source = self._planned_records(part, n)
         if len(source) < n:
             raise _too_many(plan, n, len(source))
-        for i, want in enumerate(source):
-            got = target[i] if i < len(target) else None
-            if got is None or not _same(got, want):
+        for got, want in zip(target, source, strict=True):
+            if not _same(got, want):
                 raise TargetStateError(
-                    f"remote partition {plan.remote_topic}-{plan.partition} offset {plan.target_start + i} "
-                    f"holds {'nothing readable' if got is None else 'another record'} where this flow "
-                    f"wrote the record of source offset {want.offset} of {plan.topic}-{plan.partition}: "
-                    "something else writes to the remote topic. Nothing was committed; stop the other "
-                    "writer, then reset the flow's progress for that topic to mirror it again."
+                    f"remote partition {plan.remote_topic}-{plan.partition} offset {got.offset} holds "
+                    f"another record where this flow wrote the record of source offset {want.offset} of "
+                    f"{plan.topic}-{plan.partition}: something else writes to the remote topic. Nothing was "
+                    "committed; stop the other writer, then reset the flow's progress for that topic to "
+                    "mirror it again."
                 )
-        part.count([r.offset for r in source])
+        part.already_written = n
+        part.count([r.offset for r in source], [r.offset for r in target])
         part.position = source[-1].offset + 1
 
     def _planned_records(self, part: PartitionCopy, n: int) -> list[Encodable]:
@@ -170,11 +174,12 @@ class BatchCopy:
         plan = part.plan
         if part.already_written > part.records:
             raise _too_many(plan, part.already_written, part.records)
-        if end != plan.target_start + part.records:
+        expected = part.first_new + part.records - part.already_written
+        if end != expected:
             raise TargetStateError(
-                f"remote partition {plan.remote_topic}-{plan.partition} ends at {end}, expected "
-                f"{plan.target_start + part.records} after this copy: something else writes to the "
-                "remote topic. Nothing was committed; stop the other writer."
+                f"remote partition {plan.remote_topic}-{plan.partition} ends at {end}, expected {expected} "
+                "after this copy: something else writes to the remote topic. Nothing was committed; stop "
+                "the other writer."
             )
 
 
@@ -216,13 +221,13 @@ class CopySettings:
 
 
 def copy_partitions(
-    plans: Sequence[PartitionPlan], settings: CopySettings, writer: Writer | None
+    plans: Sequence[PartitionPlan], settings: CopySettings, grant: Grant
 ) -> list[PartitionResult]:
-    """Copy one group of planned partitions (one Spark task's) as ``writer`` (``None``: a fresh
-    producer id, which fences nothing); one result per planned partition."""
+    """Copy one group of planned partitions (one Spark task's) in the open transaction of ``grant``;
+    one result per planned partition."""
     if not plans:
         return []
-    with BatchCopy(plans, settings, writer) as copy:
+    with BatchCopy(plans, settings, grant) as copy:
         return copy.run()
 
 

@@ -35,8 +35,11 @@ class PartitionCopy:
     """Running state of one planned partition's copy."""
 
     plan: PartitionPlan
+    # Records an earlier attempt committed on the target, found there and skipped.
     already_written: int
     position: int
+    # The first sequence of this attempt's batches for the partition (``Grant.first_sequence``).
+    first_sequence: int = 0
     records: int = 0
     bytes: int = 0
     # The records counted, as runs consecutive on both clusters, and where the next one lands.
@@ -57,15 +60,25 @@ class PartitionCopy:
     def __post_init__(self) -> None:
         if self.landing < 0:
             self.landing = self.plan.target_start
+        if self.first_new < 0:
+            self.first_new = self.plan.target_start
 
     @property
     def tp(self) -> TP:
         return (self.plan.topic, self.plan.partition)
 
+    # Where this attempt's first batch lands: the partition's end when the copy started.
+    first_new: int = -1
+
     @property
     def next_target_offset(self) -> int:
-        """Where the next batch lands: its records' sequences count from there."""
-        return self.plan.target_start + self.already_written + self.acked
+        """Where the next batch lands."""
+        return self.first_new + self.acked
+
+    @property
+    def next_sequence(self) -> int:
+        """The next batch's base sequence (the broker's arithmetic wraps at 2^31)."""
+        return (self.first_sequence + self.acked) % (1 << 31)
 
     @property
     def remote(self) -> TP:

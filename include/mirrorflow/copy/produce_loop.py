@@ -1,20 +1,18 @@
-"""The copy's produce side: sends each partition's pieces as the flow's writer, one request in flight
-per partition, and decides from each answer whether a batch counts, is resent, is split, or fails.
+"""The copy's produce side: sends each partition's pieces in the flow writer's open transaction, one
+request in flight per partition, and decides from each answer whether a batch counts, is resent, is
+split, or fails.
 
 Invariants:
 - Records reach each remote partition in source order, each exactly once: one produce request in
-  flight per partition, its batch resent with the same producer id and sequence until the target
-  answers, so the broker appends it once and never after a later one.
-- A record's sequence is its target offset (mod 2^31) and every copy of the flow writes as the same
-  producer id, so the target's broker appends a batch only where the partition ends right before
-  it. A copy that wakes up after a newer one took over can append only the very records the newer
-  one would write next, at the same offsets; any other batch of it is refused (out of order) and
-  fails it.
-- A batch whose answer was lost counts as written only if the target's end shows it: it is never
-  resent blindly (the broker may have dropped the writer's state that would refuse a repeat).
-- A batch counts as written only where the plan puts it: every acknowledgement's base offset is
-  the partition's next planned target offset, or the partition fails (a broker that had dropped
-  the writer's state appends a batch wherever the partition ends).
+  flight per partition, its batch resent with the same producer id, epoch and sequence until the
+  target answers. The broker holds the writer's state while its transaction is open (a leader that
+  takes over rebuilds it from the log), so it appends a resent batch once: an answer lost to a
+  timeout or a leader change is settled by sending the batch again.
+- A copy whose attempt was fenced (a newer attempt of the flow took over) can append nothing: the
+  target refuses its epoch, whatever its records' timestamps, and the copy stops
+  (``WriterFencedError``).
+- A batch counts as written only where the copy expects it: every acknowledgement's base offset is
+  the partition's next offset for this copy, or the partition fails (something else wrote there).
 - Every answer is classified: a refusal a retry would meet again fails its partition (``give_up``),
   a passing one is retried until ``_DELIVERY_TIMEOUT_S``, and an attempt gives up only once no
   request of it is left on the wire.
@@ -28,35 +26,24 @@ from collections.abc import Callable, Sequence
 from mirrorflow.copy.partition_copy import PartitionCopy, Piece, now_ms
 from mirrorflow.copy.record_batches import stamp
 from mirrorflow.copy.source_reader import Budget, SourceReader, encoded, record_timestamps
-from mirrorflow.errors import MirrorError, TargetStateError, TransientError
-from mirrorflow.kafka.connection import (
-    READ_UNCOMMITTED,
-    REFUSED,
-    TIMEOUT_S,
-    Connection,
-    end_offsets,
-    error_description,
-    error_name,
-)
+from mirrorflow.core.plan import Grant
+from mirrorflow.errors import MirrorError, TargetStateError, TransientError, WriterFencedError
+from mirrorflow.kafka.connection import REFUSED, TIMEOUT_S, Connection, error_description, error_name
 from mirrorflow.kafka.fetched_batches import SourceBatch
 from mirrorflow.kafka.produce import ProduceCall, produce, refused_write
 
 # How long a batch may keep failing with retriable errors before the task gives up (the producer's
 # delivery.timeout.ms default).
 _DELIVERY_TIMEOUT_S = 120.0
-# Producer sequences wrap at 2^31 (the broker's own arithmetic).
-_SEQUENCES = 1 << 31
 _TOO_LARGE = frozenset({10, 18})  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE
-# A batch whose sequence is not the partition's next one for the flow's writer: written where the
-# partition no longer ends (see the module's invariants).
-_OUT_OF_ORDER_SEQUENCE = 45
-# Errors after which the writer's state on the broker is gone: only a fresh attempt, which reads
-# the target back first, may continue. INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID.
-_WRITER_LOST = frozenset({47, 59})
-# Answers that leave open whether the batch was appended (no answer at all does too):
-# REQUEST_TIMED_OUT, NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS_AFTER_APPEND, DUPLICATE_SEQUENCE_NUMBER
-# (an answer without the offset: whose batch holds that sequence, the target's end tells).
-_MAYBE_APPENDED = frozenset({7, 13, 20, 46})
+# A newer attempt fenced this one's writer: INVALID_PRODUCER_EPOCH, PRODUCER_FENCED.
+_FENCED = frozenset({47, 90})
+# The broker's producer state does not continue where this copy's does: OUT_OF_ORDER_SEQUENCE_NUMBER,
+# DUPLICATE_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID (a task of the same attempt wrote before this one,
+# as when Spark runs a lost task again): only a fresh attempt, fenced anew, may go on.
+_STATE_LOST = frozenset({45, 46, 59})
+# The partition is not in the writer's open transaction.
+_INVALID_TXN_STATE = 48
 # Answers a resent batch would get again: INVALID_TOPIC_EXCEPTION, INVALID_TIMESTAMP (the remote
 # topic's message.timestamp.*.max.ms), UNSUPPORTED_FOR_MESSAGE_FORMAT, POLICY_VIOLATION,
 # UNSUPPORTED_COMPRESSION_TYPE, INVALID_RECORD.
@@ -74,12 +61,10 @@ class ProduceLoop:
         self.budget = budget
         self.give_up = give_up
 
-    def write(
-        self, reader: SourceReader, parts: Sequence[PartitionCopy], producer_id: int, epoch: int
-    ) -> None:
+    def write(self, reader: SourceReader, parts: Sequence[PartitionCopy], grant: Grant) -> None:
         in_flight: dict[int, tuple[ProduceCall, list[PartitionCopy]]] = {}
         try:
-            self._write_all(reader, parts, producer_id, epoch, in_flight)
+            self._write_all(reader, parts, grant, in_flight)
         except BaseException:
             # A retry must never race a request of this attempt still on the wire: wait for the
             # answers (or the connections' end) before giving up.
@@ -92,8 +77,7 @@ class ProduceLoop:
         self,
         reader: SourceReader,
         parts: Sequence[PartitionCopy],
-        producer_id: int,
-        epoch: int,
+        grant: Grant,
         in_flight: dict[int, tuple[ProduceCall, list[PartitionCopy]]],
     ) -> None:
         while True:
@@ -109,8 +93,8 @@ class ProduceLoop:
                     continue
                 batch_of = {p.remote: p for p in idle}
                 sending = [batch_of[tp] for tp in owned]
-                batches = [(p.remote, self._stamped(p, producer_id, epoch)) for p in sending]
-                in_flight[node] = (produce(self.target, node, batches), sending)
+                batches = [(p.remote, self._stamped(p, grant)) for p in sending]
+                in_flight[node] = (produce(self.target, node, batches, grant.transactional_id), sending)
                 for p in sending:
                     p.in_flight = True
             if not in_flight:
@@ -127,11 +111,14 @@ class ProduceLoop:
                     del in_flight[node]
                     self._settle(call, sending)
 
-    def _stamped(self, part: PartitionCopy, producer_id: int, epoch: int) -> bytes:
-        """The partition's head batch as the writer's, its sequence the target offset it lands at."""
+    def _stamped(self, part: PartitionCopy, grant: Grant) -> bytes:
+        """The partition's head batch as the writer's, in its open transaction."""
         piece = part.pending[0]
         if not piece.stamped:
-            stamp(piece.data, producer_id, epoch, part.next_target_offset % _SEQUENCES)
+            writer = grant.writer
+            stamp(
+                piece.data, writer.producer_id, writer.producer_epoch, part.next_sequence, transactional=True
+            )
             piece.stamped = True
         return bytes(piece.data)
 
@@ -155,15 +142,22 @@ class ProduceLoop:
 
     @staticmethod
     def _check_placed(part: PartitionCopy, base_offset: int) -> None:
-        planned = part.next_target_offset
-        if base_offset != planned:
+        expected = part.next_target_offset
+        where = f"{part.plan.remote_topic}-{part.plan.partition}"
+        if base_offset < expected:
+            # The broker answers with an earlier offset only for a batch this producer id and epoch
+            # wrote before: a task of the same attempt ran before this one.
+            raise TransientError(
+                f"the target took this copy's batch for {where} for one its writer had appended at offset "
+                f"{base_offset} (expected at {expected}): another task of this attempt wrote there. Nothing "
+                "was committed; the next attempt fences the writer anew and reads back what is there"
+            )
+        if base_offset > expected:
             raise TargetStateError(
-                f"the target appended this copy's batch for {part.plan.remote_topic}-{part.plan.partition} "
-                f"at offset {base_offset}, where the plan puts it at {planned}: the partition did not end "
-                "where this copy's writer left it (something else wrote there, or the broker had dropped "
-                "the writer's state). Nothing was committed; the remote partition holds records the plan "
-                "does not: stop any other writer, then reset the flow's progress for that topic to mirror "
-                "it again."
+                f"the target appended this copy's batch for {where} at offset {base_offset}, where this copy "
+                f"expected it at {expected}: something else wrote to the remote partition meanwhile. "
+                "Nothing was committed; stop the other writer, then reset the flow's progress for that "
+                "topic to mirror it again."
             )
 
     def _acked(self, part: PartitionCopy, now: int) -> None:
@@ -175,21 +169,22 @@ class ProduceLoop:
         self.budget.give(piece.budgeted)
 
     def _failed(self, part: PartitionCopy, code: int | None, exception: BaseException | None) -> None:
-        """The head batch was not appended, or its answer was lost: classify, count it as written if
-        the target's end says it was, or resend it as it is (same producer id and sequence)."""
+        """The head batch was not appended, or its answer was lost: classify, or resend it as it is
+        (same producer id, epoch and sequence: the broker appends it once)."""
         where = f"{part.plan.remote_topic}-{part.plan.partition}"
         if code in REFUSED:
             raise refused_write(f"{where}: {error_name(code)}")
-        if code == _OUT_OF_ORDER_SEQUENCE:
-            raise TransientError(
-                f"the target refused this copy's batch for {where} as out of order: a newer copy of the "
-                "flow wrote there meanwhile (or the target lost the writer's state); nothing was written "
-                "twice, and the plan can be re-run safely: the next attempt reads back what is there"
+        if code in _FENCED:
+            raise WriterFencedError(
+                f"the target refused this copy's batch for {where} ({error_name(code)}): a newer attempt of "
+                "the flow fenced its writer, and the transaction of this one is aborted. Nothing of it was "
+                "committed; nothing needs doing if another run of the flow is going, else run the flow again"
             )
-        if code in _WRITER_LOST:
+        if code in _STATE_LOST or code == _INVALID_TXN_STATE:
             raise TransientError(
-                f"the target lost this copy's producer state for {where} ({error_name(code)}); the plan can "
-                "be re-run safely: the next attempt reads back what is there"
+                f"the target's state of this copy's writer for {where} does not go on where the copy's does "
+                f"({error_name(code)}); nothing was committed, and the next attempt fences the writer anew "
+                "and reads back what is there"
             )
         if code in _TOO_LARGE:
             self._split(part, where)
@@ -207,38 +202,8 @@ class ProduceLoop:
             raise TransientError(
                 f"the target kept refusing a batch for {where}: {reason}; the plan can be re-run safely"
             )
-        if (code is None or code in _MAYBE_APPENDED) and self._appended(part, where, reason):
-            self._acked(part, now_ms())
-            return
         self.target.request_update()
         time.sleep(0.1)
-
-    def _appended(self, part: PartitionCopy, where: str, reason: str) -> bool:
-        """Whether the head batch, whose answer was lost, is on the target: the partition's end tells,
-        as this attempt is its only writer and has one request in flight. Resending it blindly could
-        append it twice: the broker drops a batch that repeats a sequence only while it still holds
-        the producer's state, and it drops that state (on restart, or when it expires producers) once
-        the batches' record timestamps are older than producer.id.expiration.ms, as mirrored
-        history often is."""
-        before = part.next_target_offset
-        while True:
-            try:
-                end = end_offsets(self.target, [part.remote], READ_UNCOMMITTED)[part.remote]
-                break
-            except TransientError:
-                if time.monotonic() - part.failing_since > _DELIVERY_TIMEOUT_S:
-                    raise TransientError(
-                        f"the target stopped answering for {where}: {reason}; the plan can be re-run safely"
-                    ) from None
-                time.sleep(0.5)
-        count = part.pending[0].count
-        if end not in (before, before + count):
-            raise TargetStateError(
-                f"remote partition {where} ends at {end} after a write whose answer was lost, where this "
-                f"copy expected {before} (not written) or {before + count} (written): something else "
-                "writes to the remote topic. Nothing was committed; stop the other writer."
-            )
-        return end == before + count
 
     def _split(self, part: PartitionCopy, where: str) -> None:
         """The head batch re-encoded as batches of half its size, in its place."""

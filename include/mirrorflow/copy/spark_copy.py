@@ -31,8 +31,9 @@ from pyspark.errors.exceptions.captured import CapturedException
 
 from mirrorflow.config.model import FlowConfig
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
+from mirrorflow.copy.flow_transaction import FlowTransactions
 from mirrorflow.copy.standing_task import ALIVE, Failed, serve
-from mirrorflow.core.plan import CopyResult, PartitionPlan, PartitionResult, Plan
+from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, PartitionResult, Plan, transactional_id
 from mirrorflow.errors import (
     AuthorizationError,
     MirrorError,
@@ -50,17 +51,23 @@ SILENT_S = 15.0
 
 
 def copy_plan(sc: SparkContext, flow: FlowConfig, plan: Plan) -> CopyResult:
-    """Copy every planned partition of ``flow`` in one Spark job; each planned partition gets one
-    result."""
+    """Copy every planned partition of ``flow`` in one Spark job, one transaction of the flow's
+    writer, fenced for this attempt (``flow_transaction``); each planned partition gets one result."""
     if not plan.partitions:
         return CopyResult(plan.flow, plan.run_id, ())
-
     # Plain values travel to the Spark tasks (the config's own mappings do not pickle).
-    settings, writer = CopySettings.of(flow), plan.writer
+    settings = CopySettings.of(flow)
+    with FlowTransactions.fenced(settings.target, transactional_id(flow.name)) as transactions:
+        grant = transactions.begin(plan.partitions)
+        result = _copy_job(sc, settings, plan, grant)
+        transactions.commit(result, plan.partitions)
+    return result
 
+
+def _copy_job(sc: SparkContext, settings: CopySettings, plan: Plan, grant: Grant) -> CopyResult:
     def copy(groups: Iterable[tuple[PartitionPlan, ...]]) -> Iterator[PartitionResult]:
         for group in groups:
-            yield from copy_partitions(group, settings, writer)
+            yield from copy_partitions(group, settings, grant)
 
     groups = plan.task_groups(plan.task_count(sc.defaultParallelism))
     try:
@@ -97,11 +104,11 @@ class StandingCopy:
         with self._running() as job:
             job.await_tasks()
 
-    def __call__(self, plan: Plan) -> CopyResult:
+    def __call__(self, plan: Plan, grant: Grant) -> CopyResult:
         if not plan.partitions:
             return CopyResult(plan.flow, plan.run_id, ())
         with self._running() as job:
-            return copy_result(plan, job.copy(plan))
+            return copy_result(plan, job.copy(plan, grant))
 
     @contextlib.contextmanager
     def _running(self) -> Iterator[_StandingJob]:
@@ -176,7 +183,7 @@ class _StandingJob:
         with contextlib.suppress(OSError):
             socket.create_connection(self.listener.address, timeout=1).close()
 
-    def copy(self, plan: Plan) -> list[PartitionResult]:
+    def copy(self, plan: Plan, grant: Grant) -> list[PartitionResult]:
         self.await_tasks()
         groups = plan.task_groups(plan.task_count(self.size))
         results: list[PartitionResult] = []
@@ -185,7 +192,7 @@ class _StandingJob:
         heard: dict[Connection, float] = {}
         for index, group in enumerate(groups):
             try:
-                self.channels[index].send((group, plan.writer))
+                self.channels[index].send((group, grant))
             except OSError:
                 failures.append(_gone(index))
                 continue

@@ -9,7 +9,7 @@ micro-batch holds. A standing task pays it once per window. Invariants:
   of a job per micro-batch does; it copies one group at a time and answers each before it takes the
   next, so no two copies of a partition ever overlap.
 - The channel is ``multiprocessing.connection``'s, authenticated with a secret the window's driver
-  made for this job. Driver to task: ``(group, writer)``, or None to end. Task to driver: its index
+  made for this job. Driver to task: ``(group, grant)``, or None to end. Task to driver: its index
   once, then per group ``ALIVE`` every ``ALIVE_EVERY_S`` while it copies, and its results (a list
   of ``PartitionResult``) or a ``Failed``. A task that says nothing for long while it copies froze
   or lost its host, which Spark may not notice for minutes; the driver gives it up
@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection
 
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, open_connections
-from mirrorflow.core.plan import PartitionPlan, PartitionResult, Writer
+from mirrorflow.core.plan import Grant, PartitionPlan, PartitionResult
 from mirrorflow.errors import MirrorError, TransientError
 
-Handed = tuple[tuple[PartitionPlan, ...], Writer | None]
+Handed = tuple[tuple[PartitionPlan, ...], Grant]
 
 ALIVE = "alive"
 ALIVE_EVERY_S = 1.0
@@ -97,9 +97,9 @@ def _saying_alive(channel: Connection) -> Iterator[None]:
 
 
 def _copied(handed: Handed, settings: CopySettings) -> list[PartitionResult] | Failed:
-    group, writer = handed
+    group, grant = handed
     try:
-        return copy_partitions(group, settings, writer)
+        return copy_partitions(group, settings, grant)
     except MirrorError as exc:
         return Failed(type(exc).__name__, str(exc))
     except Exception:

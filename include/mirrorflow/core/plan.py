@@ -99,14 +99,31 @@ class PartitionState:
 
 @dataclass(frozen=True)
 class Writer:
-    """The flow's producer id on its target cluster, shared by every copy of the flow, with the
-    sequence of each record its target offset (mod 2^31): the target's broker then appends a batch
-    of this producer only where the partition ends right before it (it refuses any other sequence
-    as out of order), so a stale writer that wakes up late can append nothing the current one has
-    not, and nothing twice (see ``copy.batch_copy``)."""
+    """The producer id of the flow's transactional id on its target cluster, with the epoch one copy
+    attempt fenced: every older epoch is refused from then on (``kafka.transactions``)."""
 
     producer_id: int
     producer_epoch: int
+
+
+def transactional_id(flow: str) -> str:
+    """The transactional id every copy of ``flow`` writes under: one per flow, so that each attempt's
+    fence cuts off every earlier one."""
+    return f"mirrorflow.{flow}"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a copy task writes as, in one open transaction: the flow's transactional id, the writer
+    its attempt fenced, and the first sequence of each remote partition in the transaction (the
+    records the writer's earlier transactions of the epoch wrote there; 0 for the others)."""
+
+    transactional_id: str
+    writer: Writer
+    sequences: tuple[tuple[str, int, int], ...] = ()
+
+    def first_sequence(self, remote_topic: str, partition: int) -> int:
+        return next((s for t, p, s in self.sequences if (t, p) == (remote_topic, partition)), 0)
 
 
 # Planned records that make a second Spark task worth its start (see ``Plan.task_count``).
@@ -130,9 +147,6 @@ class Plan(Document):
     # Only some of the flow's topics were planned (a run's topics option): the plan does not measure
     # the whole flow, so its commit proves no recovery point (``core.recovery``).
     narrowed: bool = False
-    # The flow's writer; a plan made without one (only outside the runner) gets a fresh producer id
-    # per copy task, which fences nothing.
-    writer: Writer | None = None
 
     def __post_init__(self) -> None:
         seen: set[tuple[str, int]] = set()
@@ -194,7 +208,6 @@ class Plan(Document):
             gaps=tuple(SourceGap(**g) for g in raw.get("gaps", ())),
             in_process=bool(raw.get("in_process", False)),
             narrowed=bool(raw.get("narrowed", False)),
-            writer=Writer(**raw["writer"]) if raw.get("writer") else None,
         )
 
     def check_belongs_to(self, flow: str, run_id: str, source: str) -> None:

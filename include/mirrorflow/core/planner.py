@@ -266,11 +266,3 @@ def _check_positions(
             f"{position.next_target_offset} already mirrored into it: the remote topic was deleted, "
             f"recreated or truncated. Nothing was copied. {_forget_topics_hint(flow, [topic])}"
         )
-    if nxt == offsets.end and target_end > position.next_target_offset:
-        # Nothing is planned, so no earlier attempt of a plan can have left these records behind.
-        raise TargetStateError(
-            f"flow {flow}: remote partition {remote}-{partition} ends at offset {target_end}, past the "
-            f"{position.next_target_offset} this flow mirrored into it, and {topic}-{partition} has "
-            "nothing new: something else writes to the remote topic. Nothing was copied; stop the other "
-            f"writer. {_forget_topics_hint(flow, [topic])}"
-        )

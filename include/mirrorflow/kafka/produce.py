@@ -14,16 +14,13 @@ and hands back each partition's answer (error code and base offset). Invariants:
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kafka.protocol.producer import ProduceRequest
-from kafka.protocol.producer.transaction import InitProducerIdRequest
 
-from mirrorflow.core.plan import Writer
-from mirrorflow.errors import AuthorizationError, TransientError
-from mirrorflow.kafka.connection import REFUSED, TIMEOUT_S, TP, Connection, error_name
+from mirrorflow.errors import AuthorizationError
+from mirrorflow.kafka.connection import TIMEOUT_S, TP, Connection
 
 
 class ProduceCall:
@@ -73,30 +70,6 @@ def produce(
         max_version=9,
     )
     return ProduceCall(target.client.send(node, request))
-
-
-def new_writer(target: Connection) -> Writer:
-    """A producer id of the target's own (any broker gives one): a flow's ``Writer``."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
-        node = target.client.least_loaded_node(bootstrap_fallback=True)
-        response = target.call(node, InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1))
-        if not response.error_code:
-            return Writer(int(response.producer_id), int(response.producer_epoch))
-        if response.error_code in REFUSED:
-            raise refused_write(error_name(response.error_code))
-        if time.monotonic() > deadline:
-            raise TransientError(f"the target gave no producer id: {error_name(response.error_code)}")
-        time.sleep(0.1)
-
-
-def allocate_writer(target_props: Mapping[str, str]) -> Writer:
-    """A new ``Writer`` for a flow writing to the cluster of ``target_props``."""
-    target = Connection(target_props, "target", ())
-    try:
-        return new_writer(target)
-    finally:
-        target.close()
 
 
 def refused_write(detail: str) -> AuthorizationError:

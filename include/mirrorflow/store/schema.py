@@ -6,7 +6,7 @@ held below the source's log start, pruned), ``mirror_topics`` (the id of each
 source topic a flow mirrors), ``mirror_checkpoints`` (the last checkpoint emitted per consumer group
 and partition), ``mirror_partition_metrics`` and ``mirror_checkpoint_metrics`` (the metrics history),
 ``mirror_recovery`` (when each flow was last mirrored as a whole) with its per-minute history
-``mirror_recovery_history``, ``mirror_writers`` (each flow's producer id on its target cluster),
+``mirror_recovery_history``,
 ``mirror_run_documents`` (what a run's steps hand each other: plan, copy result, window summary),
 ``mirror_partition_errors`` (partitions whose last copy failed on their own error, until one commits),
 ``mirror_locks`` (one lock row per flow) and ``mirror_successors`` (the DR window ready to take a
@@ -48,7 +48,6 @@ __all__ = [
     "run_documents_table",
     "successors_table",
     "topics_table",
-    "writers_table",
 ]
 
 metadata = MetaData(
@@ -216,15 +215,6 @@ recovery_history_table = Table(
     PrimaryKeyConstraint("flow", "minute"),
 )
 
-writers_table = Table(
-    "mirror_writers",
-    metadata,
-    Column("flow", _NAME, primary_key=True),
-    Column("cluster_id", _NAME, nullable=False),
-    Column("producer_id", BigInteger, nullable=False),
-    Column("producer_epoch", Integer, nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-)
 
 run_documents_table = Table(
     "mirror_run_documents",

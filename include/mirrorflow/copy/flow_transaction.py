@@ -1,0 +1,95 @@
+"""The flow's transactions on its target, as the driver of a copy holds them: a batch run's copy job
+or a DR window, each one attempt of the flow's writer.
+
+Invariants:
+- An attempt fences the flow's transactional id when it starts (``FlowTransactions.fenced``): what
+  every earlier attempt left open is aborted, and their requests are refused from then on, whatever
+  their records' timestamps. A DR window fences when it takes the flow over, so the window before
+  it can append nothing after the handover.
+- Each copy (a batch run's plan, a micro-batch) is one transaction: its remote partitions are added
+  before any task writes (``begin``), which waits out the markers of the writer's previous
+  transaction; the tasks write with the ``Grant`` it returns; the transaction commits (``commit``)
+  only after every task answered, and before the offsets table moves.
+- Sequences count per remote partition within the epoch: a partition's first sequence in a
+  transaction is what the epoch's committed transactions wrote there. A copy that fails aborts:
+  the attempt fences again (a new epoch, sequences from 0), so nothing of the failed copy is read
+  by read_committed consumers and no sequence of it is reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+
+from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, Writer
+from mirrorflow.errors import MirrorError
+from mirrorflow.kafka.connection import TP, Connection
+from mirrorflow.kafka.transactions import add_partitions, end_transaction, fence
+
+# How long the coordinator lets a transaction stay open before aborting it (Kafka's producer
+# default): a copy that froze with one open holds read_committed consumers back no longer.
+TRANSACTION_TIMEOUT_MS = 60_000
+
+
+class FlowTransactions:
+    """One attempt's writer of the flow's transactional id on the target of ``props``."""
+
+    def __init__(self, props: Mapping[str, str], transactional_id: str) -> None:
+        self.transactional_id = transactional_id
+        self._target = Connection(props, "target", ())
+        self._writer: Writer | None = None
+        self._sequences: dict[TP, int] = {}
+        self._open: list[TP] | None = None
+
+    @classmethod
+    @contextmanager
+    def fenced(cls, props: Mapping[str, str], transactional_id: str) -> Iterator[FlowTransactions]:
+        """The attempt's writer, fenced; an open transaction is aborted when the block fails."""
+        transactions = cls(props, transactional_id)
+        try:
+            transactions.fence()
+            yield transactions
+        except BaseException:
+            # Best effort: a transaction left open is aborted by the next fence, or by the
+            # coordinator after TRANSACTION_TIMEOUT_MS.
+            with suppress(MirrorError):
+                transactions.abort()
+            raise
+        finally:
+            transactions.close()
+
+    def fence(self) -> None:
+        """A new epoch of the writer: every earlier one is cut off, its open transaction aborted."""
+        self._writer = fence(self._target, self.transactional_id, TRANSACTION_TIMEOUT_MS)
+        self._sequences.clear()
+        self._open = None
+
+    def begin(self, plans: Iterable[PartitionPlan]) -> Grant:
+        """A transaction over the remote partitions of ``plans``, and what its tasks write as."""
+        assert self._writer is not None and self._open is None, "fence first; one transaction at a time"
+        tps = sorted({(p.remote_topic, p.partition) for p in plans})
+        add_partitions(self._target, self.transactional_id, self._writer, tps)
+        self._open = tps
+        return Grant(
+            self.transactional_id,
+            self._writer,
+            tuple((t, p, self._sequences[(t, p)]) for t, p in tps if (t, p) in self._sequences),
+        )
+
+    def commit(self, result: CopyResult, plans: Iterable[PartitionPlan]) -> None:
+        """Commit the open transaction, whose tasks wrote ``result`` for ``plans``."""
+        assert self._writer is not None and self._open is not None, "no transaction is open"
+        end_transaction(self._target, self.transactional_id, self._writer, commit=True)
+        self._open = None
+        remote = {(p.topic, p.partition): (p.remote_topic, p.partition) for p in plans}
+        for r in result.partitions:
+            tp = remote[(r.topic, r.partition)]
+            self._sequences[tp] = self._sequences.get(tp, 0) + r.records - r.skipped
+
+    def abort(self) -> None:
+        """Abort what is open by fencing again; nothing when nothing is open."""
+        if self._open is not None:
+            self.fence()
+
+    def close(self) -> None:
+        self._target.close()
