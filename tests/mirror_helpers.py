@@ -369,6 +369,14 @@ MIRROR_TARGET_ACLS = [
         ACLOperation.ALTER_CONFIGS,
         ACLOperation.WRITE,
     ),
+    # The copy writes in transactions of the flow's transactional id (WRITE implies DESCRIBE).
+    *grants(
+        "User:mirror",
+        ResourcePattern(
+            ResourceType.TRANSACTIONAL_ID, f"mirrorflow.{SECURED_FLOW}", ACLResourcePatternType.LITERAL
+        ),
+        ACLOperation.WRITE,
+    ),
 ]
 # What heartbeats and checkpoints need on top of a copy.
 MIRROR_HEARTBEAT_SOURCE_ACLS = [

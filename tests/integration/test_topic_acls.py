@@ -24,11 +24,13 @@ target (backup)
   partitions when the source topic grows), ALTER_CONFIGS, which implies DESCRIBE_CONFIGS (plan: sync
   their configs), WRITE, which implies DESCRIBE (plan: end offsets; copy: the records, and the end
   offsets the writer checks);
-- cluster: DESCRIBE and ALTER (plan: list the target's ACLs and create the synced ones).
+- cluster: DESCRIBE and ALTER (plan: list the target's ACLs and create the synced ones);
+- transactional id ``mirrorflow.primary->backup`` (literal): WRITE, which implies DESCRIBE (copy: the
+  flow's writer fences it and writes in its transactions).
 
 The cluster grants serve sync.topic.acls.enabled only; ALTER on the target cluster lets its holder
-grant itself anything, so a flow without ACL sync should not have it. The idempotent producers need
-no IDEMPOTENT_WRITE: WRITE on a topic also authorizes getting a producer id. No consumer group ACL is
+grant itself anything, so a flow without ACL sync should not have it. The transactional
+writer needs no IDEMPOTENT_WRITE: WRITE on its transactional id authorizes it. No consumer group ACL is
 needed: Spark's reader assigns partitions and seeks to planned offsets, and the librdkafka consumers
 that read end offsets never join or commit their group (they look up its coordinator, which the
 broker denies and logs, harmlessly).
