@@ -33,9 +33,17 @@ from kafka.errors import TopicAlreadyExistsError
 from pyspark.sql import SparkSession
 
 from mirrorflow.app import runner
-from mirrorflow.config.model import MirrorConfig, load_config
+from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
+from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
+from mirrorflow.copy.flow_transaction import copied_in_one_transaction
 from mirrorflow.copy.spark_copy import copy_plan
+from mirrorflow.core.plan import CopyResult, Grant, Plan
+from mirrorflow.core.progress import PartitionProgress
 from mirrorflow.core.report import RunReport
+from mirrorflow.core.translation import OffsetTranslator
+from mirrorflow.kafka.connection import READ_COMMITTED, READ_UNCOMMITTED, end_offsets, kept_open
+from mirrorflow.kafka.record_reads import read_records
+from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import kafka_home, local_kafka, paths, processes, sample_data
 from mirrorflow_dev.devenv import airflow_env
 from mirrorflow_dev.kafka_security import SUPER_USER, BrokerSecurity, ScramSecurity
@@ -87,12 +95,32 @@ STALE_COPY = """
 import sys
 from mirrorflow.app import runner
 from mirrorflow.config.model import load_config
-from mirrorflow.copy.batch_copy import CopySettings, copy_partitions
+from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
+from mirrorflow.copy.flow_transaction import copied_in_one_transaction
 config = load_config(sys.argv[1])
 flow = config.flow(sys.argv[2])
 plan = runner.load_plan(config, flow, sys.argv[3])
-copy_partitions(plan.partitions, CopySettings.of(flow), plan.writer)
+settings = CopySettings.of(flow)
+copied_in_one_transaction(
+    settings.target, plan, lambda g: copy_result(plan, copy_partitions(plan.partitions, settings, g))
+)
 """
+
+
+def in_transaction(
+    flow: FlowConfig, copy: Callable[[Plan, Grant], CopyResult]
+) -> Callable[[Plan], CopyResult]:
+    """``copy`` (a DR window's copy) as one attempt of the flow's writer: fenced, one transaction."""
+    settings = CopySettings.of(flow)
+    return lambda plan: copied_in_one_transaction(settings.target, plan, lambda g: copy(plan, g))
+
+
+def copy_without_spark(flow: FlowConfig, plan: Plan) -> CopyResult:
+    """A run's copy as its copy task makes it, in this process (Spark's tasks run the same code)."""
+    settings = CopySettings.of(flow)
+    return copied_in_one_transaction(
+        settings.target, plan, lambda g: copy_result(plan, copy_partitions(plan.partitions, settings, g))
+    )
 
 
 def create_topic(
@@ -143,6 +171,37 @@ def assert_same_records(
         assert actual == expected, f"{remote}-{p} differs from {topic}-{p}"
         total += len(actual)
     return total
+
+
+def written_end(config: MirrorConfig, flow: str, remote: str, partition: int = 0) -> int:
+    """The remote partition's high watermark: what the copy wrote, committed or not (a transaction
+    still open holds the last stable offset back)."""
+    with kept_open(config.flow(flow).target.consumer, "target", [remote]) as target:
+        return end_offsets(target, [(remote, partition)], READ_UNCOMMITTED)[(remote, partition)]
+
+
+def committed_offsets(config: MirrorConfig, flow: str, remote: str, partition: int = 0) -> list[int]:
+    """The offsets of the remote partition's committed records (what a read_committed consumer reads),
+    in order: the copy's transaction markers and aborted attempts' records lie between them."""
+    with kept_open(config.flow(flow).target.consumer, "target", [remote]) as target:
+        end = end_offsets(target, [(remote, partition)], READ_COMMITTED)[(remote, partition)]
+        return [r.offset for r in read_records(target, (remote, partition), 0, end, READ_COMMITTED, end)]
+
+
+def assert_translates_to_copies(
+    config: MirrorConfig, flow: str, topic: str, remote: str, records: int
+) -> None:
+    """The flow's batch log and progress of ``topic``-0 (a source partition of ``records`` records at
+    offsets 0..) map each source offset to the offset of its copy on the target, and end past the
+    last."""
+    copies = committed_offsets(config, flow, remote)
+    with OffsetsStore(config.offsets_db_url) as store:
+        batches = [b.as_batch() for b in store.batches(flow, topic=topic)]
+        progress = store.progress(flow)[(topic, 0)]
+    translator = OffsetTranslator(batches)
+    assert [translator.translate(i) for i in range(records)] == copies
+    assert sum(b.records for b in batches) == records
+    assert progress == PartitionProgress(topic, 0, records, copies[-1] + 1)
 
 
 def wait_end(bootstrap: str, topic: str, partition: int, end: int) -> None:

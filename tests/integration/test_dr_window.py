@@ -17,7 +17,7 @@ from mirrorflow.app import dr_window, runner
 from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_copy import StandingCopy
-from mirrorflow.core.plan import CopyResult, Plan
+from mirrorflow.core.plan import CopyResult, Grant, Plan
 from mirrorflow.core.progress import PartitionProgress
 from mirrorflow.core.window import WindowSummary
 from mirrorflow.errors import FlowLockedError
@@ -211,14 +211,14 @@ def test_a_window_killed_before_its_commit_leaves_nothing_twice(
     class Killed(BaseException):
         """Stands for the process dying: no handler of the window sees it."""
 
-    def copy_then_die(plan: Plan) -> CopyResult:
-        copy(plan)
+    def copy_then_die(plan: Plan, grant: Grant) -> CopyResult:
+        copy(plan, grant)
         raise Killed
 
     with pytest.raises(Killed):
         dr_window.run_window(config, FLOW, "window-1", copy_then_die)
     store = OffsetsStore(config.offsets_db_url)
-    assert store.batches(FLOW) == []  # written to the target, never committed
+    assert store.batches(FLOW) == []  # written to the target, its transaction aborted
     # The lock expires with the dead window (here: at once); the next window takes the flow over.
     assert store.force_release_lock(FLOW) is not None
     sample_data.produce_samples(primary.bootstrap, topic, 2, 300, 50)
@@ -227,7 +227,7 @@ def test_a_window_killed_before_its_commit_leaves_nothing_twice(
 
     assert summary.error is None
     assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 2) == 700
-    assert summary.records == 700  # what was committed, the records read back included
+    assert summary.records == 700  # every record copied again: the first window's were aborted
     assert [(b.partition, b.source_start, b.source_end) for b in store.batches(FLOW)] == [
         (0, 0, 350),
         (1, 0, 350),
@@ -246,7 +246,7 @@ def test_a_window_whose_predecessor_never_hands_over_gives_up_naming_it(
     # It waits a window, the wait for a handover and a lease (here shortened) before giving up.
     monkeypatch.setattr(dr_window, "LEASE_SECONDS", 1)
 
-    def copy(plan: Plan) -> CopyResult:
+    def copy(plan: Plan, grant: Grant) -> CopyResult:
         pytest.fail("a window without the lock copied")
 
     summary = dr_window.run_window(config, FLOW, "window-2", copy)
@@ -281,9 +281,9 @@ def test_the_next_window_takes_over_at_a_micro_batch_boundary_without_a_gap(
     summaries: dict[str, WindowSummary] = {}
 
     def window(run_id: str) -> None:
-        def noted(plan: Plan) -> CopyResult:
+        def noted(plan: Plan, grant: Grant) -> CopyResult:
             taken_over.setdefault(run_id, time.monotonic())
-            return copy(plan)
+            return copy(plan, grant)
 
         summaries[run_id] = dr_window.run_window(config, FLOW, run_id, noted)
 

@@ -1,7 +1,8 @@
 """Fencing on real brokers: a copy of a flow stopped in the middle of its writes (SIGSTOP), a newer
-copy of the same plan taking over, then the old one resumed (SIGCONT). The target's broker refuses
-every batch of the old copy that is not the very next one (the flow's writer and sequences,
-``copy.batch_copy``), so the remote topic ends as one copy would have left it."""
+copy of the same plan taking over, then the old one resumed (SIGCONT). The newer copy's fence of
+the flow's transactional id aborted what the old one wrote, and the target refuses the old one's
+epoch from then on (``copy.flow_transaction``), so the remote topic's committed records are what one
+copy would have left."""
 
 from __future__ import annotations
 
@@ -13,12 +14,10 @@ import time
 from collections.abc import Callable
 
 import pytest
-from mirror_helpers import STALE_COPY, assert_same_records, create_topic
+from mirror_helpers import STALE_COPY, assert_same_records, copy_without_spark, create_topic, written_end
 
 from mirrorflow.app import runner
 from mirrorflow.config.model import MirrorConfig
-from mirrorflow.copy.batch_copy import CopySettings, copy_partitions
-from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.paths import REPO_ROOT
@@ -36,11 +35,6 @@ def _one_batch_per_record(bootstrap: str, topic: str) -> None:
     sample_data.produce(producer, topic, 0, (sample_data.sample_record(topic, 0, i) for i in range(RECORDS)))
 
 
-def _target_end(config: MirrorConfig, remote: str) -> int:
-    with ClusterAdmin(config.flow(FLOW).target) as target:
-        return target.latest_offsets([(remote, 0)])[(remote, 0)]
-
-
 def test_a_copy_stopped_mid_write_and_resumed_after_a_newer_one_took_over_appends_nothing(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],
@@ -53,7 +47,7 @@ def test_a_copy_stopped_mid_write_and_resumed_after_a_newer_one_took_over_append
     config = write_config(f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n")
     assert config.path is not None
     plan = runner.plan_run(config, FLOW, "run-1")
-    assert plan.writer is not None and [p.source_end for p in plan.partitions] == [RECORDS]
+    assert [p.source_end for p in plan.partitions] == [RECORDS]
 
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "include")}
     old = subprocess.Popen(
@@ -62,24 +56,26 @@ def test_a_copy_stopped_mid_write_and_resumed_after_a_newer_one_took_over_append
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
-        while (end := _target_end(config, remote)) < 200:
+        while (end := written_end(config, FLOW, remote)) < 200:
             assert old.poll() is None, f"the old copy ended before it was stopped: {old.communicate()}"
             assert time.monotonic() < deadline, "the old copy wrote nothing"
             time.sleep(0.01)
         os.kill(old.pid, signal.SIGSTOP)
-        stopped_at = _target_end(config, remote)
+        stopped_at = written_end(config, FLOW, remote)
         assert end <= stopped_at < RECORDS, "the old copy finished before it was stopped"
 
-        # The newer copy of the same plan reads back what the old one wrote and writes the rest.
-        flow = config.flow(FLOW)
-        (result,) = copy_partitions(plan.partitions, CopySettings.of(flow), plan.writer)
-        assert (result.records, result.skipped) == (RECORDS, stopped_at)
+        # The newer copy of the same plan aborts what the old one wrote (uncommitted) and writes
+        # every record after the abort marker.
+        (result,) = copy_without_spark(config.flow(FLOW), plan).partitions
+        assert (result.records, result.skipped) == (RECORDS, 0)
+        assert result.target_gaps == ((0, stopped_at + 1),)
     finally:
         os.kill(old.pid, signal.SIGCONT)
     _, err = old.communicate(timeout=120)
 
-    # Woken up, the old copy's next batch is refused as out of order: it fails, having added nothing.
+    # Woken up, the old copy's next batch is refused for its old epoch: it fails, having added nothing
+    # (past the newer copy's records: its commit marker).
     assert old.returncode != 0
-    assert "out of order: a newer copy of the flow wrote there" in err, err[-3000:]
-    assert _target_end(config, remote) == RECORDS
+    assert "a newer attempt of the flow fenced its writer" in err, err[-3000:]
+    assert written_end(config, FLOW, remote) == stopped_at + 1 + RECORDS + 1
     assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, remote, 1) == RECORDS

@@ -8,10 +8,10 @@ batch log exactly.
 
 The clusters forget a producer whose newest record timestamp is older than a day within a second
 (``conftest.PRODUCTION_SHAPE``), as production brokers do within 10 minutes; the sample records are
-from 2001. Two cases need a fence that holds whatever the records' timestamps and are xfails until
-the copy has one: a stale copy resumed after the brokers forgot the flow's writer appends its next
-batch at the partition's end (strict: always), and a batch whose answer a leader change lost is
-appended twice by a new leader that forgot the writer (some runs).
+from 2001. The copy's fence holds whatever the records' timestamps: a stale copy resumed after the
+brokers forgot its writer's idempotent state is refused for its old epoch (the transaction
+coordinator keeps it), and a batch whose answer a leader change lost is resent in the open
+transaction, whose state the new leader holds.
 
 Runs with ``make test-replicated`` (six broker JVMs), not in ``make test``.
 """
@@ -31,16 +31,22 @@ from typing import Any
 import pytest
 from arrivals import Producing
 from kafka import KafkaAdminClient, TopicPartition
-from mirror_helpers import STALE_COPY, assert_same_records, create_topic, write_mm2
+from mirror_helpers import (
+    STALE_COPY,
+    assert_same_records,
+    assert_translates_to_copies,
+    copy_without_spark,
+    create_topic,
+    write_mm2,
+    written_end,
+)
 from pyspark.sql import SparkSession
 
 from mirrorflow.app import dr_window, runner
 from mirrorflow.config.model import MirrorConfig
-from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
 from mirrorflow.copy.spark_copy import StandingCopy
 from mirrorflow.core.progress import PartitionProgress
 from mirrorflow.core.window import WindowSummary
-from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import local_kafka, sample_data
 from mirrorflow_dev.paths import REPO_ROOT
@@ -52,12 +58,6 @@ FLOW = "primary->backup"
 RECORDS = 3000
 FAULT_AT = 300  # the remote partition's end when the fault starts
 Clusters = dict[str, ReplicatedCluster]
-
-_FENCE_DEBT = (
-    "the copy's fence is the flow's idempotent producer state on the target, which the broker drops "
-    "once the writer's newest record timestamp is older than producer.id.expiration.ms: a transactional "
-    "fence (an epoch per attempt, kept by the transaction coordinator) holds for any record timestamps"
-)
 
 
 @pytest.fixture
@@ -120,11 +120,6 @@ def _await_full_isr(cluster: ReplicatedCluster) -> None:
     )
 
 
-def _target_end(config: MirrorConfig, remote: str) -> int:
-    with ClusterAdmin(config.flow(FLOW).target) as target:
-        return target.latest_offsets([(remote, 0)])[(remote, 0)]
-
-
 def _one_batch_per_record(clusters: Clusters, topic: str) -> None:
     """``RECORDS`` records in partition 0 of a new RF 3 topic, each its own batch: a copy of them
     takes thousands of produce requests, time for a fault in the middle."""
@@ -144,7 +139,7 @@ def _run(config: MirrorConfig, run_id: str) -> str:
             config,
             flow,
             plan,
-            lambda: copy_result(plan, copy_partitions(plan.partitions, CopySettings.of(flow), plan.writer)),
+            lambda: copy_without_spark(flow, plan),
         )
         runner.commit_run(config, FLOW, run_id)
         return copied
@@ -166,7 +161,9 @@ def _copy_through(config: MirrorConfig, fault: Callable[[], None], remote: str) 
     running = threading.Thread(target=run)
     running.start()
     try:
-        _wait_for(f"{FAULT_AT} records on the target", lambda: _target_end(config, remote) >= FAULT_AT, 120)
+        _wait_for(
+            f"{FAULT_AT} records on the target", lambda: written_end(config, FLOW, remote) >= FAULT_AT, 120
+        )
         assert running.is_alive(), "the copy finished before the fault"
         fault()
     finally:
@@ -186,17 +183,14 @@ def _mirror_through(
 
 
 def _assert_exact(clusters: Clusters, config: MirrorConfig, topic: str) -> None:
-    """The remote partition is the source's record for record; progress and batch log end there."""
+    """The remote partition is the source's record for record; the batch log maps each record to its
+    copy, and progress ends past the last."""
     remote = f"primary.{topic}"
     assert (
         assert_same_records(clusters["primary"].bootstrap, topic, clusters["backup"].bootstrap, remote, 1)
         == RECORDS
     )
-    with OffsetsStore(config.offsets_db_url) as store:
-        assert store.progress(FLOW) == {(topic, 0): PartitionProgress(topic, 0, RECORDS, RECORDS)}
-        assert [
-            (b.source_start, b.source_end, b.target_start, b.target_end) for b in store.batches(FLOW)
-        ] == [(0, RECORDS, 0, RECORDS)]
+    assert_translates_to_copies(config, FLOW, topic, remote, RECORDS)
 
 
 def _config(write: Callable[[str], MirrorConfig], topic: str) -> MirrorConfig:
@@ -296,7 +290,6 @@ def test_a_follower_frozen_for_45_s_mid_copy_loses_and_duplicates_nothing(
     _mirror_through(replicated_clusters, write_replicated_config, unique_name, freeze_a_follower)
 
 
-@pytest.mark.xfail(strict=True, reason=_FENCE_DEBT)
 def test_a_copy_frozen_past_the_brokers_expiry_check_and_resumed_appends_nothing(
     replicated_clusters: Clusters,
     write_replicated_config: Callable[[str], MirrorConfig],
@@ -317,17 +310,19 @@ def test_a_copy_frozen_past_the_brokers_expiry_check_and_resumed_appends_nothing
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:
-        _wait_for("200 records on the target", lambda: _target_end(config, remote) >= 200, 120)
+        _wait_for("200 records on the target", lambda: written_end(config, FLOW, remote) >= 200, 120)
         os.killpg(stale.pid, signal.SIGSTOP)
-        assert _target_end(config, remote) < RECORDS, "the stale copy finished before it was frozen"
+        assert written_end(config, FLOW, remote) < RECORDS, "the stale copy finished before it was frozen"
         runner.release_run(config, FLOW, "run-1")
         _run(config, "run-2")
+        after_newer = written_end(config, FLOW, remote)
         time.sleep(5)  # past the brokers' expiry check (every second)
     finally:
         os.killpg(stale.pid, signal.SIGCONT)
-    stale.communicate(timeout=120)
+    _, err = stale.communicate(timeout=120)
 
-    assert _target_end(config, remote) == RECORDS
+    assert "a newer attempt of the flow fenced its writer" in err, err[-3000:]
+    assert written_end(config, FLOW, remote) == after_newer
     _assert_exact(replicated_clusters, config, topic)
     assert _run(config, "run-3") == f"copied 0 records for {FLOW}"
 
@@ -439,13 +434,6 @@ def test_a_reassignment_on_the_target_mid_dr_window_loses_and_duplicates_nothing
     _window_through(replicated_clusters, config, unique_name, spark, move_off_and_back)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="a batch the old leader appended and the new one holds past its high watermark gets "
-    "NOT_LEADER_OR_FOLLOWER and is resent; the new leader, having forgotten the expired writer, appends "
-    "it again (the acknowledgement's offset check stops the copy). Fails in some runs (one of the "
-    "first two): " + _FENCE_DEBT,
-)
 def test_leader_elections_looped_on_the_target_mid_copy_lose_and_duplicate_nothing(
     replicated_clusters: Clusters,
     write_replicated_config: Callable[[str], MirrorConfig],

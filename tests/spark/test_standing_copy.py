@@ -11,14 +11,13 @@ from collections.abc import Callable, Iterator
 
 import psutil
 import pytest
-from mirror_helpers import create_topic
+from mirror_helpers import create_topic, in_transaction
 from pyspark.sql import SparkSession
 
 from mirrorflow.app import runner
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy import spark_copy
 from mirrorflow.copy.spark_copy import StandingCopy
-from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.errors import TargetStateError, TransientError
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import save_document
@@ -43,11 +42,11 @@ def standing(spark: SparkSession, write_config: WriteConfig, unique_name: str) -
     assert spark.sparkContext.statusTracker().getActiveJobsIds() == []  # its tasks ended
 
 
-def _micro_batch(config: MirrorConfig, run_id: str, copy: Callable[[Plan], CopyResult]) -> int:
-    """plan -> copy -> commit, as a window's micro-batch; the records it wrote."""
+def _micro_batch(config: MirrorConfig, run_id: str, copy: StandingCopy) -> int:
+    """plan -> copy (one transaction) -> commit, as a window's micro-batch; the records it wrote."""
     try:
         plan = runner.plan_run(config, FLOW, run_id)
-        result = copy(plan)
+        result = in_transaction(config.flow(FLOW), copy)(plan)
         with OffsetsStore(config.offsets_db_url) as store:
             save_document(store, FLOW, run_id, "result", result.to_json())
         return runner.commit_run(config, FLOW, run_id).report.records
@@ -98,7 +97,7 @@ def test_a_tasks_error_is_raised_as_its_class_and_a_fresh_job_copies_the_next_mi
     try:
         sample_data.produce(sample_data.producer(backup.bootstrap), f"primary.{poisoned}", 0, foreign)
         with pytest.raises(TargetStateError, match=rf"remote partition primary\.{poisoned}-0 offset 0 holds"):
-            copy(plan)
+            in_transaction(config.flow(FLOW), copy)(plan)
     finally:
         runner.release_run(config, FLOW, "window#0")
     assert spark.sparkContext.statusTracker().getActiveJobsIds() == []  # the failed job's tasks ended

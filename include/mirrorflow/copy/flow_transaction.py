@@ -18,10 +18,10 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 
-from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, Writer
+from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, Plan, Writer, transactional_id
 from mirrorflow.errors import MirrorError
 from mirrorflow.kafka.connection import TP, Connection
 from mirrorflow.kafka.transactions import add_partitions, end_transaction, fence
@@ -93,3 +93,15 @@ class FlowTransactions:
 
     def close(self) -> None:
         self._target.close()
+
+
+def copied_in_one_transaction(
+    props: Mapping[str, str], plan: Plan, copy: Callable[[Grant], CopyResult]
+) -> CopyResult:
+    """``copy`` of ``plan`` as one attempt of its flow's writer on the target of ``props``: fenced,
+    one transaction, committed once ``copy`` returned."""
+    with FlowTransactions.fenced(props, transactional_id(plan.flow)) as transactions:
+        grant = transactions.begin(plan.partitions)
+        result = copy(grant)
+        transactions.commit(result, plan.partitions)
+    return result

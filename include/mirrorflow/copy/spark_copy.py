@@ -31,9 +31,9 @@ from pyspark.errors.exceptions.captured import CapturedException
 
 from mirrorflow.config.model import FlowConfig
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
-from mirrorflow.copy.flow_transaction import FlowTransactions
+from mirrorflow.copy.flow_transaction import copied_in_one_transaction
 from mirrorflow.copy.standing_task import ALIVE, Failed, serve
-from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, PartitionResult, Plan, transactional_id
+from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, PartitionResult, Plan
 from mirrorflow.errors import (
     AuthorizationError,
     MirrorError,
@@ -57,11 +57,9 @@ def copy_plan(sc: SparkContext, flow: FlowConfig, plan: Plan) -> CopyResult:
         return CopyResult(plan.flow, plan.run_id, ())
     # Plain values travel to the Spark tasks (the config's own mappings do not pickle).
     settings = CopySettings.of(flow)
-    with FlowTransactions.fenced(settings.target, transactional_id(flow.name)) as transactions:
-        grant = transactions.begin(plan.partitions)
-        result = _copy_job(sc, settings, plan, grant)
-        transactions.commit(result, plan.partitions)
-    return result
+    return copied_in_one_transaction(
+        settings.target, plan, lambda grant: _copy_job(sc, settings, plan, grant)
+    )
 
 
 def _copy_job(sc: SparkContext, settings: CopySettings, plan: Plan, grant: Grant) -> CopyResult:
