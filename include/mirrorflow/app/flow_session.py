@@ -37,7 +37,7 @@ from mirrorflow.app.run_folder import metrics_file, write_atomically
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import RunOptions
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
-from mirrorflow.copy.flow_transaction import FlowTransactions
+from mirrorflow.copy.flow_transaction import WINDOW_TRANSACTION_TIMEOUT_MS, FlowTransactions
 from mirrorflow.core.metrics import PartitionMetrics, checkpoint_metrics_text, source_metrics_text
 from mirrorflow.core.plan import CopyResult, Grant, Plan, SourceGap, transactional_id
 from mirrorflow.core.planner import (
@@ -277,7 +277,9 @@ class FlowSession:
         its run's lock: a DR window's, after it took the flow over), until the session ends."""
         settings = CopySettings.of(self.flow)
         return self._opened.enter_context(
-            FlowTransactions.fenced(settings.target, transactional_id(self.flow.name))
+            FlowTransactions.fenced(
+                settings.target, transactional_id(self.flow.name), WINDOW_TRANSACTION_TIMEOUT_MS
+            )
         )
 
     def copy_in_transaction(self, plan: Plan, copy: Callable[[Grant], CopyResult]) -> CopyResult:

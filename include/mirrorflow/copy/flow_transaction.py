@@ -18,34 +18,42 @@ Invariants:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 
 from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, Plan, Writer, transactional_id
-from mirrorflow.errors import MirrorError
+from mirrorflow.errors import MirrorError, TargetStateError, WriterFencedError
 from mirrorflow.kafka.connection import TP, Connection
 from mirrorflow.kafka.transactions import add_partitions, end_transaction, fence
 
-# How long the coordinator lets a transaction stay open before aborting it (Kafka's producer
-# default): a copy that froze with one open holds read_committed consumers back no longer.
-TRANSACTION_TIMEOUT_MS = 60_000
+# How long the coordinator lets a transaction stay open before aborting it. A DR window's
+# micro-batch takes well under a second: Kafka's producer default, so that a window frozen with one
+# open holds read_committed consumers back no longer. A batch run's copy is one transaction: the
+# most brokers allow unless raised (their transaction.max.timeout.ms default).
+WINDOW_TRANSACTION_TIMEOUT_MS = 60_000
+RUN_TRANSACTION_TIMEOUT_MS = 900_000
 
 
 class FlowTransactions:
     """One attempt's writer of the flow's transactional id on the target of ``props``."""
 
-    def __init__(self, props: Mapping[str, str], transactional_id: str) -> None:
+    def __init__(self, props: Mapping[str, str], transactional_id: str, timeout_ms: int) -> None:
         self.transactional_id = transactional_id
+        self.timeout_ms = timeout_ms
         self._target = Connection(props, "target", ())
+        self._began = 0.0
         self._writer: Writer | None = None
         self._sequences: dict[TP, int] = {}
         self._open: list[TP] | None = None
 
     @classmethod
     @contextmanager
-    def fenced(cls, props: Mapping[str, str], transactional_id: str) -> Iterator[FlowTransactions]:
+    def fenced(
+        cls, props: Mapping[str, str], transactional_id: str, timeout_ms: int
+    ) -> Iterator[FlowTransactions]:
         """The attempt's writer, fenced; an open transaction is aborted when the block fails."""
-        transactions = cls(props, transactional_id)
+        transactions = cls(props, transactional_id, timeout_ms)
         try:
             transactions.fence()
             yield transactions
@@ -60,7 +68,7 @@ class FlowTransactions:
 
     def fence(self) -> None:
         """A new epoch of the writer: every earlier one is cut off, its open transaction aborted."""
-        self._writer = fence(self._target, self.transactional_id, TRANSACTION_TIMEOUT_MS)
+        self._writer = fence(self._target, self.transactional_id, self.timeout_ms)
         self._sequences.clear()
         self._open = None
 
@@ -69,7 +77,7 @@ class FlowTransactions:
         assert self._writer is not None and self._open is None, "fence first; one transaction at a time"
         tps = sorted({(p.remote_topic, p.partition) for p in plans})
         add_partitions(self._target, self.transactional_id, self._writer, tps)
-        self._open = tps
+        self._open, self._began = tps, time.monotonic()
         return Grant(
             self.transactional_id,
             self._writer,
@@ -79,7 +87,18 @@ class FlowTransactions:
     def commit(self, result: CopyResult, plans: Iterable[PartitionPlan]) -> None:
         """Commit the open transaction, whose tasks wrote ``result`` for ``plans``."""
         assert self._writer is not None and self._open is not None, "no transaction is open"
-        end_transaction(self._target, self.transactional_id, self._writer, commit=True)
+        try:
+            end_transaction(self._target, self.transactional_id, self._writer, commit=True)
+        except WriterFencedError as fenced:
+            open_s = time.monotonic() - self._began
+            if open_s * 1000 < self.timeout_ms:
+                raise
+            raise TargetStateError(
+                f"the copy's transaction of {self.transactional_id} stayed open {open_s:.0f} s, past "
+                f"the {self.timeout_ms // 1000} s its coordinator allows, and was aborted. Nothing was "
+                "committed. Copy less per run (the flow's mirrorflow.max.records.per.partition, or a run's topics), "
+                "then run the flow again"
+            ) from fenced
         self._open = None
         remote = {(p.topic, p.partition): (p.remote_topic, p.partition) for p in plans}
         for r in result.partitions:
@@ -100,7 +119,9 @@ def copied_in_one_transaction(
 ) -> CopyResult:
     """``copy`` of ``plan`` as one attempt of its flow's writer on the target of ``props``: fenced,
     one transaction, committed once ``copy`` returned."""
-    with FlowTransactions.fenced(props, transactional_id(plan.flow)) as transactions:
+    with FlowTransactions.fenced(
+        props, transactional_id(plan.flow), RUN_TRANSACTION_TIMEOUT_MS
+    ) as transactions:
         grant = transactions.begin(plan.partitions)
         result = copy(grant)
         transactions.commit(result, plan.partitions)
