@@ -96,8 +96,8 @@ class FlowTransactions:
             raise TargetStateError(
                 f"the copy's transaction of {self.transactional_id} stayed open {open_s:.0f} s, past "
                 f"the {self.timeout_ms // 1000} s its coordinator allows, and was aborted. Nothing was "
-                "committed. Copy less per run (the flow's mirrorflow.max.records.per.partition, or a run's topics), "
-                "then run the flow again"
+                "committed. Copy less per run (the flow's mirrorflow.max.records.per.partition, or a "
+                "run's topics), then run the flow again"
             ) from fenced
         self._open = None
         remote = {(p.topic, p.partition): (p.remote_topic, p.partition) for p in plans}
