@@ -4,21 +4,22 @@ Runs inside one Spark task (or, for a plan of heartbeats only, in the plan task'
 group of planned partitions, and never imports pyspark. A reader thread (``source_reader``) fetches
 the group's partitions from the source (Fetch, read_committed) and turns each batch into what the
 target gets (``record_batches``: passed as it is, or re-encoded exactly); the calling thread
-(``produce_loop``) produces them (Produce, acks=all, idempotent) as the flow's ``Writer``; every
-request goes through the kafka layer (``kafka.connection``, ``kafka.record_reads``,
-``kafka.produce``). Invariants, each with the module that keeps it:
+(``produce_loop``) produces them (Produce, acks=all) in the open transaction of the flow's writer
+(``Grant``, from ``flow_transaction``); every request goes through the kafka layer
+(``kafka.connection``, ``kafka.record_reads``, ``kafka.produce``). Invariants, each with the module
+that keeps it:
 - Records reach each remote partition in source order, each exactly once: one produce request in
-  flight per partition, its batch resent with the same producer id and sequence until the target
-  answers, so the broker appends it once and never after a later one (``produce_loop``).
-- A record's sequence is its target offset (mod 2^31) and every copy of the flow writes as the same
-  producer id, so the target's broker appends a batch only where the partition ends right before
-  it. A copy that wakes up after a newer one took over (a stopped process, a timed-out task whose
-  Spark job went on) can append only the very records the newer one would write next, at the same
-  offsets; any other batch of it is refused (out of order) and fails it (``produce_loop``).
-- What an attempt leaves on the target is a prefix of the planned records. Before writing, the
-  ``target end - target_start`` records already there are read back and compared with the planned
-  ones (key, value, headers, timestamp): records written by anything else are never taken for
-  ours; ours are skipped, never written twice (this module).
+  flight per partition, its batch resent with the same producer id, epoch and sequence until the
+  target answers, so the broker appends it once and never after a later one (``produce_loop``).
+- A copy whose attempt a newer one fenced appends nothing: the target refuses its epoch, whatever
+  its records' timestamps, and what it wrote in its transaction was aborted (``flow_transaction``,
+  ``produce_loop``).
+- What an attempt leaves for read_committed consumers is a prefix of the planned records. Before
+  writing, the committed records between the planned target start and the partition's end (an
+  earlier attempt's, committed before the offsets table moved) are read back and compared with the
+  planned ones (key, value, headers, timestamp): records written by anything else are never taken
+  for ours; ours are skipped, never written twice (this module). This attempt's records follow from
+  the partition's end, and every acknowledgement must place them there (``produce_loop``).
 - A flow with transforms (``core.transforms``) copies every batch record by record: each planned
   record goes through the chain, and what it returns is re-encoded; a dropped record is an offset
   gap, a sync point of the result (``partition_copy``). Flows without transforms keep the batches
