@@ -258,16 +258,17 @@ class FlowSession:
         return {tp: offset for tp, offset in found.items() if offset is not None}
 
     def _copied_past_gap(self, gap: SourceGap, remote: str, ends: Mapping[TP, int]) -> int:
-        """How many of the records an interrupted attempt left on the remote partition past the
-        committed target offset copy records after the gap (see ``count_copied_past_gap``)."""
+        """Where the records an interrupted attempt left on the remote partition past the committed
+        target offset begin to copy records after the gap (see ``count_copied_past_gap``); the
+        gap's target end if none does."""
         flow = self.flow
         left = gap.target_end - gap.target_start
-        return count_copied_past_gap(
-            record_digests(flow.target, remote, gap.partition, gap.target_start, gap.target_end, left),
-            record_digests(
-                flow.source, gap.topic, gap.partition, gap.source_end, ends[(gap.topic, gap.partition)], left
-            ),
+        target = record_digests(flow.target, remote, gap.partition, gap.target_start, gap.target_end, left)
+        source = record_digests(
+            flow.source, gap.topic, gap.partition, gap.source_end, ends[(gap.topic, gap.partition)], left
         )
+        copied = count_copied_past_gap([d for _, d in target], [d for _, d in source])
+        return target[-copied][0] if copied else gap.target_end
 
     # ----------------------------------------------------------------------------- copy, commit
 

@@ -56,9 +56,10 @@ class PlannerInput:
     ride_along: frozenset[str] = frozenset()
     # mirrorflow.on.source.data.loss = skip: continue after lost source records instead of failing.
     skip_lost: bool = False
-    # For each gap of ``find_gaps`` whose remote partition holds records past the committed target
-    # offset (an interrupted attempt's): how many of them, at the end, are copies of records from the
-    # log start on (``count_copied_past_gap``). Required for every such gap.
+    # For each gap of ``find_gaps`` whose remote partition holds offsets past the committed target
+    # offset (an interrupted attempt's records, transaction markers): the target offset where the
+    # copies of records from the log start on begin, at the end of them (``count_copied_past_gap``
+    # counts them); the gap's target end where there are none. Required for every such gap.
     copied_past_gap: Mapping[TopicPartition, int] = field(default_factory=dict)
     # Source topic ids now (topics whose broker reports one), and as recorded when first mirrored.
     topic_ids: Mapping[str, str] = field(default_factory=dict)
@@ -209,7 +210,7 @@ def count_copied_past_gap(left: Sequence[bytes], following: Sequence[bytes]) -> 
 def _without_copies_past(gap: SourceGap, copied_past_gap: Mapping[TopicPartition, int]) -> SourceGap:
     if gap.target_end == gap.target_start:
         return gap
-    return replace(gap, target_end=gap.target_end - copied_past_gap[(gap.topic, gap.partition)])
+    return replace(gap, target_end=copied_past_gap[(gap.topic, gap.partition)])
 
 
 def _check_topic_ids(inp: PlannerInput) -> None:

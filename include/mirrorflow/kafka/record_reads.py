@@ -152,13 +152,13 @@ def written_records(props: Mapping[str, str], tp: TP, start: int, end: int) -> I
 
 def record_digests(
     cluster: ClusterConfig, topic: str, partition: int, start: int, stop: int, limit: int
-) -> list[bytes]:
-    """The ``record_digest`` of key, value, headers and timestamp (what the copy keeps) of each
-    committed record of a partition from offset ``start`` on, before offset ``stop``, at most
-    ``limit``, oldest first."""
+) -> list[tuple[int, bytes]]:
+    """The offset and ``record_digest`` of key, value, headers and timestamp (what the copy keeps)
+    of each committed record of a partition from offset ``start`` on, before offset ``stop``, at
+    most ``limit``, oldest first."""
     with _control_plane_read(cluster.consumer, cluster.alias, topic) as connection:
         records = read_records(connection, (topic, partition), start, stop, READ_COMMITTED, limit)
-    return [record_digest((r.key, r.value, r.headers, r.timestamp)) for r in records]
+    return [(r.offset, record_digest((r.key, r.value, r.headers, r.timestamp))) for r in records]
 
 
 def read_partition(

@@ -254,7 +254,7 @@ def test_skip_resumes_each_lost_partition_at_its_log_start_and_carries_the_gaps(
 
 def test_records_left_by_an_interrupted_attempt_stay_in_the_gap_unless_they_copy_later_ones() -> None:
     # Committed (100, 40); an attempt copied 30 records to target [40, 70) before the source deleted
-    # offsets up to 150. Of those 30, the last 12 are copies of records from 150 on.
+    # offsets up to 150. Of those 30, the last 12 are copies of records from 150 on: from offset 58.
     inp = planner_input(
         {("orders", 0): (150, 400)},
         {("primary.orders", 0): 70},
@@ -263,7 +263,7 @@ def test_records_left_by_an_interrupted_attempt_stay_in_the_gap_unless_they_copy
     )
     assert find_gaps(inp) == (SourceGap("orders", 0, 100, 150, 40, 70),)
 
-    out = make_plan(replace(inp, copied_past_gap={("orders", 0): 12}))
+    out = make_plan(replace(inp, copied_past_gap={("orders", 0): 58}))
 
     assert out.plan.gaps == (SourceGap("orders", 0, 100, 150, 40, 58),)
     # The copy finds 12 records past target_start already there and skips exactly those.
