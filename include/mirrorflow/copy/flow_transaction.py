@@ -73,8 +73,12 @@ class FlowTransactions:
         self._open = None
 
     def begin(self, plans: Iterable[PartitionPlan]) -> Grant:
-        """A transaction over the remote partitions of ``plans``, and what its tasks write as."""
-        assert self._writer is not None and self._open is None, "fence first; one transaction at a time"
+        """A transaction over the remote partitions of ``plans``, and what its tasks write as (the
+        writer fenced first if an abort could not fence it)."""
+        assert self._open is None, "one transaction at a time"
+        if self._writer is None:
+            self.fence()
+        assert self._writer is not None
         tps = sorted({(p.remote_topic, p.partition) for p in plans})
         add_partitions(self._target, self.transactional_id, self._writer, tps)
         self._open, self._began = tps, time.monotonic()
@@ -106,8 +110,10 @@ class FlowTransactions:
             self._sequences[tp] = self._sequences.get(tp, 0) + r.records - r.skipped
 
     def abort(self) -> None:
-        """Abort what is open by fencing again; nothing when nothing is open."""
+        """Abort what is open by fencing again; nothing when nothing is open. If the fence fails, the
+        next ``begin`` fences first."""
         if self._open is not None:
+            self._writer, self._open = None, None
             self.fence()
 
     def close(self) -> None:
