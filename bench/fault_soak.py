@@ -101,9 +101,10 @@ def _restarts(box: list[ReplicatedCluster], every_s: float, watch: Watch) -> Ite
 
 def _judge(restarts: list[Restart], watch: Watch, load_end: float) -> None:
     """Each restart's longest wait in the ``SETTLE_S`` after it, and when the waits of the records
-    produced after it (until the next restart) stayed under ``GOOD_S``."""
+    produced after it stayed under ``GOOD_S``: of the records readable before the next restart (a
+    record still waiting then is the next one's)."""
     for restart, following in zip(restarts, [*(r.at for r in restarts[1:]), load_end], strict=True):
-        timed = [(p, ms / 1000) for p, ms in watch.timed if restart.at <= p < following]
+        timed = [(p, ms / 1000) for p, ms in watch.timed if restart.at <= p and p + ms / 1000 < following]
         settling = [w for p, w in timed if p < restart.at + SETTLE_S]
         restart.longest_wait_s = max(settling, default=None)
         late = [p for p, w in timed if w >= GOOD_S]
