@@ -344,10 +344,12 @@ def test_a_second_run_copies_only_new_records(
         (b.run_id, b.partition, b.source_start, b.source_end, b.target_start, b.target_end) for b in batches
     ] == [
         ("run-1", 0, 0, 20, 0, 20),
-        ("run-2", 0, 20, 35, 20, 35),
+        ("run-2", 0, 20, 35, 20, 36),
         ("run-1", 1, 0, 20, 0, 20),
-        ("run-2", 1, 20, 35, 20, 35),
+        ("run-2", 1, 20, 35, 20, 36),
     ]
+    # Run 1's commit marker at offset 20: run 2's records land after it.
+    assert [b.target_gaps for b in batches] == [(), ((20, 21),), (), ((20, 21),)]
 
 
 def test_per_run_cap_copies_n_per_partition_and_the_next_run_continues(
