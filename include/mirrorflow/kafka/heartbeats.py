@@ -24,6 +24,11 @@ from mirrorflow.kafka.internal_topics import InternalTopicWriter, write_records
 from mirrorflow.mm2.records import Heartbeat
 
 _TIMEOUT_S = 30.0
+# The newest heartbeat is read from this many offsets before the end on: the end holds the markers
+# of the copy's transactions, after a failed attempt its aborted records too.
+_TAIL = 64
+# Once a record came, how long to wait for a later one before taking it for the last.
+_MORE_S = 0.2
 
 
 def emit_heartbeats(
@@ -42,17 +47,22 @@ def emit_heartbeats(
         write_records(cluster, topic, rf, [(beat.key(), beat.value())], writer)
 
 
-def _next_record(consumer: Consumer, where: str) -> tuple[bytes, bytes]:
-    """Key and value of the next record of the assigned partition. Errors in between are skipped
-    until the deadline: a login without group ACLs gets its group coordinator refused, which an
-    assigned read does not need."""
+def _last_record(consumer: Consumer, where: str) -> tuple[bytes, bytes]:
+    """Key and value of the last committed record of the assigned partition from its assigned
+    offset on: the copy's transaction markers (and its aborted attempts' records) follow the newest
+    heartbeat, and a committed read skips them. Errors in between are skipped until the deadline: a
+    login without group ACLs gets its group coordinator refused, which an assigned read does not
+    need."""
     deadline = time.monotonic() + _TIMEOUT_S
-    error = None
+    error, last = None, None
     while (left := deadline - time.monotonic()) > 0:
-        msg = consumer.poll(left)
+        msg = consumer.poll(min(left, _MORE_S) if last is not None else left)
+        if msg is None and last is not None:
+            return last  # nothing more came: the end
         if msg is not None and msg.error() is None:
-            return msg.key() or b"", msg.value() or b""
-        error = msg.error() if msg is not None else error
+            last = (msg.key() or b"", msg.value() or b"")
+        elif msg is not None:
+            error = msg.error()
     raise TransientError(f"cannot read the newest heartbeat of {where}: {error or 'timed out'}")
 
 
@@ -100,8 +110,8 @@ class HeartbeatAges:
             low, high = consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False)
             if high <= low:
                 return None
-            consumer.assign([TopicPartition(remote, 0, high - 1)])
-            beat = Heartbeat.decode(*_next_record(consumer, f"{remote} on {target}"))
+            consumer.assign([TopicPartition(remote, 0, max(low, high - _TAIL))])
+            beat = Heartbeat.decode(*_last_record(consumer, f"{remote} on {target}"))
         except KafkaException as exc:
             raise TransientError(f"cannot read {remote} on {target}: {exc}") from exc
         now = int(time.time() * 1000) if now_ms is None else now_ms
