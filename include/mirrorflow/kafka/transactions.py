@@ -35,6 +35,7 @@ from kafka.protocol.producer import AddPartitionsToTxnRequest, EndTxnRequest, In
 from mirrorflow.core.plan import Writer
 from mirrorflow.errors import AuthorizationError, TargetStateError, TransientError, WriterFencedError
 from mirrorflow.kafka.connection import REFUSED, TIMEOUT_S, TP, Connection, error_name
+from mirrorflow.kafka.produce import refused_write
 
 _LOADING, _NO_COORDINATOR, _NOT_COORDINATOR = 14, 15, 16
 _MOVED = frozenset({_LOADING, _NO_COORDINATOR, _NOT_COORDINATOR})
@@ -136,12 +137,19 @@ def add_partitions(conn: Connection, transactional_id: str, writer: Writer, tps:
         ]
 
     what = "add partitions to its transaction"
+    answer = _ask(conn, transactional_id, what, request, codes)
     # One partition's error leaves the others not attempted: the first real one is the answer.
     refused = [
-        c for c in codes(_ask(conn, transactional_id, what, request, codes)) if c not in (0, _NOT_ATTEMPTED)
+        (f"{t.name}-{p.partition_index}", p.partition_error_code)
+        for t in answer.results_by_topic_v3_and_below
+        for p in t.results_by_partition
+        if p.partition_error_code not in (0, _NOT_ATTEMPTED)
     ]
     if refused:
-        raise _refusal(transactional_id, what, refused[0])
+        where, code = refused[0]
+        if code in REFUSED:
+            raise refused_write(f"{where}: {error_name(code)}")  # the remote topic's grant
+        raise _refusal(transactional_id, what, code)
 
 
 def end_transaction(conn: Connection, transactional_id: str, writer: Writer, commit: bool) -> None:
