@@ -313,7 +313,7 @@ def test_the_next_window_takes_over_at_a_micro_batch_boundary_without_a_gap(
     assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 2) == 2 * each
     assert one.records > 0 and two.records > 0 and one.records + two.records == 2 * each
     batches = OffsetsStore(config.offsets_db_url).batches(FLOW)
-    assert [(b.partition, b.source_start, b.source_end, b.target_end) for b in batches] == [
+    assert [(b.partition, b.source_start, b.source_end, b.records) for b in batches] == [
         (p, 0, each, each) for p in range(2)
     ]
 

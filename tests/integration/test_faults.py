@@ -128,10 +128,13 @@ def _assert_exactly_once(
 
 
 class _Targets:
-    """Sum of the remote partitions' end offsets."""
+    """Sum of the remote partitions' high watermarks: what the copy wrote, its open transaction's
+    records included (a committed read's end stays put until the transaction commits)."""
 
     def __init__(self, bootstrap: str, remote: str) -> None:
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fault-watch"})
+        self._consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": "fault-watch", "isolation.level": "read_uncommitted"}
+        )
         self._tps = [TopicPartition(remote, p) for p in range(PARTITIONS)]
 
     def written(self) -> int:

@@ -99,7 +99,8 @@ def test_with_skip_a_run_continues_after_the_gap_records_it_and_the_next_run_goe
 
     report = run_flow(config, FLOW, "run-2", spark)
 
-    gaps = (SourceGap(topic, 0, 10, 15, 10, 10), SourceGap(topic, 2, 10, 12, 10, 10))
+    # On the target, each gap spans run-1's commit marker.
+    gaps = (SourceGap(topic, 0, 10, 15, 10, 11), SourceGap(topic, 2, 10, 12, 10, 11))
     assert report.gaps == gaps
     assert report.as_dict()["gaps"] == [vars(g) for g in gaps]
     assert report.table().split("\n")[-3:] == [
@@ -118,14 +119,15 @@ def test_with_skip_a_run_continues_after_the_gap_records_it_and_the_next_run_goe
     # A group positioned inside the gap resumes at the first record after it, on both clusters.
     commit_group(primary.bootstrap, group, {(topic, 0): 12})
     emitted = checkpoint_run(config, FLOW, "checkpoints").emitted
-    assert [(p.upstream_offset, p.downstream_offset) for p in emitted if p.group_id == group] == [(12, 10)]
+    assert [(p.upstream_offset, p.downstream_offset) for p in emitted if p.group_id == group] == [(12, 11)]
 
     sample_data.produce_samples(primary.bootstrap, topic, 3, 20, 3)
     again = run_flow(config, FLOW, "run-3", spark)
 
     assert (again.records, again.gaps) == (9, ())
     assert _remote(backup, topic, 0)[10:] == _samples(topic, 0, range(15, 23))
-    assert store.progress(FLOW)[(topic, 0)] == PartitionProgress(topic, 0, 23, 18)
+    # Records 15-19 at 11-15, run-2's marker at 16, records 20-22 at 17-19.
+    assert store.progress(FLOW)[(topic, 0)] == PartitionProgress(topic, 0, 23, 20)
     # The gaps end at the source's log start: run-3's commit pruned them, with run-1's batches below
     # it. A group still inside them resumes where the first record after them landed, as before.
     assert store.gaps(FLOW) == []
@@ -138,7 +140,7 @@ def test_with_skip_a_run_continues_after_the_gap_records_it_and_the_next_run_goe
     commit_group(primary.bootstrap, f"{group}-late", {(topic, 0): 13})
     emitted = checkpoint_run(config, FLOW, "checkpoints").emitted
     assert [(p.upstream_offset, p.downstream_offset) for p in emitted if p.group_id == f"{group}-late"] == [
-        (13, 10)
+        (13, 11)
     ]
 
 
@@ -161,8 +163,9 @@ def test_copies_an_interrupted_attempt_left_are_neither_duplicated_nor_taken_for
 
     report = run_flow(config, FLOW, "run-3", spark)
 
-    # Target 10-14 copy the lost records 10-14 and stay in the gap; 15-19 are skipped, 20-24 written.
-    assert report.gaps == (SourceGap(topic, 0, 10, 15, 10, 15),)
+    # Target 10 is run 1's commit marker, 11-15 copy the lost records 10-14 and stay in the gap;
+    # 15-19 (at 16-20, run 2's transaction committed) are skipped, 20-24 written.
+    assert report.gaps == (SourceGap(topic, 0, 10, 15, 10, 16),)
     assert (report.records, report.partitions[0].skipped) == (10, 5)
     assert _remote(backup, topic, 0) == _samples(topic, 0, range(25))
 

@@ -99,18 +99,39 @@ def test_a_compacted_topic_verifies_record_by_record_reporting_what_each_cluster
     _compact_soon(config, f"primary.{on_target}")
     # Rolls the source's segment of offsets 0-19, which its cleaner compacts to each key's last record.
     sample_data.produce(producer, on_source, 0, [_later(on_source)])
-    # Copied at target offset 20, it rolls the remote segment of offsets 0-19 likewise.
+    # Copied at target offset 21 (run 1's commit marker at 20), it rolls the remote segment of
+    # offsets 0-20 likewise.
     sample_data.produce(producer, on_target, 0, [_later(on_target)])
     run_flow(config, FLOW, "run-2", spark)
     _wait_offsets(primary, on_source, list(range(15, 21)))
-    _wait_offsets(backup, f"primary.{on_target}", list(range(15, 21)))
+    _wait_offsets(backup, f"primary.{on_target}", [*range(15, 20), 21])
 
     plan = plan_verification(config, FLOW, "verify-1")
 
     assert plan.ranges == (
-        VerifyRange(on_source, 0, f"primary.{on_source}", 0, 21, 0, 21, compacted=True, runs=((0, 0, 21),)),
         VerifyRange(
-            on_target, 0, f"primary.{on_target}", 0, 22, 0, 21, compacted=True, runs=((0, 0, 20), (21, 20, 1))
+            on_source,
+            0,
+            f"primary.{on_source}",
+            0,
+            21,
+            0,
+            22,
+            True,
+            ((0, 0, 20), (20, 21, 1)),
+            target_gaps=((20, 21),),
+        ),
+        VerifyRange(
+            on_target,
+            0,
+            f"primary.{on_target}",
+            0,
+            22,
+            0,
+            22,
+            True,
+            ((0, 0, 20), (21, 21, 1)),
+            target_gaps=((20, 21),),
         ),
     )
     result = verify_ranges(spark, config.flow(FLOW), plan)
