@@ -199,9 +199,11 @@ class FlowSession:
         starts = source.earliest_offsets(tps)
         ends = source.latest_offsets(tps)
         remote_tps = [(topics.remote_names[t], p) for t, p in tps]
+        # The high watermark: the last stable offset lags the copy's last commit until its markers
+        # are written, and would look like a truncated remote partition.
         target_ends = {
             **{tp: 0 for tp in absent},
-            **self.target.latest_offsets([tp for tp in remote_tps if tp not in absent]),
+            **self.target.written_offsets([tp for tp in remote_tps if tp not in absent]),
         }
         new = [tp for tp in tps if tp not in progress]
         inp = PlannerInput(

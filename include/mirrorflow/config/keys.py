@@ -201,8 +201,8 @@ FLOW_KEYS: tuple[Key, ...] = (
     Key(
         "exactly.once.support",
         N,
-        "every copy is exactly-once already: it writes as the flow's one "
-        "producer id, each record's sequence its target offset",
+        "every copy is exactly-once already: it writes in transactions of the flow's transactional "
+        "id, fenced by every attempt (read remote topics with `read_committed`)",
     ),
     Key("exactly.once.source.support", N, "every copy is exactly-once already (a Connect worker setting)"),
     Key("transaction.boundary", N, "every copy is exactly-once without transactions"),

@@ -29,7 +29,14 @@ from kafka.errors import KafkaError, NoError, SecurityDisabledError, TopicAlread
 from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, kafka_python_config
 from mirrorflow.config.model import ClusterConfig
 from mirrorflow.errors import TargetStateError, TransientError
-from mirrorflow.kafka.connection import READ_COMMITTED, Connection, end_offsets, log_start_offsets, offsets_at
+from mirrorflow.kafka.connection import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    Connection,
+    end_offsets,
+    log_start_offsets,
+    offsets_at,
+)
 from mirrorflow.mm2.acl_rules import TopicAcl
 
 TP = tuple[str, int]
@@ -125,6 +132,11 @@ class ClusterAdmin:
     def latest_offsets(self, partitions: Iterable[TP]) -> dict[TP, int]:
         """Each partition's last stable offset (read_committed)."""
         return end_offsets(*self._offsets(partitions), READ_COMMITTED)
+
+    def written_offsets(self, partitions: Iterable[TP]) -> dict[TP, int]:
+        """Each partition's high watermark: past every record written, an open transaction's and
+        those of one whose markers are still on their way too (read_uncommitted)."""
+        return end_offsets(*self._offsets(partitions), READ_UNCOMMITTED)
 
     def offsets_at(self, partitions: Iterable[TP], timestamp_ms: int) -> dict[TP, int | None]:
         """Per partition, the offset of its first record with a timestamp at or after

@@ -71,8 +71,14 @@ def coordinator(conn: Connection, transactional_id: str) -> int:
         request = FindCoordinatorRequest(
             key=transactional_id, key_type=CoordinatorType.TRANSACTION, **_FIND_VERSIONS
         )
-        answer = conn.call(node, request)
-        code = answer.error_code
+        try:
+            code = (answer := conn.call(node, request)).error_code
+        except TransientError:
+            # A broker that went away: another one names the coordinator.
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(_BACKOFF_S)
+            continue
         if not code:
             found = int(answer.node_id)
             if conn.client.cluster.broker_metadata(found) is None:
