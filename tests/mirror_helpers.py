@@ -189,19 +189,19 @@ def committed_offsets(config: MirrorConfig, flow: str, remote: str, partition: i
 
 
 def assert_translates_to_copies(
-    config: MirrorConfig, flow: str, topic: str, remote: str, records: int
+    config: MirrorConfig, flow: str, topic: str, remote: str, records: int, partition: int = 0
 ) -> None:
-    """The flow's batch log and progress of ``topic``-0 (a source partition of ``records`` records at
-    offsets 0..) map each source offset to the offset of its copy on the target, and end past the
-    last."""
-    copies = committed_offsets(config, flow, remote)
+    """The flow's batch log and progress of ``topic``-``partition`` (a source partition of ``records``
+    records at offsets 0..) map each source offset to the offset of its copy on the target, and end
+    past the last."""
+    copies = committed_offsets(config, flow, remote, partition)
     with OffsetsStore(config.offsets_db_url) as store:
-        batches = [b.as_batch() for b in store.batches(flow, topic=topic)]
-        progress = store.progress(flow)[(topic, 0)]
+        batches = [b.as_batch() for b in store.batches(flow, topic=topic, partition=partition)]
+        progress = store.progress(flow)[(topic, partition)]
     translator = OffsetTranslator(batches)
     assert [translator.translate(i) for i in range(records)] == copies
     assert sum(b.records for b in batches) == records
-    assert progress == PartitionProgress(topic, 0, records, copies[-1] + 1)
+    assert progress == PartitionProgress(topic, partition, records, copies[-1] + 1)
 
 
 def wait_end(bootstrap: str, topic: str, partition: int, end: int) -> None:
