@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from mirrorflow.core.documents import Document
+from mirrorflow.core.plan import offsets_in
 from mirrorflow.core.progress import Batch
 from mirrorflow.core.translation import OffsetTranslator, Run, coalesce, runs, runs_from
 from mirrorflow.errors import PlanError
@@ -109,7 +110,7 @@ class VerifyRange:
     @property
     def records(self) -> int:
         """The records the mirror committed for the range."""
-        return self.target_end - self.target_start - sum(end - start for start, end in self.target_gaps)
+        return self.target_end - self.target_start - offsets_in(self.target_gaps)
 
     @property
     def by_record(self) -> bool:
