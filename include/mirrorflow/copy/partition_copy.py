@@ -39,9 +39,8 @@ class PartitionCopy:
     position: int
     records: int = 0
     bytes: int = 0
-    # The records counted, as runs consecutive on both clusters, and where the next one lands.
+    # The records counted, as runs consecutive on both clusters.
     runs: list[Run] = field(default_factory=list)
-    landing: int = -1
     record_age: Stats = field(default_factory=Stats)
     replication_latency: Stats = field(default_factory=Stats)
     first_received_ms: int = 0
@@ -54,10 +53,6 @@ class PartitionCopy:
     # Set (isolate) when the partition met an error a retry would meet again: it copies no more.
     failed: MirrorError | None = None
 
-    def __post_init__(self) -> None:
-        if self.landing < 0:
-            self.landing = self.plan.target_start
-
     @property
     def tp(self) -> TP:
         return (self.plan.topic, self.plan.partition)
@@ -66,6 +61,14 @@ class PartitionCopy:
     def next_target_offset(self) -> int:
         """Where the next batch lands: its records' sequences count from there."""
         return self.plan.target_start + self.already_written + self.acked
+
+    @property
+    def landing(self) -> int:
+        """Where the next record counted lands, by default: right after the last one."""
+        if not self.runs:
+            return self.plan.target_start
+        _, target, n = self.runs[-1]
+        return target + n
 
     @property
     def remote(self) -> TP:
@@ -87,7 +90,6 @@ class PartitionCopy:
                     self._extend(offsets[start], targets[start], i - start)
                     start = i
         self.records += len(offsets)
-        self.landing = targets[-1] + 1
 
     def _extend(self, source: int, target: int, n: int) -> None:
         if self.runs:
