@@ -32,12 +32,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rpo import PARTITIONS, TOPIC, Watch, fmt, holders, lock_handovers, measure, scheduler
-from rpo import _ours_properties as rpo_properties
+from rpo import PARTITIONS, TOPIC, Watch, dr_flow_properties, fmt, holders, lock_handovers, measure, scheduler
 from scenarios import Options, ScenarioResult
 from workload import create_topics
 
 from mirrorflow_dev import local_kafka, replicated_kafka
+from mirrorflow_dev.kafka_home import REPLICATED_NODES
 from mirrorflow_dev.processes import free_ports
 from mirrorflow_dev.replicated_kafka import ReplicatedCluster
 
@@ -74,7 +74,7 @@ def _restarting(
     if stop.wait(FIRST_FAULT_S):
         return
     while True:
-        node_id, how = rng.randint(1, 3), ("shutdown", "crash")[len(done) % 2]
+        node_id, how = rng.randint(1, REPLICATED_NODES), ("shutdown", "crash")[len(done) % 2]
         at = time.time()
         node = box[0].node(node_id)
         local_kafka.stop_cluster(node, kill=how == "crash")
@@ -112,7 +112,9 @@ def _judge(restarts: list[Restart], watch: Watch, load_end: float) -> None:
 
 
 def _cluster(alias: str, root: Path) -> ReplicatedCluster:
-    return replicated_kafka.start_replicated_cluster(alias, free_ports(6), root, timeout=180)
+    return replicated_kafka.start_replicated_cluster(
+        alias, free_ports(2 * REPLICATED_NODES), root, timeout=180
+    )
 
 
 def fault_soak(opts: Options) -> ScenarioResult:
@@ -124,7 +126,7 @@ def fault_soak(opts: Options) -> ScenarioResult:
         box = [_cluster("target", work / "kafka")]
         try:
             create_topics(src.bootstrap, [TOPIC], PARTITIONS, replication_factor=3)
-            flow = rpo_properties(src.bootstrap, box[0].bootstrap, state, WINDOW_S, handover_wait_s=600)
+            flow = dr_flow_properties(src.bootstrap, box[0].bootstrap, state, WINDOW_S, handover_wait_s=600)
             config.write_text(flow.replace("replication.factor = 1", "replication.factor = 3"))
             print(
                 f"  fault-soak: {opts.fault_rate:,} records/s for {opts.fault_minutes} minutes, a target "

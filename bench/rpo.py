@@ -376,7 +376,8 @@ def mm2_properties(sources: Mapping[str, str], target: str) -> str:
     )
 
 
-def _ours_properties(source: str, target: str, state: Path, window_s: int, handover_wait_s: int) -> str:
+def dr_flow_properties(source: str, target: str, state: Path, window_s: int, handover_wait_s: int) -> str:
+    """mm2.properties of the DR flow source->target of topic ``rpo``, windows of ``window_s``."""
     flow: str = flow_properties(source, target, TOPIC, state, 1_000_000, {})
     return flow + (
         f"source->target.mirrorflow.mode = dr\nsource->target.mirrorflow.dr.window.seconds = {window_s}\n"
@@ -395,7 +396,7 @@ def _run_contender(
     else:
         config, state = work / "mm2-ours.properties", work / "state"
         window = int(WARM_UP_TIMEOUT_S + opts.rpo_seconds + DRAIN_TIMEOUT_S)
-        config.write_text(_ours_properties(source, target, state, window, handover_wait_s=0))
+        config.write_text(dr_flow_properties(source, target, state, window, handover_wait_s=0))
         env = prepare_airflow(work / "airflow", config, state, logs)
         proc, group = (
             start_logged([AIRFLOW, "dags", "test", "mirror_source_to_target"], logs / "dags-test.out", env),
@@ -414,7 +415,7 @@ def _under_the_scheduler(opts: Options, work: Path, source: str, target: str, ra
     """Our DR flow as the README tells users to run it: `airflow standalone`, the DAG unpaused, a
     window every --rpo-window-seconds handing the flow over to the next."""
     config, state = work / "mm2-ours.properties", work / "state"
-    config.write_text(_ours_properties(source, target, state, opts.rpo_window_seconds, handover_wait_s=600))
+    config.write_text(dr_flow_properties(source, target, state, opts.rpo_window_seconds, handover_wait_s=600))
     with (
         scheduler(work, config, state, ["source"]) as airflow,
         holders(f"sqlite:///{state / 'offsets.db'}") as changes,

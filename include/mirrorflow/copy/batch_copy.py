@@ -100,7 +100,6 @@ class BatchCopy:
                     self._check_written(part, end)
                 except MirrorError as exc:
                     self._give_up(part, exc)
-            part.landing = end
             parts.append(part)
         reader = SourceReader(self.source, parts, self.budget, self.chain, self._give_up)
         reader.start()

@@ -42,9 +42,8 @@ class PartitionCopy:
     first_sequence: int = 0
     records: int = 0
     bytes: int = 0
-    # The records counted, as runs consecutive on both clusters, and where the next one lands.
+    # The records counted, as runs consecutive on both clusters.
     runs: list[Run] = field(default_factory=list)
-    landing: int = -1
     record_age: Stats = field(default_factory=Stats)
     replication_latency: Stats = field(default_factory=Stats)
     first_received_ms: int = 0
@@ -57,18 +56,16 @@ class PartitionCopy:
     # Set (isolate) when the partition met an error a retry would meet again: it copies no more.
     failed: MirrorError | None = None
 
+    # Where this attempt's first batch lands: the partition's end when the copy started.
+    first_new: int = -1
+
     def __post_init__(self) -> None:
-        if self.landing < 0:
-            self.landing = self.plan.target_start
         if self.first_new < 0:
             self.first_new = self.plan.target_start
 
     @property
     def tp(self) -> TP:
         return (self.plan.topic, self.plan.partition)
-
-    # Where this attempt's first batch lands: the partition's end when the copy started.
-    first_new: int = -1
 
     @property
     def next_target_offset(self) -> int:
@@ -79,6 +76,12 @@ class PartitionCopy:
     def next_sequence(self) -> int:
         """The next batch's base sequence (the broker's arithmetic wraps at 2^31)."""
         return (self.first_sequence + self.acked) % (1 << 31)
+
+    @property
+    def landing(self) -> int:
+        """Where the next record counted lands, by default: after the new records counted so far
+        (the records found already written are counted where they are)."""
+        return self.first_new + self.records - self.already_written
 
     @property
     def remote(self) -> TP:
@@ -100,7 +103,6 @@ class PartitionCopy:
                     self._extend(offsets[start], targets[start], i - start)
                     start = i
         self.records += len(offsets)
-        self.landing = targets[-1] + 1
 
     def _extend(self, source: int, target: int, n: int) -> None:
         if self.runs:

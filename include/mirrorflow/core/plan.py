@@ -7,6 +7,7 @@ documents (``core.documents``) in the run's folder (``app.run_folder``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +74,11 @@ class SourceGap:
 
     def __str__(self) -> str:
         return offset_range(self.topic, self.partition, self.source_start, self.source_end)
+
+
+def offsets_in(stretches: Iterable[tuple[int, int]]) -> int:
+    """How many offsets the stretches ``[start, end)`` cover (a batch's or range's target gaps)."""
+    return sum(end - start for start, end in stretches)
 
 
 def offset_range(topic: str, partition: int, start: int, end: int) -> str:
@@ -258,7 +264,7 @@ class PartitionResult:
 
     @property
     def target_end(self) -> int:
-        return self.target_start + self.records + sum(end - start for start, end in self.target_gaps)
+        return self.target_start + self.records + offsets_in(self.target_gaps)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from mirrorflow.core.plan import SourceGap
+from mirrorflow.core.plan import SourceGap, offsets_in
 from mirrorflow.errors import PlanError
 
 
@@ -64,7 +64,7 @@ class Batch:
     @property
     def gapped(self) -> int:
         """How many offsets of the target range hold none of the batch's records."""
-        return sum(end - start for start, end in self.target_gaps)
+        return offsets_in(self.target_gaps)
 
     def validate(self) -> None:
         """Raise ``PlanError`` unless the batch is internally consistent."""

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from mirrorflow.core.documents import Document
+from mirrorflow.core.plan import offsets_in
 from mirrorflow.core.progress import Batch
 from mirrorflow.core.translation import OffsetTranslator, Run, coalesce, runs, runs_from
 from mirrorflow.errors import PlanError
@@ -109,7 +110,7 @@ class VerifyRange:
     @property
     def records(self) -> int:
         """The records the mirror committed for the range."""
-        return self.target_end - self.target_start - sum(end - start for start, end in self.target_gaps)
+        return self.target_end - self.target_start - offsets_in(self.target_gaps)
 
     @property
     def by_record(self) -> bool:
@@ -292,9 +293,10 @@ def verify_plan(
                 "mirrored (deleted from the source?); leave its topic out of the verification"
             )
         for stretch in _stretches(sorted(logged, key=lambda b: b.source_start)):
-            found = _stretch_range(stretch, log_starts[(topic, partition)], target_log_starts)
+            (merged,) = coalesce(stretch)  # translates as the stretch's batches do
+            found = _stretch_range(merged, log_starts[(topic, partition)], target_log_starts)
             if found is not None:
-                ranges.append(_with_kind(found, stretch, compacted, log_append_time))
+                ranges.append(_with_kind(found, merged, compacted, log_append_time))
     return VerifyPlan(flow_name, run_id, tuple(ranges))
 
 
@@ -315,31 +317,30 @@ def _stretches(ordered: list[Batch]) -> list[list[Batch]]:
 
 
 def _stretch_range(
-    stretch: list[Batch], log_start: int, target_log_starts: Mapping[TP, int] | None
+    merged: Batch, log_start: int, target_log_starts: Mapping[TP, int] | None
 ) -> VerifyRange | None:
-    first, last = stretch[0], stretch[-1]
-    source_start = max(first.source_start, log_start)
-    if source_start >= last.source_end:
+    """The range of a stretch, ``merged`` into one batch, that both clusters still hold."""
+    source_start = max(merged.source_start, log_start)
+    if source_start >= merged.source_end:
         return None  # every record of the stretch is gone from the source
-    translator = OffsetTranslator(stretch)
+    translator = OffsetTranslator([merged])
     target_start = translator.translate(source_start)
     assert target_start is not None  # source_start is at or after the stretch's first offset
     if target_log_starts is not None:
-        kept = target_log_starts.get((first.remote_topic, first.partition), 0)
+        kept = target_log_starts.get((merged.remote_topic, merged.partition), 0)
         if kept > target_start:
-            if kept >= last.target_end:
+            if kept >= merged.target_end:
                 return None  # every mirrored record of the stretch is gone from the target
             # The source offset of the first mirrored record at or after target offset ``kept``.
             source_start, target_start = _source_of(translator, kept), kept
-    (merged,) = coalesce(stretch)
     return VerifyRange(
-        first.topic,
-        first.partition,
-        first.remote_topic,
+        merged.topic,
+        merged.partition,
+        merged.remote_topic,
         source_start,
-        last.source_end,
+        merged.source_end,
         target_start,
-        last.target_end,
+        merged.target_end,
         target_gaps=tuple((max(a, target_start), b) for a, b in merged.target_gaps if b > target_start),
     )
 
@@ -353,13 +354,13 @@ def _source_of(translator: OffsetTranslator, target: int) -> int:
 
 
 def _with_kind(
-    r: VerifyRange, stretch: list[Batch], compacted: Collection[str], log_append_time: Collection[str]
+    r: VerifyRange, merged: Batch, compacted: Collection[str], log_append_time: Collection[str]
 ) -> VerifyRange:
     """The range marked compacted and LogAppendTime as its topics are; compared record by record,
-    with the runs of its target range (the stretch's runs from its first record on)."""
+    with the runs of its target range (the stretch's, ``merged`` into one batch, from its first
+    record on)."""
     is_compacted, stamped = r.topic in compacted, r.remote_topic in log_append_time
     kept: list[Run] = []
     if (is_compacted or stamped) and r.records:
-        (merged,) = coalesce(stretch)
         kept = runs_from(runs(merged), target=r.target_start)
     return replace(r, compacted=is_compacted, log_append_time=stamped, runs=tuple(kept))
