@@ -26,14 +26,17 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 from mirrorflow.app.flow_session import FlowSession
+from mirrorflow.config.model import ClusterConfig
 from mirrorflow.core.group_positions import Translation, next_positions, offsets_to_sync
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch, GroupPosition
 from mirrorflow.core.translation import OffsetTranslator
 from mirrorflow.errors import CommitConflictError
 from mirrorflow.kafka.admin import TP
+from mirrorflow.kafka.record_reads import first_committed
 from mirrorflow.mm2.records import Checkpoint
 from mirrorflow.store.checkpoint_log import checkpoints, record_checkpoints
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -56,12 +59,30 @@ def forward_translations(store: OffsetsStore, flow: str) -> dict[TP, Translation
     return {tp: Translation(remote, t.translate) for tp, (remote, t) in _translators(store, flow).items()}
 
 
-def reverse_translations(store: OffsetsStore, opposite: str) -> dict[TP, Translation]:
+def reverse_translations(
+    store: OffsetsStore,
+    opposite: str,
+    committed: Mapping[str, Mapping[TP, tuple[int, str]]],
+    cluster: ClusterConfig,
+) -> dict[TP, Translation]:
     """For reverse checkpoints: each remote partition of the ``opposite`` flow (keyed by its name on
-    that flow's target), translated back to its upstream topic."""
-    return {
-        (remote, partition): Translation(topic, t.reverse)
+    ``cluster``, that flow's target), translated back to its upstream topic. A group that read every
+    copy sits past the commit marker of the last one, which no batch covers yet: where the first
+    committed record past the log's end is, is read off ``cluster`` for such positions (one fetch)."""
+    translators = {
+        (remote, partition): (topic, t)
         for (topic, partition), (remote, t) in _translators(store, opposite).items()
+    }
+    past_end: dict[TP, int] = {}
+    for offsets in committed.values():
+        for tp, (offset, _) in offsets.items():
+            end = translators[tp][1].target_end if tp in translators else None
+            if end is not None and offset > end:
+                past_end[tp] = end
+    committed_from = first_committed(cluster, past_end)
+    return {
+        tp: Translation(topic, partial(t.reverse, committed_from=committed_from.get(tp)))
+        for tp, (topic, t) in translators.items()
     }
 
 
@@ -97,12 +118,12 @@ def emit_checkpoints(session: FlowSession) -> CheckpointReport:
     if not flow.emit_checkpoints:
         return CheckpointReport(0, (), 0)
     translations = forward_translations(store, flow.name)
-    if flow.settings.reverse_checkpoints:
-        translations |= reverse_translations(store, flow.opposite)
     source = session.source
     groups = [g for g in source.consumer_groups() if flow.group_filter.should_replicate_group(g)]
     read_at = time.monotonic()
     committed = source.group_offsets(groups)
+    if flow.settings.reverse_checkpoints:
+        translations |= reverse_translations(store, flow.opposite, committed, flow.source)
     previous = checkpoints(store, flow.name)
     emit, untranslated = next_positions(committed, translations, previous)
     if emit:

@@ -14,7 +14,9 @@ and skips nothing that was mirrored. ``reverse`` goes the other way for a failba
 target offset D resumes on the source at the source offset of the copy at D, the first record it has
 not consumed; at the end of the log, where the mirror's source progress ends. It never answers for a
 target offset the log does not cover (before its start, or past its end: records of a copy not
-committed yet), so a consumer failing back skips nothing it has not read.
+committed yet), so a consumer failing back skips nothing it has not read. The one stretch past the
+end it answers for is the commit marker closing the last copy's transaction, which the next copy's
+batch covers: only when told where the first committed record past the end is.
 
 Source gaps (records deleted from the source before they were mirrored, skipped) tile the log with
 the batches: a position inside a gap maps to where the first record after the gap landed, so the
@@ -211,15 +213,23 @@ class OffsetTranslator:
         # record is the first of the next run, in this segment or a later one.
         return found[k + 1][1] if k + 1 < len(found) else self._next_record[i + 1]
 
-    def reverse(self, downstream: int) -> int | None:
+    @property
+    def target_end(self) -> int | None:
+        """Where the log's last segment ends on the target; ``None`` for an empty log."""
+        return self._segments[-1].target_end if self._segments else None
+
+    def reverse(self, downstream: int, committed_from: int | None = None) -> int | None:
         """The source offset a consumer at target offset ``downstream`` of the remote partition
-        resumes at on the source (a failback); ``None`` when the log does not cover the offset."""
-        if (
-            not self._segments
-            or not self._segments[0].target_start <= downstream <= self._segments[-1].target_end
-        ):
+        resumes at on the source (a failback); ``None`` when the log does not cover the offset.
+        ``committed_from``, when given, is where the first committed record past the log's end is
+        (read off the remote partition): up to it lie only the markers that close the last copy's
+        transaction, so a consumer there read every copy too."""
+        end = self.target_end
+        if end is None or downstream < self._segments[0].target_start:
             return None
-        if downstream == self._segments[-1].target_end:
+        if downstream > end and (committed_from is None or downstream > committed_from):
+            return None
+        if downstream >= end:
             return self._segments[-1].source_end  # everything mirrored was read: on with what was not
         # Segments tile the target offsets too; an empty one shares its start with the next one.
         i = bisect.bisect_right(self._target_starts, downstream) - 1

@@ -1,7 +1,8 @@
 """Records read with Fetch, as Kafka's consumer reads them: the copy's fetch rounds (``fetch``), and
 the few records read outside Spark: the copy's read-back (``read_records``), the verification's
-LogAppendTime ranges (``written_records``), the plan's gap check (``record_digests``) and the
-failover's checkpoints (``read_partition``).
+LogAppendTime ranges (``written_records``), the plan's gap check (``record_digests``), the
+failover's checkpoints (``read_partition``) and the reverse checkpoints' look past the last copy's
+commit marker (``first_committed``).
 
 Invariants:
 - read_committed returns committed records only: aborted transactions and control batches are
@@ -161,6 +162,23 @@ def record_digests(
     return [(r.offset, record_digest((r.key, r.value, r.headers, r.timestamp))) for r in records]
 
 
+def first_committed(cluster: ClusterConfig, starts: Mapping[TP, int]) -> dict[TP, int]:
+    """Per partition, the offset of its first committed record at or after its start, as far as one
+    read_committed fetch round shows; when it shows none, where the round stopped reading (past the
+    markers and aborted records it skipped; the start itself when it read nothing, as before an open
+    transaction or at the end, or when the partition's read failed)."""
+    if not starts:
+        return {}
+    with _control_plane_read(cluster.consumer, cluster.alias, *{t for t, _ in starts}) as connection:
+        fetched = fetch(connection, starts, READ_COMMITTED)
+    found = dict(starts)
+    for tp, got in fetched.items():
+        if got.error is None:
+            offsets = (r.offset for b in got.batches for r in b.records() if r.offset >= starts[tp])
+            found[tp] = next(offsets, starts[tp] if got.next_offset is None else got.next_offset)
+    return found
+
+
 def read_partition(
     consumer_props: Mapping[str, str], cluster: str, topic: str, partition: int
 ) -> list[SourceRecord]:
@@ -179,10 +197,10 @@ def read_partition(
 
 
 @contextmanager
-def _control_plane_read(props: Mapping[str, str], cluster: str, topic: str) -> Iterator[Connection]:
+def _control_plane_read(props: Mapping[str, str], cluster: str, *topics: str) -> Iterator[Connection]:
     """A connection to ``cluster`` for a read outside the copy: closed after it; a refused read is
     transient there, as every failure but lost data."""
-    connection = Connection(props, cluster, [topic])
+    connection = Connection(props, cluster, topics)
     try:
         yield connection
     except AuthorizationError as exc:

@@ -76,6 +76,17 @@ def test_reverse_maps_copies_of_records_lost_on_the_source_past_the_gap() -> Non
     assert [t.reverse(d) for d in (9, 10, 11, 12, 16, 17)] == [9, 20, 20, 20, 24, 25]
 
 
+def test_reverse_past_the_end_answers_only_up_to_the_first_committed_record_read_there() -> None:
+    # The last copy's records end at target offset 10; its commit marker is at 10.
+    t = OffsetTranslator([batch((0, 10), (0, 10))])
+
+    assert [t.reverse(d) for d in (10, 11, 12)] == [10, None, None]
+    # Nothing committed up to 11 (the marker only): a consumer there read every copy.
+    assert [t.reverse(d, committed_from=11) for d in (9, 10, 11, 12)] == [9, 10, 10, None]
+    # A committed record at 10 (a copy not in the log yet): nothing past the end is answered.
+    assert t.reverse(11, committed_from=10) is None
+
+
 def test_mm2s_rule_on_our_offset_syncs_never_skips_but_re_reads() -> None:
     batches = [batch((0, 12), (40, 45), (3, 40), (10, 43)), batch((12, 30), (45, 60), (15, 48))]
     syncs = [s for b in batches for s in offset_syncs(b)]
