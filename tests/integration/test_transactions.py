@@ -1,6 +1,7 @@
 """The flow writer's transactions on real brokers (``kafka.transactions``, Produce with a
 transactional id, batches stamped transactional): what a committed transaction leaves on the target,
-offset by offset, markers included; a second transaction of the same epoch; a newer epoch fencing an
+offset by offset, markers included, and where a read_committed read finds the next record
+(``first_committed``); a second transaction of the same epoch; a newer epoch fencing an
 older one with a transaction open; and a stale epoch still refused once the partition's leader has
 forgotten the writer's idempotent state, which the copy's fence without transactions relies on.
 
@@ -26,7 +27,7 @@ from mirrorflow.errors import TargetStateError, TransientError, WriterFencedErro
 from mirrorflow.kafka.connection import READ_UNCOMMITTED, TP, Connection, end_offsets
 from mirrorflow.kafka.fetched_batches import SourceRecord
 from mirrorflow.kafka.produce import produce
-from mirrorflow.kafka.record_reads import read_partition
+from mirrorflow.kafka.record_reads import first_committed, read_partition
 from mirrorflow.kafka.transactions import add_partitions, coordinator, end_transaction, fence
 from mirrorflow_dev import kafka_home
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -196,6 +197,10 @@ def test_a_second_transaction_of_the_same_epoch_continues_its_sequences_after_th
         ("commit", 8, epoch, 1),
     ]
     assert end_offsets(target, [p1], READ_UNCOMMITTED)[p1] == 0
+    # Where the next committed record is: a record itself; past a marker; the end where none is.
+    assert first_committed(target, {p0: 1}) == {p0: 1}
+    assert first_committed(target, {p0: 3}) == {p0: 4}
+    assert first_committed(target, {p0: 8, p1: 0}) == {p0: 9, p1: 0}
     # Its marker written, a partition is in no transaction until added again.
     assert _send(target, txn_id, writer, p0, 7, first) == (NOT_ADDED, -1)
     assert end_offsets(target, [p0], READ_UNCOMMITTED)[p0] == 9

@@ -36,7 +36,7 @@ from mirrorflow.core.progress import Batch, GroupPosition
 from mirrorflow.core.translation import OffsetTranslator
 from mirrorflow.errors import CommitConflictError
 from mirrorflow.kafka.admin import TP
-from mirrorflow.kafka.record_reads import first_committed
+from mirrorflow.kafka.record_reads import control_plane_read, first_committed
 from mirrorflow.mm2.records import Checkpoint
 from mirrorflow.store.checkpoint_log import checkpoints, record_checkpoints
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -79,7 +79,10 @@ def reverse_translations(
             end = translators[tp][1].target_end if tp in translators else None
             if end is not None and offset > end:
                 past_end[tp] = end
-    committed_from = first_committed(cluster, past_end)
+    committed_from: dict[TP, int] = {}
+    if past_end:
+        with control_plane_read(cluster.consumer, cluster.alias, *{t for t, _ in past_end}) as connection:
+            committed_from = first_committed(connection, past_end)
     return {
         tp: Translation(topic, partial(t.reverse, committed_from=committed_from.get(tp)))
         for tp, (topic, t) in translators.items()

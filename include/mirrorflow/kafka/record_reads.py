@@ -157,22 +157,20 @@ def record_digests(
     """The offset and ``record_digest`` of key, value, headers and timestamp (what the copy keeps)
     of each committed record of a partition from offset ``start`` on, before offset ``stop``, at
     most ``limit``, oldest first."""
-    with _control_plane_read(cluster.consumer, cluster.alias, topic) as connection:
+    with control_plane_read(cluster.consumer, cluster.alias, topic) as connection:
         records = read_records(connection, (topic, partition), start, stop, READ_COMMITTED, limit)
     return [(r.offset, record_digest((r.key, r.value, r.headers, r.timestamp))) for r in records]
 
 
-def first_committed(cluster: ClusterConfig, starts: Mapping[TP, int]) -> dict[TP, int]:
+def first_committed(connection: Connection, starts: Mapping[TP, int]) -> dict[TP, int]:
     """Per partition, the offset of its first committed record at or after its start, as far as one
     read_committed fetch round shows; when it shows none, where the round stopped reading (past the
     markers and aborted records it skipped; the start itself when it read nothing, as before an open
     transaction or at the end, or when the partition's read failed)."""
     if not starts:
         return {}
-    with _control_plane_read(cluster.consumer, cluster.alias, *{t for t, _ in starts}) as connection:
-        fetched = fetch(connection, starts, READ_COMMITTED)
     found = dict(starts)
-    for tp, got in fetched.items():
+    for tp, got in fetch(connection, starts, READ_COMMITTED).items():
         if got.error is None:
             offsets = (r.offset for b in got.batches for r in b.records() if r.offset >= starts[tp])
             found[tp] = next(offsets, starts[tp] if got.next_offset is None else got.next_offset)
@@ -185,7 +183,7 @@ def read_partition(
     """Every committed record of ``topic``-``partition``, from its log start to its end (high
     watermark) when called."""
     tp = (topic, partition)
-    with _control_plane_read(consumer_props, cluster, topic) as connection:
+    with control_plane_read(consumer_props, cluster, topic) as connection:
         start = log_start_offsets(connection, [tp])[tp]
         end = end_offsets(connection, [tp], READ_UNCOMMITTED)[tp]
         return [
@@ -197,7 +195,7 @@ def read_partition(
 
 
 @contextmanager
-def _control_plane_read(props: Mapping[str, str], cluster: str, *topics: str) -> Iterator[Connection]:
+def control_plane_read(props: Mapping[str, str], cluster: str, *topics: str) -> Iterator[Connection]:
     """A connection to ``cluster`` for a read outside the copy: closed after it; a refused read is
     transient there, as every failure but lost data."""
     connection = Connection(props, cluster, topics)
