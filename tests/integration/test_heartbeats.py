@@ -29,7 +29,10 @@ ALIASES = ("west", "east", "north")
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LocalCluster]]:
-    with local_clusters(ALIASES, tmp_path_factory.mktemp("chain")) as clusters:
+    # Brokers' default, off in the harness elsewhere: reading a remote topic that does not exist yet
+    # must not create it.
+    auto_create = {"auto.create.topics.enable": "true"}
+    with local_clusters(ALIASES, tmp_path_factory.mktemp("chain"), auto_create) as clusters:
         yield clusters
 
 
@@ -109,8 +112,10 @@ def test_freshness_is_the_age_of_the_newest_mirrored_heartbeat(
     (*_, newest) = _heartbeats(chain["east"], "west.heartbeats")
 
     assert freshness_seconds(flow, now_ms=newest.timestamp + 2500) == 2.5
-    # A flow that never ran has no mirrored heartbeat yet.
+    # A flow that never ran has no mirrored heartbeat yet; looking for it created no topic.
     assert freshness_seconds(config.flow("north->west")) is None
+    time.sleep(2)  # a broker creates a topic a metadata request asked for after answering it
+    assert "north.heartbeats" not in topics(chain["west"].bootstrap)
 
 
 def test_mm2s_own_client_reads_our_topology_and_translates_our_checkpoints(

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from kafka.errors import for_code
+from kafka.errors import UnknownTopicOrPartitionError, for_code
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.structs import TopicPartition
@@ -71,6 +71,10 @@ class Connection:
             # Topics first: the bootstrap's metadata then names their leaders. A refresh right after
             # it would wait out the client's retry backoff (100 ms), a third of a small copy's time.
             self._topics = set(topics)
+            # Asking for a topic's metadata must never create it (kafka-python asks brokers to, and
+            # their auto.create.topics.enable is on by default): a remote topic not created yet, or
+            # a source topic deleted since the plan, would come back with the broker's defaults.
+            self.client.cluster.config["allow_auto_create_topics"] = False
             self.client.cluster.set_topics(sorted(self._topics))
             self.client._manager.bootstrap(int(TIMEOUT_S * 1000))
         except Exception as exc:
@@ -83,6 +87,25 @@ class Connection:
         self.client.poll(timeout_ms=int(timeout_s * 1000), future=update)
         if not update.succeeded():
             raise TransientError(f"cannot read the {self.side} cluster's metadata: {update.exception}")
+
+    def has_topic(self, topic: str) -> bool:
+        """Whether ``topic`` exists on the cluster: its metadata, read now unless already held. A
+        topic that does not exist is left out of later metadata requests (kafka-python fails a
+        request for it alone)."""
+        cluster = self.client.cluster
+        if cluster.partitions_for_topic(topic) is not None:
+            return True
+        asked = set(self._topics)
+        cluster.set_topics(sorted(asked | {topic}))
+        update = cluster.request_update()
+        self.client.poll(timeout_ms=int(TIMEOUT_S * 1000), future=update)
+        if cluster.partitions_for_topic(topic) is not None:
+            self._topics.add(topic)
+            return True
+        cluster.set_topics(sorted(asked))
+        if update.failed() and not isinstance(update.exception, UnknownTopicOrPartitionError):
+            raise TransientError(f"cannot read the {self.side} cluster's metadata: {update.exception}")
+        return False
 
     def request_update(self) -> None:
         """Fresh metadata with the next request: a leader may have moved."""

@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-from mirrorflow.config.clients import librdkafka_config
 from mirrorflow.config.model import FlowConfig
-from mirrorflow.errors import TransientError
+from mirrorflow.errors import AuthorizationError, TransientError
+from mirrorflow.kafka.connection import READ_COMMITTED, Connection, end_offsets, log_start_offsets
+from mirrorflow.kafka.fetched_batches import SourceRecord
 from mirrorflow.kafka.internal_topics import InternalTopicWriter, write_records
+from mirrorflow.kafka.record_reads import read_records
 from mirrorflow.mm2.records import Heartbeat
 
-_TIMEOUT_S = 30.0
-# The newest heartbeat is read from this many offsets before the end on: the end holds the markers
-# of the copy's transactions, after a failed attempt its aborted records too.
+# The newest heartbeat is read from this many offsets before the last stable offset on (further
+# back when they hold no committed record).
 _TAIL = 64
-# Once a record came, how long to wait for a later one before taking it for the last.
-_MORE_S = 0.2
 
 
 def emit_heartbeats(
@@ -47,25 +44,6 @@ def emit_heartbeats(
         write_records(cluster, topic, rf, [(beat.key(), beat.value())], writer)
 
 
-def _last_record(consumer: Consumer, where: str) -> tuple[bytes, bytes]:
-    """Key and value of the last committed record of the assigned partition from its assigned
-    offset on: the copy's transaction markers (and its aborted attempts' records) follow the newest
-    heartbeat, and a committed read skips them. Errors in between are skipped until the deadline: a
-    login without group ACLs gets its group coordinator refused, which an assigned read does not
-    need."""
-    deadline = time.monotonic() + _TIMEOUT_S
-    error, last = None, None
-    while (left := deadline - time.monotonic()) > 0:
-        msg = consumer.poll(min(left, _MORE_S) if last is not None else left)
-        if msg is None and last is not None:
-            return last  # nothing more came: the end
-        if msg is not None and msg.error() is None:
-            last = (msg.key() or b"", msg.value() or b"")
-        elif msg is not None:
-            error = msg.error()
-    raise TransientError(f"cannot read the newest heartbeat of {where}: {error or 'timed out'}")
-
-
 def freshness_seconds(flow: FlowConfig, now_ms: int | None = None) -> float | None:
     """Age of the newest mirrored heartbeat on the target; None when none was mirrored yet."""
     with HeartbeatAges(flow) as ages:
@@ -74,7 +52,7 @@ def freshness_seconds(flow: FlowConfig, now_ms: int | None = None) -> float | No
 
 class HeartbeatAges:
     """Reads the age of the newest heartbeat mirrored to ``flow``'s target, as often as asked, over one
-    consumer kept open (a new one per read costs its connections and metadata every time: a DR
+    connection kept open (a new one per read costs its connections and metadata every time: a DR
     window reads the age every heartbeat interval)."""
 
     def __init__(self, flow: FlowConfig) -> None:
@@ -82,37 +60,42 @@ class HeartbeatAges:
         self._remote = flow.replication_policy.format_remote_topic(
             flow.source.alias, flow.replication_policy.heartbeats_topic()
         )
-        self._consumer = Consumer(
-            {
-                **librdkafka_config(flow.target.consumer),
-                "group.id": "mirrorflow-freshness",
-                "enable.auto.commit": False,
-                # A read is one record at the end: answer at once (librdkafka's default waits up to
-                # 500 ms for more, on every read of a consumer kept open).
-                "fetch.wait.max.ms": 10,
-            }
-        )
+        self._connection: Connection | None = None
 
     def __enter__(self) -> HeartbeatAges:
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._consumer.close()
+        if self._connection is not None:
+            self._connection.close()
 
     def newest(self, now_ms: int | None = None) -> float | None:
         """Age of the newest mirrored heartbeat now; None when none was mirrored yet."""
-        remote, consumer, target = self._remote, self._consumer, self._flow.target.alias
         try:
-            tp = TopicPartition(remote, 0)
-            found = consumer.list_topics(remote, timeout=_TIMEOUT_S).topics.get(remote)
-            if found is None or found.error is not None:
-                return None
-            low, high = consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False)
-            if high <= low:
-                return None
-            consumer.assign([TopicPartition(remote, 0, max(low, high - _TAIL))])
-            beat = Heartbeat.decode(*_last_record(consumer, f"{remote} on {target}"))
-        except KafkaException as exc:
-            raise TransientError(f"cannot read {remote} on {target}: {exc}") from exc
+            beat = self._newest_record()
+        except AuthorizationError as exc:
+            raise TransientError(str(exc)) from exc
+        if beat is None:
+            return None
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        return max(0.0, (now - beat.timestamp) / 1000)
+        return max(0.0, (now - Heartbeat.decode(beat.key or b"", beat.value or b"").timestamp) / 1000)
+
+    def _newest_record(self) -> SourceRecord | None:
+        """The last committed record of the remote heartbeats partition, read below its last stable
+        offset: the markers of the copy's transactions (after a failed attempt its aborted records
+        too) lie between it and the end, and an open transaction's records past that offset."""
+        flow, tp = self._flow, (self._remote, 0)
+        if self._connection is None:
+            self._connection = Connection(flow.target.consumer, flow.target.alias, ())
+        connection = self._connection
+        if not connection.has_topic(self._remote):
+            return None  # not created yet: nothing mirrored
+        stable = end_offsets(connection, [tp], READ_COMMITTED)[tp]
+        low = log_start_offsets(connection, [tp])[tp]
+        tail = _TAIL
+        while True:
+            start = max(low, stable - tail)
+            records = read_records(connection, tp, start, stable, READ_COMMITTED, stable - start)
+            if records or start == low:
+                return records[-1] if records else None
+            tail *= 8
