@@ -5,10 +5,11 @@ Only small metadata requests go through here; records never do.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, OffsetAndMetadata, TopicPartition
 from kafka.admin import (
@@ -24,7 +25,15 @@ from kafka.admin import (
     ResourcePatternFilter,
     ResourceType,
 )
-from kafka.errors import KafkaError, NoError, SecurityDisabledError, TopicAlreadyExistsError
+from kafka.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    KafkaError,
+    NoError,
+    NotCoordinatorError,
+    SecurityDisabledError,
+    TopicAlreadyExistsError,
+)
 
 from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, kafka_python_config
 from mirrorflow.config.model import ClusterConfig
@@ -59,6 +68,14 @@ class NewTopic:
     partitions: int
     replication_factor: int
     configs: Mapping[str, str]
+
+
+T = TypeVar("T")
+
+# A group's coordinator answers only once the cluster has created and loaded its offsets topic,
+# which it does at its first group: a cutover to a fresh cluster meets that.
+_COORDINATOR_WAIT_S = 30.0
+_COORDINATOR_LOADING = (CoordinatorNotAvailableError, CoordinatorLoadInProgressError, NotCoordinatorError)
 
 
 class ClusterAdmin:
@@ -267,7 +284,7 @@ class ClusterAdmin:
         names = sorted(groups)
         if not names:
             return {}
-        found = self._admin.list_group_offsets(dict.fromkeys(names))
+        found = self._coordinated(lambda: self._admin.list_group_offsets(dict.fromkeys(names)))
         return {
             group: {
                 (tp.topic, tp.partition): (int(om.offset), om.metadata or "")
@@ -282,15 +299,15 @@ class ClusterAdmin:
         names = sorted(groups)
         if not names:
             return {}
-        return {g: str(d.get("group_state", "")) for g, d in self._admin.describe_groups(names).items()}
+        described = self._coordinated(lambda: self._admin.describe_groups(names))
+        return {g: str(d.get("group_state", "")) for g, d in described.items()}
 
     def commit_group_offsets(self, group: str, offsets: Mapping[TP, int]) -> None:
         """Commit offsets for a group without members (empty or not yet existing)."""
         if not offsets:
             return
-        result = self._admin.alter_group_offsets(
-            group, {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
-        )
+        committed = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
+        result = self._coordinated(lambda: self._admin.alter_group_offsets(group, committed))
         failed = {
             f"{tp.topic}-{tp.partition}": err.__name__ for tp, err in result.items() if err is not NoError
         }
@@ -299,6 +316,20 @@ class ClusterAdmin:
                 f"cluster {self.alias} refused offsets for group {group}: {failed}; the group may have "
                 "become active meanwhile (then it is left alone next time) or the broker is unavailable"
             )
+
+    def _coordinated(self, call: Callable[[], T]) -> T:
+        """``call`` (a request to groups' coordinators), asked again while they are not available."""
+        deadline = time.monotonic() + _COORDINATOR_WAIT_S
+        while True:
+            try:
+                return call()
+            except _COORDINATOR_LOADING as exc:
+                if time.monotonic() > deadline:
+                    raise TransientError(
+                        f"cluster {self.alias}: no group coordinator answered in "
+                        f"{_COORDINATOR_WAIT_S:.0f} s ({exc}); the cluster may still be starting"
+                    ) from exc
+                time.sleep(0.5)
 
     def topic_acls(self) -> list[TopicAcl] | None:
         """Every LITERAL topic ACL; None when the cluster has no authorizer."""
