@@ -83,6 +83,15 @@ class Arrivals:
                     index = (message.timestamp()[1] - sample_data.BASE_TIMESTAMP_MS) // 1000
                     self.arrived[(message.partition() or 0, index)] = at
 
+    def wait_for_all(self, producing: Producing, timeout: float = 30.0) -> None:
+        """Wait until every record ``producing`` wrote could be read on the target."""
+        wanted = {(p, i) for p in range(producing.partitions) for i in range(producing.count)}
+        deadline = time.monotonic() + timeout
+        while not self.arrived.keys() >= wanted:
+            missing = len(wanted - self.arrived.keys())
+            assert time.monotonic() < deadline, f"{missing} records never arrived on the target"
+            time.sleep(0.1)
+
     def longest_wait(self, producing: Producing, start: float, end: float) -> float:
         """The longest time a record the source acknowledged between ``start`` and ``end`` waited
         until it could be read on the target (one not arrived yet: until now)."""

@@ -18,7 +18,6 @@ from mirror_helpers import (
     create_topic,
     live_processes,
     running_airflow,
-    wait_end,
     wait_for_dag,
 )
 
@@ -115,8 +114,7 @@ def test_dr_windows_under_the_scheduler_hand_over_without_a_gap_and_survive_a_ki
             holders.wait_for(4, timeout=180)
             time.sleep(5)
         # The window running catches up with everything produced, the killed window's share too.
-        for p in range(PARTITIONS):
-            wait_end(backup.bootstrap, remote, p, producing.count)
+        arrivals.wait_for_all(producing)
 
     assert holders.runs()[3] != killed
     assert len(handovers) == 2, holders.changes  # handed over, never released in between

@@ -341,10 +341,11 @@ def test_the_status_page_shows_a_flow_that_ran(
     def figures(tp: tuple[str, int]) -> list[str]:
         return [f"{counted[tp][1]:,}", "0", f"{latency[tp]:,}"]  # bytes, lag, latency max
 
+    # Next target offsets: run 1's commit marker follows its records on each remote partition.
     assert shown["partitions"] == [
-        ["heartbeats", "0", "primary.heartbeats", "2", "2", "2", *figures(("heartbeats", 0)), "0"],
-        [topic, "0", remote, "150", "130", "130", *figures((topic, 0)), "20"],
-        [topic, "1", remote, "110", "110", "110", *figures((topic, 1)), "0"],
+        ["heartbeats", "0", "primary.heartbeats", "2", "3", "2", *figures(("heartbeats", 0)), "0"],
+        [topic, "0", remote, "150", "131", "130", *figures((topic, 0)), "20"],
+        [topic, "1", remote, "110", "111", "110", *figures((topic, 1)), "0"],
     ]
     fields = shown["fields"]
     checkpoints = fields.pop("checkpoints")
@@ -391,10 +392,11 @@ def test_the_status_page_shows_a_flow_that_ran(
     assert [bool(TIME.fullmatch(row[3])) for row in shown["runs"]] == [False, True, True]
     assert shown["errors"] == [f"run {ids[2]}: failed task: plan"]
     assert shown["bars"] == [[ids[0], "201"], [ids[1], "41"], [ids[2], "0"]]
-    # The group's position 130 of partition 0 lies after the gap: it resumes at target offset 110.
+    # The group's position 130 of partition 0 lies after the gap: it resumes at target offset 111,
+    # the copy of record 130, past run 1's commit marker at 100 (on partition 1 too).
     assert [row[:5] for row in shown["checkpoints"]] == [
-        [group, f"{topic}-0", remote, "130", "110"],
-        [group, f"{topic}-1", remote, "105", "105"],
+        [group, f"{topic}-0", remote, "130", "111"],
+        [group, f"{topic}-1", remote, "105", "106"],
     ]
     assert shown["gaps"] == [
         [

@@ -260,9 +260,11 @@ class FlowSession:
         return {tp: offset for tp, offset in found.items() if offset is not None}
 
     def _copied_past_gap(self, gap: SourceGap, remote: str, ends: Mapping[TP, int]) -> int:
-        """Where the records an interrupted attempt left on the remote partition past the committed
-        target offset begin to copy records after the gap (see ``count_copied_past_gap``); the
-        gap's target end if none does."""
+        """Where the gap ends on the target: where the records an interrupted attempt committed on
+        the remote partition past the committed target offset begin to copy records after the gap
+        (see ``count_copied_past_gap``); if none does, right after its last copy of a lost record,
+        or at the gap's target start if there is none (the commit markers that follow are the next
+        batch's)."""
         flow = self.flow
         left = gap.target_end - gap.target_start
         target = record_digests(flow.target, remote, gap.partition, gap.target_start, gap.target_end, left)
@@ -270,7 +272,9 @@ class FlowSession:
             flow.source, gap.topic, gap.partition, gap.source_end, ends[(gap.topic, gap.partition)], left
         )
         copied = count_copied_past_gap([d for _, d in target], [d for _, d in source])
-        return target[-copied][0] if copied else gap.target_end
+        if copied:
+            return target[-copied][0]
+        return target[-1][0] + 1 if target else gap.target_start
 
     # ----------------------------------------------------------------------------- copy, commit
 

@@ -59,7 +59,8 @@ class PlannerInput:
     # For each gap of ``find_gaps`` whose remote partition holds offsets past the committed target
     # offset (an interrupted attempt's records, transaction markers): the target offset where the
     # copies of records from the log start on begin, at the end of them (``count_copied_past_gap``
-    # counts them); the gap's target end where there are none. Required for every such gap.
+    # counts them); where there are none, right after the last copy of a lost record (the gap's
+    # target start if there is none: markers only). Required for every such gap.
     copied_past_gap: Mapping[TopicPartition, int] = field(default_factory=dict)
     # Source topic ids now (topics whose broker reports one), and as recorded when first mirrored.
     topic_ids: Mapping[str, str] = field(default_factory=dict)
