@@ -60,6 +60,9 @@ _STATE = "progress lives in the offsets table (mirrorflow.offsets.db.url), not i
 _TRANSFORMS = "see Transforms: Connect's Filter, DropHeaders and InsertHeader, python hooks"
 _PREDICATES = "see Transforms: Connect's HasHeaderKey, TopicNameMatches and RecordIsTombstone"
 _JAVA_CLASS = "the Python clients cannot load Java classes; remove the key"
+_TRANSACTION_BOUNDARY = (
+    "a batch run's copy is one transaction of the flow's writer, a DR window's micro-batch one each"
+)
 
 # MM2's connector and MirrorMaker settings, at top level (every flow) or as <source>-><target>.<key>.
 FLOW_KEYS: tuple[Key, ...] = (
@@ -205,8 +208,8 @@ FLOW_KEYS: tuple[Key, ...] = (
         "id, fenced by every attempt (read remote topics with `read_committed`)",
     ),
     Key("exactly.once.source.support", N, "every copy is exactly-once already (a Connect worker setting)"),
-    Key("transaction.boundary", N, "every copy is exactly-once without transactions"),
-    Key("transaction.boundary.interval.ms", N, "every copy is exactly-once without transactions", kind="int"),
+    Key("transaction.boundary", N, _TRANSACTION_BOUNDARY),
+    Key("transaction.boundary.interval.ms", N, _TRANSACTION_BOUNDARY, kind="int"),
     Key("errors.tolerance", N, "records are copied as bytes: nothing is converted, so nothing fails to be"),
     Key("errors.log.enable", N, "records are copied as bytes: nothing is converted", kind="bool"),
     Key("errors.log.include.messages", N, "records are copied as bytes: nothing is converted", kind="bool"),
@@ -329,7 +332,11 @@ TOP_LEVEL_KEYS: tuple[Key, ...] = (
 )
 
 _NO_GROUP = "the copy reads planned offset ranges, without a consumer group"
-_EXACTLY_ONCE = "every copy writes idempotently as the flow's one producer id, exactly once"
+_EXACTLY_ONCE = (
+    "every copy writes in transactions of the flow's transactional id (`mirrorflow.<flow>`), one request "
+    "in flight per partition; a batch run's transaction may stay open 15 minutes (brokers' default "
+    "`transaction.max.timeout.ms`), a micro-batch's one minute"
+)
 _AS_BYTES = "records are copied as bytes"
 _OPENSSL = "TLS versions and ciphers are OpenSSL's defaults (TLS 1.2 or newer)"
 NO_OAUTH = (
