@@ -14,11 +14,13 @@ On a fresh source and target cluster:
    value, headers and timestamp (every record read on both sides);
 4. the state left: rows per table of the SQLite offsets database (read-only) and its size, the state
    folder's run folders, files and bytes, against the bounds of README's "What a flow keeps":
-   ``mirror_batches`` <= 13 partitions (12 + ``heartbeats``) x (1 + gap rows), run folders <= 100,
+   ``mirror_batches`` <= 13 partitions (12 + ``heartbeats``) x (1 + gap rows + 2 x micro-batches /
+   ``ROW_POINTS_MAX``), run folders <= 100,
    ``mirror_recovery_history`` <= elapsed minutes + 2, ``mirror_partition_metrics`` <= (elapsed minutes
    + windows + 2) x 13.
 
-It proves that what a DR flow keeps grows with time and windows, not with micro-batches: the scenario
+It proves that what a DR flow keeps grows with time and windows, and its batch log by a row per
+``ROW_POINTS_MAX`` micro-batches at most, until pruned at the source's log start: the scenario
 is ok only if every bound holds, the copy is exact and no window failed. Every process is stopped by
 PID (the `airflow` process group), also on failure.
 """
@@ -43,7 +45,7 @@ from workload import compare, create_topics, fingerprint
 
 from mirrorflow.core.window import WindowSummary
 from mirrorflow.errors import MirrorError
-from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.offsets_store import ROW_POINTS_MAX, OffsetsStore
 from mirrorflow.store.run_documents import RUNS_KEPT, recent_documents
 from mirrorflow_dev import local_kafka
 
@@ -212,12 +214,15 @@ def _state(state: Path, db: Path) -> dict[str, Any]:
     return {"db_bytes": _db_bytes(db), "tables": _row_counts(db), "state_folder": _folder(state)}
 
 
-def _bounds(state: dict[str, Any], elapsed_min: float, windows: int) -> list[Bound]:
+def _bounds(state: dict[str, Any], elapsed_min: float, windows: list[Window]) -> list[Bound]:
     """Each table's rows next to README's bound, where it states one."""
     tables: dict[str, int] = state["tables"]
+    # Each micro-batch leaves at most two points in a partition's row (its commit marker, a source
+    # marker); a full row holds ROW_POINTS_MAX.
+    full_rows = math.ceil(2 * sum(w.micro_batches for w in windows) / ROW_POINTS_MAX)
     stated = {
-        "mirror_batches": MIRRORED_PARTITIONS * (1 + tables.get("mirror_gaps", 0)),
-        "mirror_partition_metrics": math.floor((elapsed_min + windows + 2) * MIRRORED_PARTITIONS),
+        "mirror_batches": MIRRORED_PARTITIONS * (1 + tables.get("mirror_gaps", 0) + full_rows),
+        "mirror_partition_metrics": math.floor((elapsed_min + len(windows) + 2) * MIRRORED_PARTITIONS),
         "mirror_recovery_history": math.floor(elapsed_min + 2),
         # A DR run leaves one document, its window's summary.
         "mirror_run_documents": RUNS_KEPT,
@@ -298,7 +303,7 @@ def soak(opts: Options) -> ScenarioResult:
     finally:
         local_kafka.stop_cluster(src)
     measured = _state(state, db)
-    bounds = _bounds(measured, elapsed_min, len(windows))
+    bounds = _bounds(measured, elapsed_min, windows)
     failed = [w for w in windows if w.failed]
     micro_batches = sum(w.micro_batches for w in windows)
     soaked = micro_batches - windows[-1].micro_batches >= opts.soak_micro_batches

@@ -24,8 +24,9 @@ from mirrorflow.core.plan import PartitionFailure, SourceGap
 from mirrorflow.core.progress import Batch, CommittedBatch, GroupPosition, LockInfo, PartitionProgress
 from mirrorflow.core.recovery import RecoveryStep
 from mirrorflow.core.report import FailedPartition, PartitionReport
-from mirrorflow.core.translation import OffsetTranslator
+from mirrorflow.core.translation import OffsetTranslator, coalesce
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError
+from mirrorflow.store import batch_log
 from mirrorflow.store.checkpoint_log import checkpoints, latest_checkpoint_metrics, record_checkpoints
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import PartitionErrorRecord
@@ -518,6 +519,46 @@ def test_a_dr_windows_micro_batches_coalesce_into_a_row_per_stretch(
         (b.source_start, b.target_start, b.records, b.sync_points) for b in store.batches(FLOW, partition=0)
     ] == [(35, 120, 5, ())]
     assert totals(store, FLOW)[("orders", 0)] == (25, 4000)
+
+
+def test_a_windows_rows_do_not_merge_into_a_row_that_holds_row_points_max_points(
+    store: OffsetsStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(batch_log, "ROW_POINTS_MAX", 3)
+    _anchored(store, "window")
+    # Micro-batches as the transactional copy leaves them: each after the last one's commit marker.
+    steps = [((10, 20), (100, 108)), ((20, 25), (108, 114)), ((25, 30), (114, 120))]
+    for n, (source, target) in enumerate(steps):
+        clock.advance(1)
+        marker = ((target[0], target[0] + 1),)
+        batch = _batch(source=source, target=target, target_gaps=marker, sync_points=()) if n else _batch()
+        store.commit(FLOW, f"window#{n}", [batch], holder="window")
+    assert store.coalesce_batches(FLOW, "window", {}) == 2
+    (first,) = store.batches(FLOW, partition=0)
+    # Sync points at 13 and after the first marker, the two markers: past the 3 allowed.
+    assert (first.sync_points, first.target_gaps) == (((13, 102), (20, 109)), ((108, 109), (114, 115)))
+    exact = OffsetTranslator([first.as_batch()])
+
+    # The next window's row continues it but finds it full: a row of its own.
+    store.release_lock(FLOW, "window")
+    store.acquire_lock(FLOW, "next", ttl_seconds=600)
+    for n, (source, target) in enumerate([((30, 35), (120, 126)), ((35, 40), (126, 132))]):
+        clock.advance(1)
+        batch = _batch(
+            source=source, target=target, target_gaps=((target[0], target[0] + 1),), sync_points=()
+        )
+        store.commit(FLOW, f"next#{n}", [batch], holder="next")
+    assert store.coalesce_batches(FLOW, "next", {}) == 1
+    rows = store.batches(FLOW, partition=0)
+    assert [(b.source_start, b.source_end, b.run_id) for b in rows] == [
+        (10, 30, "window#2"),
+        (30, 40, "next#1"),
+    ]
+    # Translation reads the same from both rows as from one merged row.
+    (merged,) = coalesce([b.as_batch() for b in rows])
+    both, one = OffsetTranslator([b.as_batch() for b in rows]), OffsetTranslator([merged])
+    assert [both.translate(u) for u in range(8, 42)] == [one.translate(u) for u in range(8, 42)]
+    assert [exact.translate(u) for u in range(8, 30)] == [one.translate(u) for u in range(8, 30)]
 
 
 def test_a_commit_prunes_the_older_batch_log_below_the_source_log_start_keeping_the_totals(

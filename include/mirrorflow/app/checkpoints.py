@@ -38,7 +38,7 @@ from mirrorflow.errors import CommitConflictError
 from mirrorflow.kafka.admin import TP
 from mirrorflow.kafka.record_reads import control_plane_read, first_committed
 from mirrorflow.mm2.records import Checkpoint
-from mirrorflow.store.checkpoint_log import checkpoints, record_checkpoints
+from mirrorflow.store.checkpoint_log import batches_from, checkpoints, record_checkpoints
 from mirrorflow.store.offsets_store import OffsetsStore
 
 log = logging.getLogger(__name__)
@@ -53,10 +53,15 @@ class CheckpointReport:
     active: tuple[str, ...] = ()
 
 
-def forward_translations(store: OffsetsStore, flow: str) -> dict[TP, Translation]:
+def forward_translations(
+    store: OffsetsStore, flow: str, lowest: Mapping[TP, int] | None = None
+) -> dict[TP, Translation]:
     """Each mirrored partition's remote topic name and exact translation (from the batch log and its
-    gaps). A partition with gaps but no batch yet has nothing mirrored to point at: it has none."""
-    return {tp: Translation(remote, t.translate) for tp, (remote, t) in _translators(store, flow).items()}
+    gaps); with ``lowest``, only those partitions, for offsets at or past their lowest there. A
+    partition with gaps but no batch yet has nothing mirrored to point at: it has none."""
+    return {
+        tp: Translation(remote, t.translate) for tp, (remote, t) in _translators(store, flow, lowest).items()
+    }
 
 
 def reverse_translations(
@@ -65,13 +70,16 @@ def reverse_translations(
     committed: Mapping[str, Mapping[TP, tuple[int, str]]],
     cluster: ClusterConfig,
 ) -> dict[TP, Translation]:
-    """For reverse checkpoints: each remote partition of the ``opposite`` flow (keyed by its name on
-    ``cluster``, that flow's target), translated back to its upstream topic. A group that read every
-    copy sits past the commit marker of the last one, which no batch covers yet: where the first
-    committed record past the log's end is, is read off ``cluster`` for such positions (one fetch)."""
+    """For reverse checkpoints: each remote partition of the ``opposite`` flow that a group of
+    ``committed`` has a position on (keyed by its name on ``cluster``, that flow's target),
+    translated back to its upstream topic. A group that read every copy sits past the commit marker
+    of the last one, which no batch covers yet: where the first committed record past the log's end
+    is, is read off ``cluster`` for such positions (one fetch)."""
     translators = {
         (remote, partition): (topic, t)
-        for (topic, partition), (remote, t) in _translators(store, opposite).items()
+        for (topic, partition), (remote, t) in _translators(
+            store, opposite, _lowest(committed), on_target=True
+        ).items()
     }
     past_end: dict[TP, int] = {}
     for offsets in committed.values():
@@ -89,26 +97,57 @@ def reverse_translations(
     }
 
 
-def _translators(store: OffsetsStore, flow: str) -> dict[TP, tuple[str, OffsetTranslator]]:
-    """Each partition's translator from its batch log and gaps. Where the log was pruned below the
-    source's log start, the pruned offsets count as a gap: a group still positioned there (the
-    source resets it to the log start) maps to where the first record kept lands."""
-    batches, recorded, pruned = store.batches(flow), store.gaps(flow), store.pruned_from(flow)
+def _lowest(committed: Mapping[str, Mapping[TP, tuple[int, str]]]) -> dict[TP, int]:
+    """Each partition's lowest position among the groups."""
+    lowest: dict[TP, int] = {}
+    for offsets in committed.values():
+        for tp, (offset, _) in offsets.items():
+            lowest[tp] = min(offset, lowest.get(tp, offset))
+    return lowest
+
+
+def _translators(
+    store: OffsetsStore, flow: str, lowest: Mapping[TP, int] | None = None, *, on_target: bool = False
+) -> dict[TP, tuple[str, OffsetTranslator]]:
+    """Each partition's translator from its batch log and gaps: the whole log, or with ``lowest`` the
+    part that translates offsets at or past each partition's lowest there (source offsets, or with
+    ``on_target`` target offsets of remote partitions): the rows that end past it, and the gaps from
+    the first of them on. Where the log was pruned below the source's log start, the pruned offsets
+    count as a gap: a group still positioned there (the source resets it to the log start) maps to
+    where the first record kept lands."""
+    if lowest is None:
+        batches = store.batches(flow)
+    else:
+        batches = batches_from(store, flow, lowest, on_target=on_target)
     by_tp: dict[TP, list[Batch]] = {}
     for b in batches:
         by_tp.setdefault((b.topic, b.partition), []).append(b)
     gaps: dict[TP, list[SourceGap]] = {}
-    for g in recorded:
-        gaps.setdefault((g.topic, g.partition), []).append(g)
-    for (topic, partition), began in pruned.items():
+    for g in store.gaps(flow):
+        logged = by_tp.get((g.topic, g.partition))
+        if logged and (lowest is None or _past(g, logged[0], lowest, on_target)):
+            gaps.setdefault((g.topic, g.partition), []).append(g)
+    for (topic, partition), began in store.pruned_from(flow).items():
         logged = [*by_tp.get((topic, partition), ()), *gaps.get((topic, partition), ())]
         first = min(logged, key=lambda s: s.source_start, default=None)
-        if first is not None and first.source_start > began:
+        if first is None or first.source_start <= began:
+            continue
+        # Read from its lowest on, only a lowest before the first row read needs the cut: it then
+        # maps as any gap before that row would.
+        if lowest is None or (not on_target and lowest.get((topic, partition), began) < first.source_start):
             cut = SourceGap(
                 topic, partition, began, first.source_start, first.target_start, first.target_start
             )
             gaps.setdefault((topic, partition), []).append(cut)
     return {tp: (bs[0].remote_topic, OffsetTranslator(bs, gaps.get(tp, ()))) for tp, bs in by_tp.items()}
+
+
+def _past(gap: SourceGap, first: Batch, lowest: Mapping[TP, int], on_target: bool) -> bool:
+    """Whether ``gap`` is part of a log read from ``first`` (the first row read) for offsets at or
+    past the partition's lowest: it ends past the lowest, or past the first row's start."""
+    if on_target:
+        return gap.target_end > min(lowest[(first.remote_topic, first.partition)], first.target_start)
+    return gap.source_end > min(lowest[(first.topic, first.partition)], first.source_start)
 
 
 def emit_checkpoints(session: FlowSession) -> CheckpointReport:
@@ -120,11 +159,13 @@ def emit_checkpoints(session: FlowSession) -> CheckpointReport:
     flow, store = session.flow, session.store
     if not flow.emit_checkpoints:
         return CheckpointReport(0, (), 0)
-    translations = forward_translations(store, flow.name)
     source = session.source
     groups = [g for g in source.consumer_groups() if flow.group_filter.should_replicate_group(g)]
     read_at = time.monotonic()
     committed = source.group_offsets(groups)
+    mirrored = store.progress(flow.name)
+    lowest = {tp: offset for tp, offset in _lowest(committed).items() if tp in mirrored}
+    translations = forward_translations(store, flow.name, lowest)
     if flow.settings.reverse_checkpoints:
         translations |= reverse_translations(store, flow.opposite, committed, flow.source)
     previous = checkpoints(store, flow.name)

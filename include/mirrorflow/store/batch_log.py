@@ -90,13 +90,20 @@ def commit_step(conn: Connection, log: Log, row: dict[str, Any]) -> bool:
     return True
 
 
+# A row the next window's rows no longer merge into: the sync points and target gaps (the copy's own
+# commit markers, one per micro-batch) it holds. Each merge rewrites the row it merges into, so a
+# DR flow's rows stay this small plus one window's points, however long it runs.
+ROW_POINTS_MAX = 1000
+
+
 def coalesce_window(conn: Connection, flow: str, holder: str) -> int:
     """Merge the batch-log rows of the DR window ``holder`` (run ids ``<holder>#<n>``), with the
-    row each partition's first of them continues (an earlier window's or run's), into one row per
-    unbroken stretch of each partition (``core.translation.coalesce``: translation reads the same
-    from the merged rows); a merged row keeps its last micro-batch's id and time. Returns how many
-    rows went. So a flow in DR mode keeps one row per partition and unbroken stretch, however many
-    windows it ran."""
+    row each partition's first of them continues (an earlier window's or run's, unless it holds
+    ``ROW_POINTS_MAX`` points already), into one row per unbroken stretch of each partition
+    (``core.translation.coalesce``: translation reads the same from the merged rows); a merged row
+    keeps its last micro-batch's id and time. Returns how many rows went. So a flow in DR mode keeps
+    about one row per partition and ``ROW_POINTS_MAX`` points of its stretch (a window's at most),
+    however many windows it ran; pruning at the source's log start bounds their number."""
     b = batches_table
     rows = conn.execute(
         select(b)
@@ -118,7 +125,8 @@ def coalesce_window(conn: Connection, flow: str, holder: str) -> int:
     for row in before:
         earlier = committed_batch(row._mapping)
         logged = by_partition[(earlier.topic, earlier.partition)]
-        if earlier.target_end == logged[0].target_start:
+        full = len(earlier.sync_points) + len(earlier.target_gaps) >= ROW_POINTS_MAX
+        if earlier.target_end == logged[0].target_start and not full:
             logged.insert(0, earlier)
     removed = 0
     for (topic, partition), logged in by_partition.items():

@@ -4,22 +4,23 @@ emitted checkpoint's latency (``mirror_checkpoint_metrics``), MM2's checkpoint l
 
 Invariant: a checkpoint replaces its (group, topic, partition)'s last one and is logged with its
 latency in one transaction; the latency history is pruned with the rest of the metrics history
-(``OffsetsStore.prune_history``).
+(``OffsetsStore.prune_history``). A checkpoint pass reads only the batch-log rows its groups'
+positions need (``batches_from``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from sqlalchemy import delete, func, insert, select
 
 from mirrorflow.core.metrics import CheckpointMetrics
-from mirrorflow.core.progress import GroupPosition, as_utc
+from mirrorflow.core.progress import CommittedBatch, GroupPosition, as_utc
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import EmittedCheckpoint
-from mirrorflow.store.rows import emitted_checkpoint
-from mirrorflow.store.schema import checkpoint_metrics_table, checkpoints_table
+from mirrorflow.store.rows import committed_batch, emitted_checkpoint
+from mirrorflow.store.schema import batches_table, checkpoint_metrics_table, checkpoints_table
 
 __all__ = [
     "checkpoints",
@@ -101,3 +102,25 @@ def latest_checkpoint_metrics(store: OffsetsStore, flow: str) -> list[Checkpoint
             select(m).where(m.c.id.in_(newest)).order_by(m.c.group_id, m.c.topic, m.c.partition)
         ).all()
     return [CheckpointMetrics(r.group_id, r.remote_topic, r.partition, r.latency_ms) for r in rows]
+
+
+def batches_from(
+    store: OffsetsStore, flow: str, lowest: Mapping[tuple[str, int], int], *, on_target: bool = False
+) -> list[CommittedBatch]:
+    """Per partition of ``lowest``, the rows of ``flow``'s batch log that end past its offset there,
+    or its last row when none does: all that translating an offset at or past it reads (a checkpoint
+    pass translates its groups' positions, whose lowest are usually near the end, not the whole log).
+    Partitions are source partitions, or with ``on_target`` remote partitions (by remote topic) and
+    the offsets target offsets. One indexed query per partition, two for one with no row past it."""
+    b = batches_table
+    topic, end = (b.c.remote_topic, b.c.target_end) if on_target else (b.c.topic, b.c.source_end)
+    found: list[CommittedBatch] = []
+    with store.read() as conn:
+        for (name, partition), offset in sorted(lowest.items()):
+            where = (b.c.flow == flow, topic == name, b.c.partition == partition)
+            rows = conn.execute(select(b).where(*where, end > offset).order_by(b.c.source_start)).all()
+            if not rows:
+                last = select(b).where(*where).order_by(b.c.source_start.desc()).limit(1)
+                rows = conn.execute(last).all()
+            found += [committed_batch(row._mapping) for row in rows]
+    return found

@@ -65,7 +65,7 @@ from mirrorflow.core.progress import (
 from mirrorflow.core.recovery import HISTORY_RETENTION
 from mirrorflow.core.report import FailedPartition, PartitionReport
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
-from mirrorflow.store.batch_log import coalesce_window, commit_step, prune_step
+from mirrorflow.store.batch_log import ROW_POINTS_MAX, coalesce_window, commit_step, prune_step
 from mirrorflow.store.database import (
     DEFAULT_BUSY_TIMEOUT_SECONDS,
     INSERT_CHUNK,
@@ -105,7 +105,7 @@ from mirrorflow.store.schema import (
     topics_table,
 )
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT_SECONDS", "LOCK_POLL_SECONDS", "OffsetsStore"]
+__all__ = ["DEFAULT_BUSY_TIMEOUT_SECONDS", "LOCK_POLL_SECONDS", "ROW_POINTS_MAX", "OffsetsStore"]
 
 # How often a run waiting for its flow's lock looks again.
 LOCK_POLL_SECONDS = 1.0
