@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from dag_parsing import import_error_line, parse_dags
-from mirror_helpers import create_topic
+from mirror_helpers import commit_group, create_topic
 from sqlalchemy import create_engine, select, text
 
 from mirrorflow.app import runner
@@ -327,6 +327,9 @@ def batch_log_corrupted(scene: Scene) -> None:
         store.commit(FLOW, EARLIER_RUN, [Batch(scene.topic, 0, f"primary.{scene.topic}", 0, 5, 0, 5, 5, 320)])
         store.release_lock(FLOW, EARLIER_RUN)
     scene.sql("UPDATE mirror_batches SET sync_points = '[[0, 0' WHERE topic = '{topic}'")
+    # A group positioned on the partition: a checkpoint pass reads the rows its position needs.
+    source = scene.config.clusters["primary"].bootstrap_servers
+    commit_group(source, f"{scene.topic}-group", {(scene.topic, 0): 3})
 
 
 def planned_then(change: Callable[[Scene], None]) -> Callable[[Scene], None]:
