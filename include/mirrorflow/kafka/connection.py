@@ -39,6 +39,9 @@ TIMEOUT_S = 30.0
 FETCH_MAX_BYTES = 52_428_800
 # How long a failed request waits for the cluster's metadata afterwards (``Connection.call``).
 _RELOOK_S = 5.0
+# One bootstrap try, and the least time left worth another.
+_BOOTSTRAP_TRY_S = 5.0
+_BOOTSTRAP_MIN_TRY_S = 0.5
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 # TOPIC_/CLUSTER_AUTHORIZATION_FAILED
@@ -76,10 +79,24 @@ class Connection:
             # a source topic deleted since the plan, would come back with the broker's defaults.
             self.client.cluster.config["allow_auto_create_topics"] = False
             self.client.cluster.set_topics(sorted(self._topics))
-            self.client._manager.bootstrap(int(TIMEOUT_S * 1000))
+            self._bootstrap()
         except Exception as exc:
             self.client.close()
             raise TransientError(f"cannot reach the {side} cluster: {exc}") from exc
+
+    def _bootstrap(self) -> None:
+        """The cluster's metadata from a bootstrap server picked at random, each try bounded: a
+        broker that accepts connections but never answers (frozen, or stuck in a long pause) holds a
+        try until it times out, which would otherwise be the whole wait."""
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                self.client._manager.bootstrap(int(min(_BOOTSTRAP_TRY_S, left) * 1000))
+                return
+            except Exception:
+                if time.monotonic() >= deadline - _BOOTSTRAP_MIN_TRY_S:
+                    raise
 
     def refresh(self, timeout_s: float = TIMEOUT_S) -> None:
         """The cluster's metadata read now, waiting at most ``timeout_s``."""
