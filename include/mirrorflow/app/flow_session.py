@@ -34,6 +34,7 @@ from pathlib import Path
 
 from mirrorflow.app.remote_topics import RemoteTopics, ensure_remote_topics
 from mirrorflow.app.run_folder import metrics_file, write_atomically
+from mirrorflow.config.clients import transaction_timeout_ms
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import RunOptions
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
@@ -285,7 +286,9 @@ class FlowSession:
         settings = CopySettings.of(self.flow)
         return self._opened.enter_context(
             FlowTransactions.fenced(
-                settings.target, transactional_id(self.flow.name), WINDOW_TRANSACTION_TIMEOUT_MS
+                settings.target,
+                transactional_id(self.flow.name),
+                min(WINDOW_TRANSACTION_TIMEOUT_MS, transaction_timeout_ms(settings.target)),
             )
         )
 
@@ -333,6 +336,22 @@ class FlowSession:
             failed=report.failed,
             log_starts=None if micro_batch else plan.log_starts,
         )
+        short = {(r.topic, r.partition): r.source_end for r in result.partitions if r.source_end is not None}
+        if short:
+            left = sum(
+                p.source_end - short[(p.topic, p.partition)]
+                for p in plan.partitions
+                if (p.topic, p.partition) in short
+            )
+            log.warning(
+                "flow %s run %s: the copy stopped at its transaction's deadline (two thirds of the "
+                "target's producer transaction.timeout.ms) in %d partitions, %d planned offsets short; "
+                "what it copied is committed, the next run goes on from there",
+                flow.name,
+                plan.run_id,
+                len(short),
+                left,
+            )
         syncs = emit_offset_syncs(flow, batches, self.internal)
         log.log(
             logging.DEBUG if micro_batch else logging.INFO,

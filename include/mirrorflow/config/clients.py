@@ -62,6 +62,16 @@ _SPARK_MANAGED = frozenset(
 
 # Java's admin client default for request.timeout.ms (read by the control plane).
 ADMIN_REQUEST_TIMEOUT_MS_DEFAULT = 30000
+# How long a batch run's transaction may stay open, unless the target's producer sets
+# transaction.timeout.ms: the most brokers allow unless raised (their transaction.max.timeout.ms).
+TRANSACTION_TIMEOUT_MS_DEFAULT = 900_000
+
+
+def transaction_timeout_ms(producer_props: Mapping[str, str]) -> int:
+    """A batch run's transaction timeout on the target of ``producer_props`` (checked when the
+    config is loaded)."""
+    return int(producer_props.get("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS_DEFAULT))
+
 
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 

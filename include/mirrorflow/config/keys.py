@@ -334,8 +334,7 @@ TOP_LEVEL_KEYS: tuple[Key, ...] = (
 _NO_GROUP = "the copy reads planned offset ranges, without a consumer group"
 _EXACTLY_ONCE = (
     "every copy writes in transactions of the flow's transactional id (`mirrorflow.<flow>`), one request "
-    "in flight per partition; a batch run's transaction may stay open 15 minutes (brokers' default "
-    "`transaction.max.timeout.ms`), a micro-batch's one minute"
+    "in flight per partition (see `transaction.timeout.ms`)"
 )
 _AS_BYTES = "records are copied as bytes"
 _OPENSSL = "TLS versions and ciphers are OpenSSL's defaults (TLS 1.2 or newer)"
@@ -386,6 +385,16 @@ CLIENT_KEYS: tuple[Key, ...] = (
         "the control plane's admin calls (also the wait for an unreachable cluster) and the librdkafka "
         "writers",
         "30000",
+        "pos",
+    ),
+    Key(
+        "transaction.timeout.ms",
+        H,
+        "the target's producer: how long a batch run's transaction may stay open (at most the "
+        "brokers' `transaction.max.timeout.ms`); its copy stops reading source records at two thirds of "
+        "it, commits what it read and leaves the rest to the next run. A DR micro-batch's is the smaller "
+        "of it and one minute",
+        "900000",
         "pos",
     ),
     *(
@@ -473,7 +482,6 @@ CLIENT_KEYS: tuple[Key, ...] = (
         for k in (
             "enable.idempotence",
             "transactional.id",
-            "transaction.timeout.ms",
             "transaction.two.phase.commit.enable",
             "max.in.flight.requests.per.connection",
         )

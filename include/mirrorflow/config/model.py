@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, check_translatable, copy_ignored
+from mirrorflow.config.clients import (
+    ADMIN_REQUEST_TIMEOUT_MS_DEFAULT,
+    TRANSACTION_TIMEOUT_MS_DEFAULT,
+    check_translatable,
+    copy_ignored,
+)
 from mirrorflow.config.dr import DrSettings, dr_settings
 from mirrorflow.config.key_classes import KeyUse, classify
 from mirrorflow.config.key_values import (
@@ -392,6 +397,7 @@ def _cluster_config(alias: str, layers: _Layers) -> ClusterConfig:
     roles = {role: client.overlaid(merged.stripped(f"{role}.")) for role in _CLIENT_ROLES}
     # Read by the control plane itself (kafka-python); librdkafka checks the writer's settings.
     roles["admin"].get_positive_int("request.timeout.ms", ADMIN_REQUEST_TIMEOUT_MS_DEFAULT)
+    roles["producer"].get_positive_int("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS_DEFAULT)
     for props in roles.values():
         check_translatable(props, props.written_as)
     ignored = copy_ignored(roles["producer"], roles["producer"].written_as)

@@ -110,7 +110,7 @@ class BatchCopy:
                 except MirrorError as exc:
                     self._give_up(part, exc)
             parts.append(part)
-        reader = SourceReader(self.source, parts, self.budget, self.chain, self._give_up)
+        reader = SourceReader(self.source, parts, self.budget, self.chain, self._give_up, self.grant.deadline)
         reader.start()
         try:
             ProduceLoop(self.target, self.budget, self._give_up).write(reader, parts, self.grant)

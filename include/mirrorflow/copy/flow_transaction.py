@@ -10,6 +10,9 @@ Invariants:
   before any task writes (``begin``), which waits out the markers of the writer's previous
   transaction; the tasks write with the ``Grant`` it returns; the transaction commits (``commit``)
   only after every task answered, and before the offsets table moves.
+- A copy ends inside its transaction's timeout: its tasks stop reading source records at
+  ``READING_SHARE`` of it (``Grant.deadline``), and what they read by then is written and
+  committed; the rest is the next copy's (``core.plan.PartitionResult.source_end``).
 - Sequences count per remote partition within the epoch: a partition's first sequence in a
   transaction is what the epoch's committed transactions wrote there. A copy that fails aborts:
   the attempt fences again (a new epoch, sequences from 0), so nothing of the failed copy is read
@@ -22,17 +25,20 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 
+from mirrorflow.config.clients import transaction_timeout_ms
 from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, Plan, Writer, transactional_id
 from mirrorflow.errors import MirrorError, TargetStateError, WriterFencedError
 from mirrorflow.kafka.connection import TP, Connection
 from mirrorflow.kafka.transactions import add_partitions, end_transaction, fence
 
-# How long the coordinator lets a transaction stay open before aborting it. A DR window's
-# micro-batch takes well under a second: Kafka's producer default, so that a window frozen with one
-# open holds read_committed consumers back no longer. A batch run's copy is one transaction: the
-# most brokers allow unless raised (their transaction.max.timeout.ms default).
+# How long the coordinator lets a DR window's micro-batch stay open before aborting it (at most; a
+# batch run's is the target's transaction.timeout.ms). A micro-batch takes well under a second:
+# Kafka's producer default, so that a window frozen with one open holds read_committed consumers
+# back no longer.
 WINDOW_TRANSACTION_TIMEOUT_MS = 60_000
-RUN_TRANSACTION_TIMEOUT_MS = 900_000
+# The share of a transaction's timeout its copy reads in: the rest is for writing what it read,
+# checking the target's ends and committing.
+READING_SHARE = 2 / 3
 
 
 class FlowTransactions:
@@ -59,7 +65,7 @@ class FlowTransactions:
             yield transactions
         except BaseException:
             # Best effort: a transaction left open is aborted by the next fence, or by the
-            # coordinator after TRANSACTION_TIMEOUT_MS.
+            # coordinator after its timeout.
             with suppress(MirrorError):
                 transactions.abort()
             raise
@@ -86,6 +92,7 @@ class FlowTransactions:
             self.transactional_id,
             self._writer,
             tuple((t, p, self._sequences[(t, p)]) for t, p in tps if (t, p) in self._sequences),
+            deadline=time.time() + self.timeout_ms / 1000 * READING_SHARE,
         )
 
     def commit(self, result: CopyResult, plans: Iterable[PartitionPlan]) -> None:
@@ -99,9 +106,10 @@ class FlowTransactions:
                 raise
             raise TargetStateError(
                 f"the copy's transaction of {self.transactional_id} stayed open {open_s:.0f} s, past "
-                f"the {self.timeout_ms // 1000} s its coordinator allows, and was aborted. Nothing was "
-                "committed. Copy less per run (the flow's mirrorflow.max.records.per.partition, or a "
-                "run's topics), then run the flow again"
+                f"the {self.timeout_ms / 1000:g} s its coordinator allows, and was aborted: writing what "
+                f"the copy had read in its first {self.timeout_ms / 1000 * READING_SHARE:g} s took the "
+                "rest. Nothing was committed. Run the flow again; if this repeats, raise the target's "
+                "producer transaction.timeout.ms (and its brokers' transaction.max.timeout.ms)"
             ) from fenced
         self._open = None
         remote = {(p.topic, p.partition): (p.remote_topic, p.partition) for p in plans}
@@ -126,7 +134,7 @@ def copied_in_one_transaction(
     """``copy`` of ``plan`` as one attempt of its flow's writer on the target of ``props``: fenced,
     one transaction, committed once ``copy`` returned."""
     with FlowTransactions.fenced(
-        props, transactional_id(plan.flow), RUN_TRANSACTION_TIMEOUT_MS
+        props, transactional_id(plan.flow), transaction_timeout_ms(props)
     ) as transactions:
         grant = transactions.begin(plan.partitions)
         result = copy(grant)

@@ -131,6 +131,8 @@ class PartitionCopy:
             record_age=self.record_age,
             replication_latency=self.replication_latency,
             write_ms=max(self.last_acked_ms - self.first_received_ms, 0),
+            # Short of the plan only when the reader stopped at the transaction's deadline.
+            source_end=self.position if self.position < self.plan.source_end else None,
         )
 
 

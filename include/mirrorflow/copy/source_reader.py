@@ -10,6 +10,8 @@ Invariants:
   gap, a sync point of the result. Flows without transforms keep the batches as bytes.
 - Memory is bounded by ``BUFFER_BYTES`` per task, whatever the backlog: bytes read and not yet
   acknowledged by the target are taken from the ``Budget``, and the reader waits while it is spent.
+- Past its ``deadline`` the reader fetches no more: each partition's position then ends what it
+  queued, whole fetch answers only. It always makes one fetch round, so every copy moves on.
 """
 
 from __future__ import annotations
@@ -73,8 +75,10 @@ class SourceReader(threading.Thread):
         budget: Budget,
         chain: Chain,
         give_up: Callable[[PartitionCopy, MirrorError], None],
+        deadline: float = 0.0,
     ) -> None:
         super().__init__(name="mirror-reader", daemon=True)
+        self.deadline = deadline
         self.source = source
         self.parts = {p.tp: p for p in parts}
         self.budget = budget
@@ -128,6 +132,8 @@ class SourceReader(threading.Thread):
                             f"to {part.plan.source_end}): a transaction stays open; the plan can be re-run"
                         )
             self.wake.set()
+            if self.deadline and time.time() >= self.deadline:
+                return
 
     def _queue(self, part: PartitionCopy, batch: SourceBatch, received: int) -> None:
         start, end = max(part.position, part.plan.source_start), part.plan.source_end

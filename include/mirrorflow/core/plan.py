@@ -127,6 +127,10 @@ class Grant:
     transactional_id: str
     writer: Writer
     sequences: tuple[tuple[str, int, int], ...] = ()
+    # When (epoch seconds) the tasks stop reading further source records, well inside the
+    # transaction's timeout: what they read by then is written and committed, the rest is the next
+    # copy's. 0: no deadline.
+    deadline: float = 0.0
 
     def first_sequence(self, remote_topic: str, partition: int) -> int:
         return next((s for t, p, s in self.sequences if (t, p) == (remote_topic, partition)), 0)
@@ -246,7 +250,9 @@ class PartitionResult:
     points and target gaps the mapping is arithmetic. ``record_age`` and
     ``replication_latency`` cover the records this attempt wrote (see ``mirrorflow.core.metrics``), over
     ``write_ms`` from the first one received to the last one acknowledged. A result with a
-    ``failure`` copied nothing that may be committed: its counts are 0.
+    ``failure`` copied nothing that may be committed: its counts are 0. ``source_end`` is where a
+    copy stopped at its transaction's deadline (``Grant.deadline``), before the planned end: it
+    copied ``[source_start, source_end)``, and the next copy starts there. None: the planned end.
     """
 
     topic: str
@@ -261,6 +267,7 @@ class PartitionResult:
     replication_latency: Stats = field(default_factory=Stats)
     write_ms: int = 0
     failure: PartitionFailure | None = None
+    source_end: int | None = None
 
     @property
     def target_end(self) -> int:

@@ -238,7 +238,7 @@ def build_report(plan: Plan, result: CopyResult) -> RunReport:
                 r.records,
                 r.skipped,
                 r.bytes,
-                s.end - p.source_end,
+                s.end - (p.source_end if r.source_end is None else r.source_end),
                 r.record_age,
                 r.replication_latency,
                 r.write_ms,
@@ -261,11 +261,18 @@ def batches_for(plan: Plan, result: CopyResult) -> list[Batch]:
     batches = []
     for p in plan.partitions:
         r = by_tp.get((p.topic, p.partition))
-        if r is None or r.target_start != p.target_start:
+        end = p.source_end if r is None or r.source_end is None else r.source_end
+        if (
+            r is None
+            or r.target_start != p.target_start
+            or not p.source_start <= end <= p.source_end
+            or (end == p.source_start and r.target_end != p.target_start)
+        ):
             raise PlanError(
                 f"copy result does not match the plan for {p.topic}-{p.partition}; re-run the copy task"
             )
-        if r.failure is not None:
+        if r.failure is not None or end == p.source_start:
+            # A failed partition, or one whose copy stopped at its deadline before a record.
             continue
         batches.append(
             Batch(
@@ -273,7 +280,7 @@ def batches_for(plan: Plan, result: CopyResult) -> list[Batch]:
                 partition=p.partition,
                 remote_topic=p.remote_topic,
                 source_start=p.source_start,
-                source_end=p.source_end,
+                source_end=end,
                 target_start=p.target_start,
                 target_end=r.target_end,
                 records=r.records,

@@ -33,7 +33,13 @@ from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
 from kafka.protocol.producer import AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest
 
 from mirrorflow.core.plan import Writer
-from mirrorflow.errors import AuthorizationError, TargetStateError, TransientError, WriterFencedError
+from mirrorflow.errors import (
+    AuthorizationError,
+    ConfigError,
+    TargetStateError,
+    TransientError,
+    WriterFencedError,
+)
 from mirrorflow.kafka.connection import REFUSED, TIMEOUT_S, TP, Connection, error_name
 from mirrorflow.kafka.produce import refused_write
 
@@ -45,6 +51,8 @@ _CONCURRENT = 51
 _FENCED = frozenset({47, 49, 90})
 _INVALID_STATE = 48
 _TXN_ID_REFUSED = 53
+# The transaction timeout asked for is above the brokers' transaction.max.timeout.ms.
+_BAD_TIMEOUT = 50
 # Kafka's answer for the partitions it left alone because another one of the request failed.
 _NOT_ATTEMPTED = 55
 # Ending a transaction takes the coordinator a few ms (its markers written): Kafka's own producer asks
@@ -112,6 +120,14 @@ def fence(conn: Connection, transactional_id: str, transaction_timeout_ms: int) 
         )
 
     answer = _ask(conn, transactional_id, "fence its older writers", request, lambda a: [a.error_code])
+    if answer.error_code == _BAD_TIMEOUT:
+        raise ConfigError(
+            f"the target cluster refuses transactions that may stay open {transaction_timeout_ms} ms "
+            f"({error_name(_BAD_TIMEOUT)}): its brokers' transaction.max.timeout.ms is lower. Set the "
+            "target's producer transaction.timeout.ms (`<target alias>.producer.transaction.timeout.ms`) "
+            "at or below it; nothing was written",
+            key="transaction.timeout.ms",
+        )
     if answer.error_code:
         raise _refusal(transactional_id, "fence its older writers", answer.error_code)
     return Writer(int(answer.producer_id), int(answer.producer_epoch))

@@ -64,6 +64,7 @@ ACCEPTED = [
     ("backup.ssl.key.password = k3y", H),
     ("primary.admin.request.timeout.ms = 5000", H),
     ("backup.producer.linger.ms = 5", H),
+    ("backup.producer.transaction.timeout.ms = 60000", H),
     ("primary->backup.target.producer.compression.type = zstd", H),
     ("primary->backup.source.cluster.client.id = reader", H),
     # no effect

@@ -425,6 +425,10 @@ def test_validation_messages_say_what_to_do() -> None:
             "mirrorflow.spark.conf.<spark key>, mirrorflow.state.dir, "
             "mirrorflow.offsets.db.url"
         ),
+        BASE + "backup.producer.transaction.timeout.ms = 0\n": (
+            "backup.producer.transaction.timeout.ms: expected a positive whole number, got '0'; set e.g. "
+            "900000"
+        ),
         BASE + "mirrorflow.task.retries = many\n": (
             "mirrorflow.task.retries: expected a whole number of at least 0, got 'many'; set e.g. 2"
         ),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 
 import pytest
 
@@ -66,13 +67,13 @@ def test_sequences_count_per_partition_within_an_epoch_and_start_again_after_an_
     coordinator: Coordinator,
 ) -> None:
     with FlowTransactions.fenced({}, TID, 60_000) as transactions:
-        assert transactions.begin(PLANS) == Grant(TID, Writer(7, 0), ())
+        assert _undated(transactions.begin(PLANS)) == Grant(TID, Writer(7, 0), ())
         transactions.commit(_result(5, skipped=2), PLANS)
         second = transactions.begin(PLANS)
         assert second.sequences == (("primary.orders", 0, 5), ("primary.orders", 1, 5))
         assert second.first_sequence("primary.orders", 1) == 5
         transactions.abort()
-        assert transactions.begin(PLANS) == Grant(TID, Writer(7, 1), ())
+        assert _undated(transactions.begin(PLANS)) == Grant(TID, Writer(7, 1), ())
         transactions.commit(_result(1), PLANS)
     assert coordinator.calls == [
         "fence 0",
@@ -83,6 +84,18 @@ def test_sequences_count_per_partition_within_an_epoch_and_start_again_after_an_
         "add 1 [('primary.orders', 0), ('primary.orders', 1)]",
         "end 1 commit",
     ]
+
+
+def test_a_transactions_tasks_stop_reading_at_two_thirds_of_its_timeout(
+    coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(time, "time", lambda: 1_000.0)
+    with FlowTransactions.fenced({}, TID, 90_000) as transactions:
+        assert transactions.begin(PLANS).deadline == 1_060.0
+
+
+def _undated(grant: Grant) -> Grant:
+    return replace(grant, deadline=0.0)
 
 
 def test_an_abort_whose_fence_failed_fences_before_the_next_transaction(coordinator: Coordinator) -> None:

@@ -4,6 +4,7 @@ rows the commit derives from a plan and its result (``core.report.batches_for``)
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -15,7 +16,7 @@ from mirrorflow.core.plan import (
     Plan,
 )
 from mirrorflow.core.progress import Batch
-from mirrorflow.core.report import batches_for
+from mirrorflow.core.report import batches_for, build_report
 from mirrorflow.errors import PlanError
 
 FLOW = "primary->backup"
@@ -72,6 +73,8 @@ def test_copy_result_round_trips_exactly_with_sync_points_as_tuples() -> None:
     assert back.partitions[0].sync_points == ((10, 100), (13, 102))
     assert back.partitions[0].target_end == 108
     assert back.to_json() == text
+    stopped = CopyResult(FLOW, RUN, (replace(RESULT.partitions[0], source_end=14),))
+    assert CopyResult.from_json(stopped.to_json()).partitions[0].source_end == 14
 
 
 def test_max_records_sums_the_planned_ranges() -> None:
@@ -228,6 +231,34 @@ def test_batches_for_builds_one_row_per_planned_partition() -> None:
             sync_points=(),
         ),
     ]
+
+
+def test_batches_for_a_copy_stopped_at_its_deadline_end_where_it_stopped() -> None:
+    """orders-0 stopped at source 15 (5 records, one offset a marker), orders-1 before its first."""
+    short = (
+        PartitionResult("orders", 0, records=4, skipped=0, bytes=320, target_start=100, source_end=15),
+        PartitionResult("orders", 1, records=0, skipped=0, bytes=0, target_start=0, source_end=0),
+    )
+
+    assert batches_for(PLAN, CopyResult(FLOW, RUN, short)) == [
+        Batch("orders", 0, "primary.orders", 10, 15, 100, 104, 4, 320),
+    ]
+    report = build_report(PLAN, CopyResult(FLOW, RUN, short))
+    assert [(p.partition, p.records, p.lag) for p in report.partitions] == [(0, 4, 10), (1, 0, 5), (2, 0, 0)]
+
+
+@pytest.mark.parametrize(
+    "stopped",
+    [
+        PartitionResult("orders", 1, records=0, skipped=0, bytes=0, target_start=0, source_end=6),
+        # Records counted before the plan's start.
+        PartitionResult("orders", 1, records=1, skipped=0, bytes=9, target_start=0, source_end=0),
+    ],
+    ids=["past-the-plan", "records-before-its-start"],
+)
+def test_batches_for_refuses_a_stop_outside_the_planned_range(stopped: PartitionResult) -> None:
+    with pytest.raises(PlanError, match="copy result does not match the plan for orders-1"):
+        batches_for(PLAN, CopyResult(FLOW, RUN, (RESULT.partitions[0], stopped)))
 
 
 def test_batches_for_an_empty_plan_is_empty() -> None:
