@@ -116,9 +116,12 @@ def test_reexecution_after_a_partial_write_skips_exactly_what_is_there(
             (0, 0, count, 0),
             (1, 0, count, 0),
         ]
-        # An earlier attempt crashed after writing the first k planned records of partition 1.
+        # An earlier attempt crashed after writing the first k planned records of partition 1, in
+        # two batches: the copy reads them back a batch at a time.
         first_k = _read(primary, topic, 1)[:k]
-        sample_data.produce(sample_data.producer(backup.bootstrap), remote, 1, first_k)
+        producer = sample_data.producer(backup.bootstrap)
+        sample_data.produce(producer, remote, 1, first_k[:3])
+        sample_data.produce(producer, remote, 1, first_k[3:])
         assert _read(backup, remote, 1) == _expected(topic, 1, 0, k)
 
         result = _copy(config, plan, spark)

@@ -36,7 +36,8 @@ that keeps it:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +52,7 @@ from mirrorflow.core.transforms import Chain, Encodable
 from mirrorflow.errors import MirrorError, SourceDataLostError, TargetStateError, TransientError
 from mirrorflow.kafka.connection import READ_COMMITTED, READ_UNCOMMITTED, TIMEOUT_S, end_offsets, kept_open
 from mirrorflow.kafka.fetched_batches import SourceRecord
-from mirrorflow.kafka.record_reads import first_committed, read_records
+from mirrorflow.kafka.record_reads import first_committed, records_of
 
 
 class BatchCopy:
@@ -140,44 +141,38 @@ class BatchCopy:
         earlier attempt's, whose transaction committed before the offsets table moved) must be the
         first planned records: they are counted where they are, and the source position moves past
         them. The rest of that stretch holds no record a committed read sees (transaction markers,
-        aborted attempts' records)."""
+        aborted attempts' records). Both sides are read a batch at a time, as far as compared."""
         plan = part.plan
-        target = read_records(
-            self.target, part.remote, plan.target_start, end, READ_COMMITTED, end - plan.target_start
-        )
-        if not target:
-            return
-        n = len(target)
-        source = self._planned_records(part, n)
-        if len(source) < n:
-            raise _too_many(plan, n, len(source))
-        for got, want in zip(target, source, strict=True):
-            if not _same(got, want):
-                raise TargetStateError(
-                    f"remote partition {plan.remote_topic}-{plan.partition} offset {got.offset} holds "
-                    f"another record where this flow wrote the record of source offset {want.offset} of "
-                    f"{plan.topic}-{plan.partition}: something else writes to the remote topic. Nothing was "
-                    "committed; stop the other writer, then reset the flow's progress for that topic to "
-                    "mirror it again."
-                )
-        part.already_written = n
-        part.count([r.offset for r in source], [r.offset for r in target])
-        part.position = source[-1].offset + 1
+        planned = self._planned_records(part)
+        wanted: deque[Encodable] = deque()
+        found = 0
+        for got in records_of(self.target, part.remote, plan.target_start, end, READ_COMMITTED):
+            if not got:
+                continue
+            while len(wanted) < len(got) and (more := next(planned, None)) is not None:
+                wanted.extend(more)
+            if len(wanted) < len(got):
+                raise _too_many(plan, found + len(got), found + len(wanted))
+            want = [wanted.popleft() for _ in got]
+            for target, source in zip(got, want, strict=True):
+                if not _same(target, source):
+                    raise TargetStateError(
+                        f"remote partition {plan.remote_topic}-{plan.partition} offset {target.offset} holds "
+                        f"another record where this flow wrote the record of source offset {source.offset} "
+                        f"of {plan.topic}-{plan.partition}: something else writes to the remote topic. "
+                        "Nothing was committed; stop the other writer, then reset the flow's progress for "
+                        "that topic to mirror it again."
+                    )
+            part.count([r.offset for r in want], [r.offset for r in got])
+            found += len(got)
+            part.position = want[-1].offset + 1
+        part.already_written = found
 
-    def _planned_records(self, part: PartitionCopy, n: int) -> list[Encodable]:
-        """The first ``n`` records the plan writes for the partition (after the transforms)."""
+    def _planned_records(self, part: PartitionCopy) -> Iterator[Sequence[Encodable]]:
+        """The records the plan writes for the partition (after the transforms), a batch at a time."""
         plan = part.plan
-        records: list[Encodable] = []
-        position = plan.source_start
-        while len(records) < n and position < plan.source_end:
-            read = read_records(
-                self.source, part.tp, position, plan.source_end, READ_COMMITTED, n - len(records)
-            )
-            if not read:
-                break
-            records += transformed(self.chain, part.tp, read)
-            position = read[-1].offset + 1
-        return records[:n]
+        for read in records_of(self.source, part.tp, plan.source_start, plan.source_end, READ_COMMITTED):
+            yield transformed(self.chain, part.tp, read)
 
     def _check_result(self, part: PartitionCopy, end: int) -> None:
         plan = part.plan
@@ -202,9 +197,9 @@ def _same(target: SourceRecord, source: Encodable) -> bool:
 
 def _too_many(plan: PartitionPlan, found: int, planned: int) -> TargetStateError:
     return TargetStateError(
-        f"remote partition {plan.remote_topic}-{plan.partition} holds {found} records past the planned "
-        f"start {plan.target_start}, more than the {planned} planned: something else writes to the "
-        "remote topic. Nothing was committed; stop the other writer."
+        f"remote partition {plan.remote_topic}-{plan.partition} holds more records past the planned "
+        f"start {plan.target_start} (at least {found}) than the {planned} planned: something else "
+        "writes to the remote topic. Nothing was committed; stop the other writer."
     )
 
 

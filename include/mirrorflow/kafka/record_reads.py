@@ -1,5 +1,5 @@
 """Records read with Fetch, as Kafka's consumer reads them: the copy's fetch rounds (``fetch``), and
-the few records read outside Spark: the copy's read-back (``read_records``), the verification's
+the records read outside Spark: the copy's read-back (``records_of``), the verification's
 LogAppendTime ranges (``written_records``), the plan's gap check (``record_digests``), the
 failover's checkpoints (``read_partition``) and the reverse checkpoints' look past the last copy's
 commit marker (``first_committed``).
@@ -129,14 +129,22 @@ def _fetched_error(connection: Connection, tp: TP, position: int, code: int) -> 
 def read_records(
     connection: Connection, tp: TP, start: int, end: int, isolation: int, limit: int
 ) -> list[SourceRecord]:
-    """Up to ``limit`` records of ``[start, end)``, decoded: only for the few read back after a
-    failed attempt."""
+    """Up to ``limit`` records of ``[start, end)``, decoded."""
     records: list[SourceRecord] = []
-    for batch in _batches(connection, tp, start, end, isolation):
-        records += [r for r in batch.records() if start <= r.offset < end]
+    for chunk in records_of(connection, tp, start, end, isolation):
+        records += chunk
         if len(records) >= limit:
             break
     return records[:limit]
+
+
+def records_of(
+    connection: Connection, tp: TP, start: int, end: int, isolation: int
+) -> Iterator[list[SourceRecord]]:
+    """The records of ``[start, end)``, decoded, a batch at a time, read as far as they are taken:
+    what a copy reads back after an attempt that committed, however many."""
+    for batch in _batches(connection, tp, start, end, isolation):
+        yield [r for r in batch.records() if start <= r.offset < end]
 
 
 def written_records(props: Mapping[str, str], tp: TP, start: int, end: int) -> Iterator[list[SourceRecord]]:
