@@ -65,28 +65,23 @@ def forward_translations(
 
 
 def reverse_translations(
-    store: OffsetsStore,
-    opposite: str,
-    committed: Mapping[str, Mapping[TP, tuple[int, str]]],
-    cluster: ClusterConfig,
+    store: OffsetsStore, opposite: str, spans: Mapping[TP, tuple[int, int]], cluster: ClusterConfig
 ) -> dict[TP, Translation]:
-    """For reverse checkpoints: each remote partition of the ``opposite`` flow that a group of
-    ``committed`` has a position on (keyed by its name on ``cluster``, that flow's target),
-    translated back to its upstream topic. A group that read every copy sits past the commit marker
-    of the last one, which no batch covers yet: where the first committed record past the log's end
-    is, is read off ``cluster`` for such positions (one fetch)."""
+    """For reverse checkpoints: each remote partition of the ``opposite`` flow that a group has a
+    position on (``spans``: the groups' lowest and highest there, keyed by its name on ``cluster``,
+    that flow's target), translated back to its upstream topic. A group that read every copy sits
+    past the commit marker of the last one, which no batch covers yet: where the first committed
+    record past the log's end is, is read off ``cluster`` for such positions (one fetch)."""
     translators = {
         (remote, partition): (topic, t)
         for (topic, partition), (remote, t) in _translators(
-            store, opposite, _lowest(committed), on_target=True
+            store, opposite, {tp: low for tp, (low, _) in spans.items()}, on_target=True
         ).items()
     }
-    past_end: dict[TP, int] = {}
-    for offsets in committed.values():
-        for tp, (offset, _) in offsets.items():
-            end = translators[tp][1].target_end if tp in translators else None
-            if end is not None and offset > end:
-                past_end[tp] = end
+    ends = {tp: t.target_end for tp, (_, t) in translators.items()}
+    past_end = {
+        tp: end for tp, (_, high) in spans.items() if (end := ends.get(tp)) is not None and high > end
+    }
     committed_from: dict[TP, int] = {}
     if past_end:
         with control_plane_read(cluster.consumer, cluster.alias, *{t for t, _ in past_end}) as connection:
@@ -97,13 +92,14 @@ def reverse_translations(
     }
 
 
-def _lowest(committed: Mapping[str, Mapping[TP, tuple[int, str]]]) -> dict[TP, int]:
-    """Each partition's lowest position among the groups."""
-    lowest: dict[TP, int] = {}
+def _spans(committed: Mapping[str, Mapping[TP, tuple[int, str]]]) -> dict[TP, tuple[int, int]]:
+    """Each partition's lowest and highest position among the groups."""
+    spans: dict[TP, tuple[int, int]] = {}
     for offsets in committed.values():
         for tp, (offset, _) in offsets.items():
-            lowest[tp] = min(offset, lowest.get(tp, offset))
-    return lowest
+            low, high = spans.get(tp, (offset, offset))
+            spans[tp] = (min(low, offset), max(high, offset))
+    return spans
 
 
 def _translators(
@@ -164,10 +160,12 @@ def emit_checkpoints(session: FlowSession) -> CheckpointReport:
     read_at = time.monotonic()
     committed = source.group_offsets(groups)
     mirrored = store.progress(flow.name)
-    lowest = {tp: offset for tp, offset in _lowest(committed).items() if tp in mirrored}
-    translations = forward_translations(store, flow.name, lowest)
+    spans = _spans(committed)
+    translations = forward_translations(
+        store, flow.name, {tp: s[0] for tp, s in spans.items() if tp in mirrored}
+    )
     if flow.settings.reverse_checkpoints:
-        translations |= reverse_translations(store, flow.opposite, committed, flow.source)
+        translations |= reverse_translations(store, flow.opposite, spans, flow.source)
     previous = checkpoints(store, flow.name)
     emit, untranslated = next_positions(committed, translations, previous)
     if emit:

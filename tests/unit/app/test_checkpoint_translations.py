@@ -84,6 +84,5 @@ def test_reverse_translations_from_the_lowest_position_equal_the_whole_logs_at_a
     whole = OffsetTranslator(batches, gaps).reverse
     end = batches[-1].target_end
     for lowest in range(0, end + 1):
-        committed = {"group": {REMOTE: (lowest, "")}}
-        part = reverse_translations(store, FLOW, committed, UNREACHABLE)[REMOTE].translate
+        part = reverse_translations(store, FLOW, {REMOTE: (lowest, lowest)}, UNREACHABLE)[REMOTE].translate
         assert [part(d) for d in range(lowest, end + 1)] == [whole(d) for d in range(lowest, end + 1)], lowest
