@@ -37,7 +37,7 @@ from mirrorflow.core.report import (
     build_report,
     partitions_failed,
 )
-from mirrorflow.core.window import StepTimes, Timers, WindowSummary
+from mirrorflow.core.window import StepTimes, Timers, WindowSummary, steps_text
 from mirrorflow.errors import (
     ConfigError,
     MirrorError,
@@ -59,6 +59,9 @@ RETRY_WAIT_S = 1.0
 RETRY_WAIT_MAX_S = 30.0
 # How often a window logs what it did and where the time went.
 PROGRESS_INTERVAL_S = 60.0
+# A micro-batch taking longer is logged with where its time went: the recovery point grows by as
+# much (a broker failing over, a slow commit).
+SLOW_MICRO_BATCH_S = 2.0
 # How often a window merges its micro-batches' batch-log rows: what a handover still has to merge,
 # while the next window waits for the lock, is this long's rows (the rpo bench's progress lines show
 # up to 0.4 s to merge a minute's rows at 2,000 records/s), and no merge stalls the copy for long.
@@ -217,7 +220,7 @@ class _Window:
                 result = self.session.copy_in_process(plan)
             else:
                 self.spark_copies += 1
-                result = self.session.copy_in_transaction(plan, lambda grant: self.copy(plan, grant))
+                result = self.session.copy_in_transaction(plan, lambda grant: self.copy_tasks(plan, grant))
         with timed("commit"):
             report = self.session.commit(plan, result, micro_batch=True)
         self.log_starts.update(plan.log_starts)
@@ -235,6 +238,11 @@ class _Window:
                 self.unrecorded[key] = self.unrecorded[key].then(p) if key in self.unrecorded else p
         self.last_batch_id = plan.run_id
         return report
+
+    def copy_tasks(self, plan: Plan, grant: Grant) -> CopyResult:
+        """The copy's Spark tasks, timed apart from the transaction around them."""
+        with self.steps.timed("copy tasks"):
+            return self.copy(plan, grant)
 
     def caught_up(self, plan: Plan, now: float) -> RunReport:
         """A micro-batch with nothing to copy: the recovery point it proves, recorded at most once per
@@ -293,6 +301,17 @@ class _Window:
             self.timers.ran("heartbeat_age", now)
         return self.age
 
+    def log_if_slow(self, took: float, before: dict[str, float]) -> None:
+        if took > SLOW_MICRO_BATCH_S:
+            log.warning(
+                "flow %s: micro-batch %s#%d took %.1f s; seconds in %s",
+                self.flow.name,
+                self.run_id,
+                self.micro_batches - 1,
+                took,
+                steps_text(self.steps.since(before), at_least=0.05),
+            )
+
     def log_progress(self, now: float) -> None:
         """One line per progress interval: what the window did since the last one, and where the
         time went."""
@@ -306,7 +325,7 @@ class _Window:
             batches,
             records,
             sum(self.lags.values()),
-            ", ".join(f"{k} {v:.1f}" for k, v in spent.items()),
+            steps_text(spent),
         )
         self.progress = (now, dict(self.steps.totals), self.micro_batches, self.records)
 
@@ -325,10 +344,11 @@ class _Window:
             if (pause := started + self.trigger_interval_s - clock()) > 0:
                 with self.steps.timed("trigger"):
                     sleep(pause)
-            started = clock()
+            started, before = clock(), dict(self.steps.totals)
             try:
                 written = self.micro_batch(started)
                 error, wait = None, RETRY_WAIT_S
+                self.log_if_slow(clock() - started, before)
             except SourceDataLostError as lost:
                 if flow.settings.on_source_data_loss != "skip":
                     return lost

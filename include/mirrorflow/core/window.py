@@ -102,6 +102,11 @@ class StepTimes:
         return tuple((k, round(v, 3)) for k, v in self.totals.items())
 
 
+def steps_text(spent: Mapping[str, float], at_least: float = 0.0) -> str:
+    """``plan 1.6, copy 52.2``: the seconds of each step that took ``at_least``."""
+    return ", ".join(f"{k} {v:.1f}" for k, v in spent.items() if v >= at_least)
+
+
 @dataclass
 class Timers:
     """Which periodic steps are due at ``now`` (seconds on a monotonic clock). A step is due at the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirrorflow.core.window import StepTimes, Timers, WindowSummary
+from mirrorflow.core.window import StepTimes, Timers, WindowSummary, steps_text
 from mirrorflow.errors import PlanError
 
 SUMMARY = WindowSummary(
@@ -72,3 +72,10 @@ def test_a_step_is_due_first_then_once_per_interval() -> None:
     timers.ran("checkpoints", 100.0)
     assert not timers.due("checkpoints", 159.9)
     assert timers.due("checkpoints", 160.0)
+
+
+def test_steps_text_names_the_steps_that_took_long_enough_in_their_order() -> None:
+    spent = {"plan": 0.04, "copy": 14.25, "copy tasks": 13.96, "commit": 0.3}
+
+    assert steps_text(spent) == "plan 0.0, copy 14.2, copy tasks 14.0, commit 0.3"
+    assert steps_text(spent, at_least=0.05) == "copy 14.2, copy tasks 14.0, commit 0.3"
