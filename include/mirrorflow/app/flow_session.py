@@ -336,13 +336,10 @@ class FlowSession:
             failed=report.failed,
             log_starts=None if micro_batch else plan.log_starts,
         )
-        short = {(r.topic, r.partition): r.source_end for r in result.partitions if r.source_end is not None}
+        results = {(r.topic, r.partition): r for r in result.partitions}
+        left = [p.source_end - results[(p.topic, p.partition)].copied_to(p) for p in plan.partitions]
+        short = [n for n in left if n]
         if short:
-            left = sum(
-                p.source_end - short[(p.topic, p.partition)]
-                for p in plan.partitions
-                if (p.topic, p.partition) in short
-            )
             log.warning(
                 "flow %s run %s: the copy stopped at its transaction's deadline (two thirds of the "
                 "target's producer transaction.timeout.ms) in %d partitions, %d planned offsets short; "
@@ -350,7 +347,7 @@ class FlowSession:
                 flow.name,
                 plan.run_id,
                 len(short),
-                left,
+                sum(short),
             )
         syncs = emit_offset_syncs(flow, batches, self.internal)
         log.log(

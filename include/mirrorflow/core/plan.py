@@ -273,6 +273,10 @@ class PartitionResult:
     def target_end(self) -> int:
         return self.target_start + self.records + offsets_in(self.target_gaps)
 
+    def copied_to(self, plan: PartitionPlan) -> int:
+        """Where the copy of ``plan`` ended on the source: where it stopped, or the planned end."""
+        return plan.source_end if self.source_end is None else self.source_end
+
 
 @dataclass(frozen=True)
 class CopyResult(Document):

@@ -238,7 +238,7 @@ def build_report(plan: Plan, result: CopyResult) -> RunReport:
                 r.records,
                 r.skipped,
                 r.bytes,
-                s.end - (p.source_end if r.source_end is None else r.source_end),
+                s.end - r.copied_to(p),
                 r.record_age,
                 r.replication_latency,
                 r.write_ms,
@@ -261,7 +261,7 @@ def batches_for(plan: Plan, result: CopyResult) -> list[Batch]:
     batches = []
     for p in plan.partitions:
         r = by_tp.get((p.topic, p.partition))
-        end = p.source_end if r is None or r.source_end is None else r.source_end
+        end = p.source_end if r is None else r.copied_to(p)
         if (
             r is None
             or r.target_start != p.target_start
