@@ -24,7 +24,7 @@ from mirror_helpers import (
 )
 
 from mirrorflow.app.run_folder import metrics_file
-from mirrorflow.config.model import MirrorConfig
+from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -82,6 +82,45 @@ def test_dag_runs_copy_exactly_and_only_what_is_new(
     assert idle.returncode == 0, idle.stdout[-5000:] + idle.stderr[-5000:]
     assert len(store.batches("primary->backup")) == 6
     assert store.lock_holder("primary->backup") is None
+
+
+def test_a_plain_mm2_file_runs_as_it_is_with_the_state_in_airflows_home(
+    kafka_clusters: dict[str, LocalCluster], unique_name: str, tmp_path: Path
+) -> None:
+    """MM2's keys only, replication factors of -1 (the brokers' default: these brokers have one
+    node, so MM2's defaults of 2 and 3 could not be met), no state setting: the run keeps its state
+    in Airflow's home."""
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    create_topic(primary.bootstrap, unique_name, 2)
+    sample_data.produce_samples(primary.bootstrap, unique_name, 2, 0, 30)
+    path = tmp_path / "mm2.properties"
+    path.write_text(
+        f"clusters = primary, backup\nprimary.bootstrap.servers = {primary.bootstrap}\n"
+        f"backup.bootstrap.servers = {backup.bootstrap}\nprimary->backup.enabled = true\n"
+        f"primary->backup.topics = {unique_name}\nreplication.factor = -1\n"
+        "offset-syncs.topic.replication.factor = -1\ncheckpoints.topic.replication.factor = -1\n"
+        "heartbeats.topic.replication.factor = -1\n"
+    )
+    home = tmp_path / "airflow"
+    config = load_config(path, env={"AIRFLOW_HOME": str(home)})
+    env = migrated_airflow(home, config, tmp_path)
+    del env["MIRROR_STATE_DIR"]
+
+    run = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
+
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-5000:]
+    assert f"state folder {home / 'mirrorflow'} (the default, in Airflow's home" in run.stdout + run.stderr
+    assert (
+        assert_same_records(primary.bootstrap, unique_name, backup.bootstrap, f"primary.{unique_name}", 2)
+        == 60
+    )
+    with OffsetsStore(f"sqlite:///{home / 'mirrorflow' / 'offsets.db'}") as store:
+        batches = store.batches("primary->backup")
+    # The heartbeat the run wrote to the source's heartbeats topic (created with the brokers' factor too).
+    assert [(b.topic, b.partition, b.source_end) for b in batches] == [
+        ("heartbeats", 0, 1), (unique_name, 0, 30), (unique_name, 1, 30)
+    ]  # fmt: skip
+    assert metrics_file(home / "mirrorflow", "primary->backup", "source").is_file()
 
 
 def test_a_missing_spark_connection_fails_the_plan_before_anything_happens(

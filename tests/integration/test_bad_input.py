@@ -115,9 +115,10 @@ CONFIG_CASES = [
     ),
     ConfigCase(
         "negative-number",
-        "primary->backup.replication.factor = -1",
+        "primary->backup.replication.factor = -2",
         "primary->backup.replication.factor",
-        "primary->backup.replication.factor: expected a positive whole number, got '-1'; set e.g. 2",
+        "primary->backup.replication.factor: expected a positive whole number, or -1 for the brokers' "
+        "default.replication.factor, got '-2'; set e.g. 2",
     ),
     ConfigCase(
         "non-numeric",

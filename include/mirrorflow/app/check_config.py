@@ -15,6 +15,8 @@ from typing import TextIO
 from mirrorflow.app.remote_topics import select_topics
 from mirrorflow.config.keys import Treatment
 from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
+from mirrorflow.config.property_view import BROKER_DEFAULT_RF
+from mirrorflow.config.state import one_machine_advice
 from mirrorflow.config.strimzi import secrets_folder, to_properties
 from mirrorflow.errors import ConfigError, MirrorError
 from mirrorflow.kafka.admin import ClusterAdmin
@@ -23,7 +25,11 @@ from mirrorflow.kafka.admin import ClusterAdmin
 def describe(config: MirrorConfig, out: TextIO, *, topics: bool) -> None:
     """The report, without the cluster reads when ``topics`` is False."""
     print(f"config {config.path}: clusters {', '.join(config.clusters)}", file=out)
-    print(f"state folder {config.state_dir}", file=out)
+    chosen_by = config.state_dir_chosen_by or "the default, in Airflow's home"
+    print(f"state folder {config.state_dir} ({chosen_by})", file=out)
+    advice = one_machine_advice(config.state_dir_chosen_by, config.offsets_db_url)
+    if advice:
+        print(f"  {advice}", file=out)
     if not config.flows:
         print("no enabled flow: enable one with `<source>-><target>.enabled = true`", file=out)
     for flow in config.flows:
@@ -48,7 +54,17 @@ def _flow(flow: FlowConfig, out: TextIO) -> None:
         "groups": ", ".join(flow.groups),
         "groups.exclude": ", ".join(flow.groups_exclude),
         "remote topic of t": policy.format_remote_topic(flow.source.alias, "t"),
-        "replication.factor": str(flow.replication_factor),
+        "replication factors (remote topics; offset syncs, checkpoints, heartbeats)": (
+            f"{_rf(flow.replication_factor)}; "
+            + ", ".join(
+                _rf(rf)
+                for rf in (
+                    flow.offset_syncs_topic_replication_factor,
+                    flow.checkpoints_topic_replication_factor,
+                    flow.heartbeats_topic_replication_factor,
+                )
+            )
+        ),
         "checkpoints, group offset sync, heartbeats, offset syncs": ", ".join(
             "on" if on else "off"
             for on in (
@@ -72,6 +88,10 @@ def _flow(flow: FlowConfig, out: TextIO) -> None:
     print(f"flow {flow.name}", file=out)
     for name, value in lines.items():
         print(f"  {name}: {value}", file=out)
+
+
+def _rf(replication_factor: int) -> str:
+    return "broker default" if replication_factor == BROKER_DEFAULT_RF else str(replication_factor)
 
 
 def _topics(flow: FlowConfig, out: TextIO) -> None:

@@ -37,7 +37,13 @@ from mirrorflow.config.keys import (
     R,
     Treatment,
 )
-from mirrorflow.config.property_view import checked_bool, checked_integer, checked_whole_number, shown
+from mirrorflow.config.property_view import (
+    checked_bool,
+    checked_integer,
+    checked_replication_factor,
+    checked_whole_number,
+    shown,
+)
 from mirrorflow.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -222,6 +228,8 @@ def _use(written: str, value: str, rule: Key, check: bool = True) -> KeyUse:
     if rule.kind in ("int", "pos"):
         example = int(rule.default) if rule.default else None
         checked_whole_number(written, value, zero_allowed=rule.kind == "int", example=example)
+    if rule.kind == "rf":
+        checked_replication_factor(written, value, example=int(rule.default))
     # Java reads the protocol in any case, the mechanism as written.
     chosen = value.upper() if rule.name == "security.protocol" else value
     if rule.choices and chosen not in rule.choices:

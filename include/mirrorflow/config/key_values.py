@@ -1,5 +1,6 @@
 """A typed key's value, read by its row of the key table (``config.keys``): the row's kind says what
-the value must be (``bool``; ``int``, a whole number of at least 0; ``pos``, at least 1), its
+the value must be (``bool``; ``int``, a whole number of at least 0; ``pos``, at least 1; ``rf``,
+at least 1 or -1), its
 default what an absent key means, its choices what it may be. The model and DR mode read their
 typed keys, MM2's and this product's, through here, so that no default or bound is stated twice.
 
@@ -29,8 +30,11 @@ def default_flag(name: str) -> bool:
 
 
 def number(props: PropertyView, name: str) -> int:
-    """A whole number of at least 1 (``pos``) or 0 (``int``); the row's default when absent."""
+    """A whole number of at least 1 (``pos``) or 0 (``int``), or a replication factor (``rf``);
+    the row's default when absent."""
     row = _ROWS[name]
+    if row.kind == "rf":
+        return props.get_replication_factor(name, int(row.default))
     return props.get_positive_int(name, int(row.default), zero_allowed=row.kind == "int")
 
 

@@ -31,7 +31,8 @@ class Treatment(enum.StrEnum):
 class Key:
     """One key (or, ending in ``.*``, every key under a prefix). ``note``: what it does (honoured),
     why it does nothing here (no effect) or what to do instead (refused). ``kind``: ``bool``,
-    ``int`` (a whole number of at least 0), ``pos`` (at least 1), ``long`` (any whole number: Java
+    ``int`` (a whole number of at least 0), ``pos`` (at least 1), ``rf`` (a replication factor: at least 1,
+    or -1 for the brokers' ``default.replication.factor``), ``long`` (any whole number: Java
     reads some where ``-1`` means no limit) or ``text``. ``harmless``: values of a refused key that
     change nothing, accepted. ``choices``: the only values an honoured key takes."""
 
@@ -57,6 +58,7 @@ def _dr(what: str) -> str:
 
 _NO_REST = "no Connect worker or REST server runs: Airflow schedules the flows"
 _STATE = "progress lives in the offsets table (mirrorflow.offsets.db.url), not in Connect's topics"
+_RF = "; -1: the brokers' `default.replication.factor`"
 _TRANSFORMS = "see Transforms: Connect's Filter, DropHeaders and InsertHeader, python hooks"
 _PREDICATES = "see Transforms: Connect's HasHeaderKey, TopicNameMatches and RecordIsTombstone"
 _JAVA_CLASS = "the Python clients cannot load Java classes; remove the key"
@@ -84,7 +86,7 @@ FLOW_KEYS: tuple[Key, ...] = (
         "DefaultReplicationPolicy",
     ),
     Key("replication.policy.separator", H, "separator of remote topic names", "."),
-    Key("replication.factor", H, "for remote topics created on the target", "2", "pos"),
+    Key("replication.factor", H, f"for remote topics created on the target{_RF}", "2", "rf"),
     Key(
         "sync.topic.configs.enabled",
         H,
@@ -148,20 +150,20 @@ FLOW_KEYS: tuple[Key, ...] = (
         "`target`: `mm2-offset-syncs.<source>.internal` on the target (MM2's naming)",
         "source",
     ),
-    Key("offset-syncs.topic.replication.factor", H, "for the offset-syncs topic", "3", "pos"),
+    Key("offset-syncs.topic.replication.factor", H, f"for the offset-syncs topic{_RF}", "3", "rf"),
     Key(
         "heartbeats.topic.replication.factor",
         H,
-        "for the `heartbeats` topics, created on first use (single partition, compacted)",
+        f"for the `heartbeats` topics, created on first use (single partition, compacted){_RF}",
         "3",
-        "pos",
+        "rf",
     ),
     Key(
         "checkpoints.topic.replication.factor",
         H,
-        "for the checkpoints topic, created on first use (single partition, compacted)",
+        f"for the checkpoints topic, created on first use (single partition, compacted){_RF}",
         "3",
-        "pos",
+        "rf",
     ),
     Key("emit.heartbeats.interval.seconds", H, _dr("emits heartbeats"), "1", "pos"),
     Key(

@@ -277,6 +277,8 @@ class MirrorConfig:
     flows: tuple[FlowConfig, ...]
     state_dir: Path
     offsets_db_url: str
+    # What chose the state folder (env or key, as ``config.state.StateDir``); None: the default.
+    state_dir_chosen_by: str | None = None
     # Every key of the file as written, with what this product does with it (``config.key_classes``).
     keys: tuple[KeyUse, ...] = ()
 
@@ -359,8 +361,9 @@ def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] 
         path=path,
         clusters=MappingProxyType(clusters),
         flows=tuple(flows),
-        state_dir=state,
-        offsets_db_url=offsets_db_url(top, env, state),
+        state_dir=state.path,
+        offsets_db_url=offsets_db_url(top, env, state.path),
+        state_dir_chosen_by=state.chosen_by,
         keys=keys,
     )
 

@@ -16,6 +16,9 @@ _REFERENCE = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-
 _LIST_SEPARATOR = re.compile(r"\s*,\s*")
 # Values of such keys are masked in repr() so that configs can be logged.
 _SECRET_KEY = re.compile(r"password|secret|jaas\.config|keystore\.key", re.IGNORECASE)
+# A replication factor of -1 asks the brokers for theirs (default.replication.factor), as Kafka's
+# CreateTopics does (KIP-464) and MM2 and Strimzi's examples write it.
+BROKER_DEFAULT_RF = -1
 
 
 def shown(key: str, value: str) -> str:
@@ -39,6 +42,18 @@ def checked_whole_number(written: str, value: str, *, zero_allowed: bool, exampl
         suggestion = "" if example is None else f"; set e.g. {example}"
         raise ConfigError(f"expected a {kind}, got {shown(written, value)}{suggestion}", key=written)
     return int(value)
+
+
+def checked_replication_factor(written: str, value: str, *, example: int) -> int:
+    """A replication factor: a whole number of at least 1, or ``BROKER_DEFAULT_RF``; anything else
+    is an error naming the key as ``written``."""
+    if _INTEGER.fullmatch(value) and (int(value) >= 1 or int(value) == BROKER_DEFAULT_RF):
+        return int(value)
+    raise ConfigError(
+        f"expected a positive whole number, or {BROKER_DEFAULT_RF} for the brokers' "
+        f"default.replication.factor, got {shown(written, value)}; set e.g. {example}",
+        key=written,
+    )
 
 
 def checked_integer(written: str, value: str) -> int:
@@ -153,6 +168,12 @@ class PropertyView(Mapping[str, str]):
         if value is None:
             return default
         return checked_whole_number(self.written_as(key), value, zero_allowed=zero_allowed, example=default)
+
+    def get_replication_factor(self, key: str, default: int) -> int:
+        value = self.get(key)
+        if value is None:
+            return default
+        return checked_replication_factor(self.written_as(key), value, example=default)
 
     def get_optional_int(self, key: str, *, zero_allowed: bool = False) -> int | None:
         """A whole number (at least 1, or 0 with ``zero_allowed``), or None when absent or empty."""

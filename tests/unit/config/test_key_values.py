@@ -33,10 +33,23 @@ def test_a_settings_default_is_its_first_choice() -> None:
 def test_the_rows_kind_bounds_a_number_and_the_error_names_the_key_as_written() -> None:
     assert number(written(TASK_RETRIES, "0"), TASK_RETRIES) == 0
     with pytest.raises(ConfigError) as caught:
+        number(written("emit.checkpoints.interval.seconds", "0"), "emit.checkpoints.interval.seconds")
+
+    assert str(caught.value) == (
+        "primary->backup.emit.checkpoints.interval.seconds: expected a positive whole number, got '0'; "
+        "set e.g. 60"
+    )
+
+
+def test_a_replication_factor_is_positive_or_the_brokers_default() -> None:
+    assert number(written("replication.factor", "-1"), "replication.factor") == -1
+    assert number(written("replication.factor", "3"), "replication.factor") == 3
+    with pytest.raises(ConfigError) as caught:
         number(written("replication.factor", "0"), "replication.factor")
 
     assert str(caught.value) == (
-        "primary->backup.replication.factor: expected a positive whole number, got '0'; set e.g. 2"
+        "primary->backup.replication.factor: expected a positive whole number, or -1 for the brokers' "
+        "default.replication.factor, got '0'; set e.g. 2"
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from types import MappingProxyType
 
@@ -9,12 +10,13 @@ import pytest
 
 from mirrorflow.config.model import FlowConfig, MirrorSettings, load_config, parse_config
 from mirrorflow.config.property_view import PropertyView
+from mirrorflow.config.state import one_machine_advice
 from mirrorflow.errors import ConfigError
 from mirrorflow.mm2.filters import TopicFilter
 from mirrorflow.mm2.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 from mirrorflow_dev.paths import REPO_ROOT, demo_config_path
 
-# Without a state folder, which every config must name (the state-dir tests add their own).
+# Without a state folder: the default's then (the state-dir tests add their own).
 STATELESS = """\
 clusters = primary, backup
 primary.bootstrap.servers = p1:9092,p2:9092
@@ -360,7 +362,8 @@ def test_a_run_dag_may_not_clash_with_another_flows_failover_dag() -> None:
         (BASE + "config.properties.exclude = +\n", "config.properties.exclude"),
         (BASE + "replication.factor = two\n", "replication.factor"),
         (BASE + "replication.factor = 0\n", "replication.factor"),
-        (BASE + "primary->backup.replication.factor = -1\n", "primary->backup.replication.factor"),
+        (BASE + "primary->backup.replication.factor = -2\n", "primary->backup.replication.factor"),
+        (BASE + "checkpoints.topic.replication.factor = 0\n", "checkpoints.topic.replication.factor"),
         (BASE + "replication.factor = 1.5\n", "replication.factor"),
         (BASE + "mirrorflow.max.records.per.partition = 1_000\n", "mirrorflow.max.records.per.partition"),
         (
@@ -410,7 +413,8 @@ def test_validation_messages_say_what_to_do() -> None:
         BASE
         + "backup->primary.enabled = yes\n": "backup->primary.enabled: expected true or false, got 'yes'",
         BASE + "replication.factor = 0\n": (
-            "replication.factor: expected a positive whole number, got '0'; set e.g. 2"
+            "replication.factor: expected a positive whole number, or -1 for the brokers' "
+            "default.replication.factor, got '0'; set e.g. 2"
         ),
         BASE + "mirrorflow.max.records = 5\n": (
             "mirrorflow.max.records: unknown mirrorflow setting; known settings: mirrorflow.schedule, "
@@ -442,6 +446,20 @@ def test_validation_messages_say_what_to_do() -> None:
         with pytest.raises(ConfigError) as caught:
             parse_config(text, env=NO_ENV)
         assert str(caught.value) == message
+
+
+def test_replication_factor_minus_one_is_the_brokers_default() -> None:
+    # As MM2 takes it, and Strimzi's examples write it: each topic created without a factor.
+    flow = parse(
+        "replication.factor = -1\noffset-syncs.topic.replication.factor = -1\n"
+        "primary->backup.checkpoints.topic.replication.factor = -1\nheartbeats.topic.replication.factor = 2\n"
+    )
+    assert (
+        flow.replication_factor,
+        flow.offset_syncs_topic_replication_factor,
+        flow.checkpoints_topic_replication_factor,
+        flow.heartbeats_topic_replication_factor,
+    ) == (-1, -1, -1, 2)
 
 
 def test_disabled_flows_are_not_validated_beyond_their_keys() -> None:
@@ -485,14 +503,56 @@ def test_secrets_are_masked_in_repr() -> None:
 # --- state dir, offsets db, files and env -------------------------------------------------------
 
 
-def test_state_dir_must_be_named() -> None:
-    with pytest.raises(ConfigError) as caught:
-        parse_config(STATELESS, env=NO_ENV)
-    assert str(caught.value) == (
-        "no state folder: set mirrorflow.state.dir (relative to the config file's folder) or env "
-        "MIRROR_STATE_DIR to a folder the Airflow workers share; it holds the metrics files, cutover and "
-        "failover reports and, unless mirrorflow.offsets.db.url is set, the SQLite offsets database"
-    )
+def test_state_dir_defaults_to_a_folder_in_airflows_home(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "mirrorflow.config.state")
+    config = parse_config(STATELESS, env={"AIRFLOW_HOME": "/opt/airflow-home"})
+    assert (config.state_dir, config.state_dir_chosen_by) == (Path("/opt/airflow-home/mirrorflow"), None)
+    assert config.offsets_db_url == "sqlite:////opt/airflow-home/mirrorflow/offsets.db"
+    assert caplog.messages == [
+        "state folder /opt/airflow-home/mirrorflow (the default, in Airflow's home: set mirrorflow.state.dir "
+        "or env MIRROR_STATE_DIR to choose one)"
+    ]
+    # Logged once per process: the DAG processor loads the config at every parse.
+    parse_config(STATELESS, env={"AIRFLOW_HOME": "/opt/airflow-home"})
+    assert len(caplog.messages) == 1
+    # Without AIRFLOW_HOME, where Airflow's own home defaults to.
+    assert parse_config(STATELESS, env=NO_ENV).state_dir == Path.home() / "airflow" / "mirrorflow"
+
+
+def test_what_chose_the_state_dir() -> None:
+    assert parse_config(BASE, env=NO_ENV).state_dir_chosen_by == "mirrorflow.state.dir"
+    assert parse_config(BASE, env=STATE_ENV).state_dir_chosen_by == "env MIRROR_STATE_DIR"
+
+
+@pytest.mark.parametrize(
+    ("chosen_by", "url", "advice"),
+    [
+        (
+            None,
+            "sqlite:////home/a/airflow/mirrorflow/offsets.db",
+            "fine on one machine; with several Airflow workers, or Spark's cluster deploy mode, set "
+            "mirrorflow.state.dir (or env MIRROR_STATE_DIR) to a folder they all share and set "
+            "mirrorflow.offsets.db.url (or env MIRROR_OFFSETS_DB_URL) to a PostgreSQL database",
+        ),
+        (
+            "mirrorflow.state.dir",
+            "sqlite:////shared/offsets.db",
+            "fine on one machine; with several Airflow workers, or Spark's cluster deploy mode, set "
+            "mirrorflow.offsets.db.url (or env MIRROR_OFFSETS_DB_URL) to a PostgreSQL database",
+        ),
+        (
+            None,
+            "postgresql://db/mirror",
+            "fine on one machine; with several Airflow workers, or Spark's cluster deploy mode, set "
+            "mirrorflow.state.dir (or env MIRROR_STATE_DIR) to a folder they all share",
+        ),
+        ("env MIRROR_STATE_DIR", "postgresql://db/mirror", None),
+    ],
+)
+def test_check_config_says_what_serves_one_machine_only(
+    chosen_by: str | None, url: str, advice: str | None
+) -> None:
+    assert one_machine_advice(chosen_by, url) == advice
 
 
 def test_offsets_db_defaults_to_sqlite_in_the_state_dir() -> None:
