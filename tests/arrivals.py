@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -20,13 +21,15 @@ class Producing:
     """Appends ``BATCH`` sample records to every partition of ``topic`` every ``EVERY_S`` with one
     producer, until the block ends; ``acked`` holds each batch's first index and when the source
     acknowledged the batch, ``count`` the records produced to each partition (final once the block
-    ended)."""
+    ended). ``extra``: the producer's librdkafka settings (a login)."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, partitions: int, extra: Mapping[str, str] | None = None
+    ) -> None:
         self.topic, self.partitions = topic, partitions
         self.acked: list[tuple[int, float]] = []
         self.count = 0
-        self._producer = sample_data.producer(bootstrap)
+        self._producer = sample_data.producer(bootstrap, extra)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._produce, daemon=True)
 

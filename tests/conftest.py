@@ -1,10 +1,12 @@
 """Shared fixtures. Brokers start only when a test requests ``kafka_clusters``, the PostgreSQL server
-only when one requests ``postgres_server`` (each once per session).
+only when one requests ``postgres_server``, Keycloak only when one requests ``keycloak`` (each once
+per session).
 
 A test using one of the server fixtures, directly or through another fixture, is marked for it
-(``kafka``, ``spark``, ``postgres``), so that ``-m "not (kafka or spark or airflow or postgres or browser
-or faults)"`` (``make test-unit``) leaves only the tests that start nothing. Tests that start servers of
-their own, or run Airflow, a browser or the fault injection, carry their marks themselves.
+(``kafka``, ``spark``, ``postgres``, ``oauth``), so that ``-m "not (kafka or spark or airflow or postgres
+or oauth or browser or faults)"`` (``make test-unit``) leaves only the tests that start nothing. Tests
+that start servers of their own, or run Airflow, a browser or the fault injection, carry their marks
+themselves.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from mirror_helpers import replicated_clusters as start_replicated_clusters
 
 from mirrorflow.app.dag_spec import ENV_JVM_CACHE
 from mirrorflow.config.model import MirrorConfig
-from mirrorflow_dev import kafka_home, local_postgres, paths
+from mirrorflow_dev import kafka_home, local_keycloak, local_postgres, paths
 from mirrorflow_dev.local_kafka import LocalCluster
+from mirrorflow_dev.local_keycloak import LocalKeycloak
 from mirrorflow_dev.local_postgres import LocalPostgres
 from mirrorflow_dev.replicated_kafka import ReplicatedCluster
 
@@ -50,12 +53,17 @@ CLEANER = {"log.cleaner.backoff.ms": "100"}
 # within 10 minutes, and the fault cases meet that within their seconds.
 PRODUCTION_SHAPE = {**CLEANER, "producer.id.expiration.check.interval.ms": "1000"}
 
+# The session Keycloak's access tokens live this long: not Keycloak's default (300 s), so that a test
+# sees the realm got the lifespan it was created with.
+KEYCLOAK_TOKEN_LIFESPAN_S = 900
+
 # The fixtures that start a server, and the mark a test using one gets.
 SERVER_MARKS = {
     "kafka_clusters": "kafka",
     "spark": "spark",
     "postgres_server": "postgres",
     "replicated_clusters": "kafka",
+    "keycloak": "oauth",
 }
 
 # Shared test bodies outside test modules still get pytest's assertion messages.
@@ -116,6 +124,26 @@ def postgres_server() -> Iterator[LocalPostgres]:
         yield server
     finally:
         local_postgres.stop_postgres(server)
+
+
+@pytest.fixture(scope="session")
+def keycloak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKeycloak]:
+    """One throwaway Keycloak (OIDC server) on a free loopback port with the realm ``mirror``, shared
+    by the session: tests register clients of their own (``add_client`` with ``unique_name``).
+
+    Stopped by its PID (and its files deleted) at session end, also when tests fail. A missing
+    distribution or Java 21 fails loudly, never skips: the OAUTHBEARER tests need a real server.
+    """
+    try:
+        server = local_keycloak.start_keycloak(
+            tmp_path_factory.mktemp("keycloak"), token_lifespan_s=KEYCLOAK_TOKEN_LIFESPAN_S
+        )
+    except local_keycloak.LocalKeycloakError as error:
+        pytest.fail(str(error), pytrace=False)
+    try:
+        yield server
+    finally:
+        local_keycloak.stop_keycloak(server)
 
 
 @pytest.fixture

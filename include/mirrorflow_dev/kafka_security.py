@@ -1,7 +1,8 @@
 """Security for the local clusters: a throwaway certificate authority with broker and client
-certificates (``LocalTls``), SASL users (SCRAM and PLAIN) with an authorizer (``ScramSecurity``), and
-client certificates required on an SSL listener (``MutualTls``), for brokers started by ``local_kafka``
-and the clients that talk to them."""
+certificates (``LocalTls``), SASL users (SCRAM and PLAIN) with an authorizer (``ScramSecurity``),
+client certificates required on an SSL listener (``MutualTls``), and OIDC logins (OAUTHBEARER) whose
+tokens the brokers check against an OIDC server's keys (``OAuthSecurity``), for brokers started by
+``local_kafka`` and the clients that talk to them."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from mirrorflow.kafka.oauth_tokens import python_client_config
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 PLAIN_MECHANISM = "PLAIN"
@@ -375,4 +378,89 @@ class MutualTls:
 
 
 # What secures a local cluster, if anything.
-BrokerSecurity = ScramSecurity | MutualTls
+OAUTHBEARER = "OAUTHBEARER"
+OAUTH_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+OAUTH_LOGIN_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+_OAUTH_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+
+
+@dataclass(frozen=True)
+class OAuthSecurity:
+    """OAUTHBEARER logins (OIDC client credentials) on the client and inter-broker listener
+    (SASL_PLAINTEXT): the brokers check each token's signature against the OIDC server's keys
+    (``jwks_endpoint_url``), its expiry and that it names ``audience`` among its ``aud``, and log in
+    to each other as ``broker_client``. No
+    authorizer: a client whose token is accepted may do anything. ``reauth_ms`` is the brokers'
+    ``connections.max.reauth.ms``: a connection must log in again within it (and within its token's
+    lifetime) or be closed; 0 keeps a login for the connection's life. The controller listener stays
+    PLAINTEXT on loopback. Kafka 4 brokers reach only the OIDC URLs their JVM allows
+    (``jvm_properties``)."""
+
+    token_endpoint_url: str
+    jwks_endpoint_url: str
+    broker_client: str
+    broker_secret: str = field(repr=False)
+    audience: str
+    reauth_ms: int = 0
+    # No TLS: local_kafka installs a server certificate only where a security has one.
+    tls: None = None
+
+    @property
+    def protocol(self) -> str:
+        return "SASL_PLAINTEXT"
+
+    def server_properties(self, port: int, controller_port: int, home: Path) -> dict[str, str]:
+        listener = "listener.name.sasl_plaintext.oauthbearer."
+        client = f"SASL_PLAINTEXT://127.0.0.1:{port}"
+        controller = f"CONTROLLER://127.0.0.1:{controller_port}"
+        return {
+            "listeners": f"{client},{controller}",
+            "advertised.listeners": f"{client},{controller}",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": OAUTHBEARER,
+            "sasl.mechanism.inter.broker.protocol": OAUTHBEARER,
+            f"{listener}sasl.jaas.config": self.jaas_config(self.broker_client, self.broker_secret),
+            f"{listener}sasl.server.callback.handler.class": _OAUTH_VALIDATOR,
+            f"{listener}sasl.login.callback.handler.class": OAUTH_LOGIN_HANDLER,
+            "sasl.oauthbearer.token.endpoint.url": self.token_endpoint_url,
+            "sasl.oauthbearer.jwks.endpoint.url": self.jwks_endpoint_url,
+            "sasl.oauthbearer.expected.audience": self.audience,
+            "connections.max.reauth.ms": str(self.reauth_ms),
+        }
+
+    def format_args(self) -> list[str]:
+        return []
+
+    def jvm_properties(self) -> list[str]:
+        """The OIDC server's URLs, which Kafka 4 reaches only when its JVM allows them."""
+        return [
+            f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.token_endpoint_url},{self.jwks_endpoint_url}"
+        ]
+
+    @staticmethod
+    def jaas_config(client_id: str, secret: str) -> str:
+        return f'{OAUTH_LOGIN_MODULE} required clientId="{client_id}" clientSecret="{secret}";'
+
+    def client_properties(self, client_id: str, secret: str) -> dict[str, str]:
+        """Java client properties (MM2's keys, without a cluster alias) that log in as ``client_id``;
+        ``secret`` may be a config provider reference."""
+        return {
+            "security.protocol": self.protocol,
+            "sasl.mechanism": OAUTHBEARER,
+            "sasl.jaas.config": self.jaas_config(client_id, secret),
+            "sasl.login.callback.handler.class": OAUTH_LOGIN_HANDLER,
+            "sasl.oauthbearer.token.endpoint.url": self.token_endpoint_url,
+        }
+
+    def kafka_python(self, user: str) -> dict[str, Any]:
+        """kafka-python settings that log in as the brokers' own client (``user`` is the super user
+        of the other securities; here every accepted login may do anything)."""
+        conf = python_client_config(
+            {"bootstrap.servers": "-", **self.client_properties(self.broker_client, self.broker_secret)}
+        )
+        del conf["bootstrap_servers"]
+        return conf
+
+
+BrokerSecurity = ScramSecurity | MutualTls | OAuthSecurity

@@ -56,7 +56,7 @@ from mirrorflow_dev.kafka_home import (
     server_properties,
     write_properties,
 )
-from mirrorflow_dev.kafka_security import SUPER_USER, BrokerSecurity
+from mirrorflow_dev.kafka_security import SUPER_USER, BrokerSecurity, OAuthSecurity
 from mirrorflow_dev.processes import port_in_use, process_alive, wait_gone
 
 log = logging.getLogger(__name__)
@@ -344,8 +344,20 @@ def start_cluster(
     )
     if client_config is None and security is not None:
         client_config = security.kafka_python(SUPER_USER)
+    # An OAuth cluster's JVM allows its OIDC server's URLs; it is not restarted (start_prepared).
+    allowed = security.jvm_properties() if isinstance(security, OAuthSecurity) else []
     return _run(
-        alias, port, controller_port, home, libs, heap_mb, client_config or {}, deadline, timeout, full_jit
+        alias,
+        port,
+        controller_port,
+        home,
+        libs,
+        heap_mb,
+        client_config or {},
+        deadline,
+        timeout,
+        full_jit,
+        allowed,
     )
 
 
@@ -397,6 +409,7 @@ def _run(
     deadline: float,
     timeout: float,
     full_jit: bool,
+    jvm_properties: Sequence[str] = (),
 ) -> LocalCluster:
     """Launch the JVM of a prepared home and wait until it is ready or ``deadline`` (monotonic), the
     end of the caller's ``timeout``."""
@@ -410,6 +423,7 @@ def _run(
         "-XX:+UseG1GC",
         "-Djava.awt.headless=true",
         *jvm_options(home, full_jit),
+        *jvm_properties,
         "-cp",
         f"{libs}/*",
         MAIN_CLASS,

@@ -25,17 +25,16 @@ from __future__ import annotations
 
 import json
 import secrets
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from leak_checks import PROVIDERS, assert_nowhere, dag_test, xcoms_of
 from mirror_helpers import (
     MIRROR_HEARTBEAT_SOURCE_ACLS,
     MIRROR_HEARTBEAT_TARGET_ACLS,
     MIRROR_SOURCE_ACLS,
     MIRROR_TARGET_ACLS,
-    airflow,
     assert_same_records,
     commit_group,
     create_acls,
@@ -48,7 +47,7 @@ from mirror_helpers import (
 
 from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.clients import librdkafka_config
-from mirrorflow.config.model import MirrorConfig, load_config
+from mirrorflow.config.model import load_config
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.kafka_security import (
@@ -66,33 +65,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
 
 FLOW = "primary->backup"
 TOPIC = "payments"
-PROVIDERS = [
-    "config.providers = file",
-    "config.providers.file.class = org.apache.kafka.common.config.provider.FileConfigProvider",
-]
-
-
-def _holding(secret: bytes, folder: Path) -> list[str]:
-    """Every file under ``folder`` whose bytes contain ``secret``."""
-    return [str(path) for path in sorted(folder.rglob("*")) if path.is_file() and secret in path.read_bytes()]
-
-
-def _sqlite_dump(path: Path) -> str:
-    connection = sqlite3.connect(path)
-    try:
-        return "\n".join(connection.iterdump())
-    finally:
-        connection.close()
-
-
-def _xcoms(airflow_db: Path) -> list[tuple[str, str, str]]:
-    """(task id, key, value as stored) of every XCom."""
-    connection = sqlite3.connect(airflow_db)
-    try:
-        rows = connection.execute("SELECT task_id, key, value FROM xcom").fetchall()
-    finally:
-        connection.close()
-    return [(str(task), str(key), str(value)) for task, key, value in rows]
 
 
 @pytest.fixture
@@ -136,7 +108,7 @@ def test_a_dag_run_over_sasl_ssl_with_scram_and_plain_and_the_password_by_refere
     env = migrated_airflow(home, config, tmp_path)
     assert not [name for name, value in env.items() if password in value]
 
-    output = _dag_test(env, tmp_path, "mirror_primary_to_backup")
+    output = dag_test(env, tmp_path, "mirror_primary_to_backup")
 
     assert (
         assert_same_records(primary.bootstrap, TOPIC, backup.bootstrap, f"primary.{TOPIC}", 3, admin_conf)
@@ -150,7 +122,7 @@ def test_a_dag_run_over_sasl_ssl_with_scram_and_plain_and_the_password_by_refere
         (TOPIC, 2, 0, 40),
     ]
     # Every task ran and returned, and the task logs in the output hold spark-submit's output.
-    xcoms = _xcoms(home / "airflow.db")
+    xcoms = xcoms_of(home / "airflow.db")
     returned = {task: json.loads(value) for task, key, value in xcoms if key == "return_value"}
     assert sorted(returned) == ["checkpoint", "commit", "plan", "release"]
     assert (returned["commit"]["records"], returned["checkpoint"]["emitted"]) == (121, 2)
@@ -160,29 +132,7 @@ def test_a_dag_run_over_sasl_ssl_with_scram_and_plain_and_the_password_by_refere
     state_files = sorted(path.name for path in config.state_dir.rglob("*") if path.is_file())
     assert state_files == sorted([*metrics, "offsets.db"])
 
-    _assert_nowhere(password, output, home, config, xcoms)
-
-
-def _dag_test(env: dict[str, str], cwd: Path, dag_id: str) -> str:
-    """`airflow dags test` of ``dag_id``, which must succeed; returns what it printed."""
-    run = airflow(env, cwd, "dags", "test", dag_id)
-    output = run.stdout + run.stderr
-    assert run.returncode == 0, output[-8000:]
-    return output
-
-
-def _assert_nowhere(
-    password: str, output: str, home: Path, config: MirrorConfig, xcoms: list[tuple[str, str, str]]
-) -> None:
-    """``password`` is not in the run's output, files, XComs and offsets database."""
-    secret = password.encode()
-    assert password not in output
-    assert _holding(secret, home) == []
-    assert _holding(secret, config.state_dir) == []
-    assert not [(task, key) for task, key, value in xcoms if password in value]
-    offsets_db = config.state_dir / "offsets.db"
-    assert config.offsets_db_url == f"sqlite:///{offsets_db}"
-    assert password not in _sqlite_dump(offsets_db)
+    assert_nowhere(password, output, home, config, xcoms)
 
 
 def test_dag_runs_over_mutual_tls_with_pem_pkcs12_and_strimzi_keystores_leak_their_secrets_nowhere(
@@ -226,7 +176,7 @@ def test_dag_runs_over_mutual_tls_with_pem_pkcs12_and_strimzi_keystores_leak_the
         home = tmp_path / "airflow"
         env = migrated_airflow(home, config, tmp_path)
 
-        output = _dag_test(env, tmp_path, "mirror_primary_to_backup")
+        output = dag_test(env, tmp_path, "mirror_primary_to_backup")
 
         assert (
             assert_same_records(primary.bootstrap, TOPIC, backup.bootstrap, f"primary.{TOPIC}", 2, admin_conf)
@@ -237,21 +187,21 @@ def test_dag_runs_over_mutual_tls_with_pem_pkcs12_and_strimzi_keystores_leak_the
         spec = _strimzi_spec(tmp_path / "strimzi", tls, primary.bootstrap, backup.bootstrap)
         strimzi = load_config(spec, env={"MIRROR_STATE_DIR": str(tmp_path / "strimzi-state")})
         strimzi_home = tmp_path / "strimzi-airflow"
-        strimzi_output = _dag_test(
+        strimzi_output = dag_test(
             migrated_airflow(strimzi_home, strimzi, tmp_path),
             tmp_path,
             "mirror_my_cluster_source_to_my_cluster_target",
         )
         remote = f"my-cluster-source.{TOPIC}"
         assert assert_same_records(primary.bootstrap, TOPIC, backup.bootstrap, remote, 2, admin_conf) == 60
-    xcoms = _xcoms(home / "airflow.db")
+    xcoms = xcoms_of(home / "airflow.db")
     returned = {task: json.loads(value) for task, key, value in xcoms if key == "return_value"}
     assert returned["commit"]["records"] == 60
     for password in (key_password, store_password):
-        _assert_nowhere(password, output, home, config, xcoms)
+        assert_nowhere(password, output, home, config, xcoms)
     # Nor is the Strimzi user's private key anywhere the second run leaves behind.
     private_key = tls.client_key_and_chain("mirror")[0].decode().splitlines()[1]
-    _assert_nowhere(private_key, strimzi_output, strimzi_home, strimzi, _xcoms(strimzi_home / "airflow.db"))
+    assert_nowhere(private_key, strimzi_output, strimzi_home, strimzi, xcoms_of(strimzi_home / "airflow.db"))
 
 
 def _strimzi_spec(folder: Path, tls: LocalTls, source: str, target: str) -> Path:

@@ -11,7 +11,6 @@ never dropped.
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import ssl
 import tempfile
@@ -23,6 +22,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
+from mirrorflow.config.oauth import jaas_options, java_oauth, librdkafka_oauth, oauth_login
 from mirrorflow.errors import ConfigError
 
 # Java client keys that librdkafka understands under the same name and meaning.
@@ -73,13 +73,9 @@ def transaction_timeout_ms(producer_props: Mapping[str, str]) -> int:
     return int(producer_props.get("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS_DEFAULT))
 
 
-_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
-
-
 def _jaas_credentials(props: Mapping[str, str]) -> dict[str, str]:
-    options = dict(_JAAS_OPTION.findall(props.get("sasl.jaas.config", "")))
-    # JAAS values are quoted strings: a backslash escapes the next character.
-    return {k: re.sub(r"\\(.)", r"\1", options[k]) for k in ("username", "password") if k in options}
+    _, options = jaas_options(props.get("sasl.jaas.config", ""))
+    return {k: options[k] for k in ("username", "password") if k in options}
 
 
 def _as_is(key: str) -> str:
@@ -254,6 +250,7 @@ def check_translatable(props: Mapping[str, str], written_as: Callable[[str], str
     kafka-python cannot be given: called when the config is loaded, so that they fail it."""
     _tls(props, written_as)
     _certificate(props, written_as)
+    oauth_login(props, written_as)
 
 
 def copy_ignored(producer_props: Mapping[str, str], written_as: Callable[[str], str]) -> list[str]:
@@ -265,6 +262,9 @@ def librdkafka_config(props: Mapping[str, str]) -> dict[str, str]:
     conf = {k: v for k, v in props.items() if k in _LIBRDKAFKA_SAME}
     conf.update({_LIBRDKAFKA_RENAMED[k]: v for k, v in props.items() if k in _LIBRDKAFKA_RENAMED})
     conf.update({f"sasl.{k}": v for k, v in _jaas_credentials(props).items()})
+    login = oauth_login(props)
+    if login is not None:
+        conf.update(librdkafka_oauth(login))
     ca_file, check_hostname = _tls(props)
     if ca_file is not None:
         conf["ssl.ca.location"] = ca_file
@@ -311,4 +311,6 @@ def kafka_python_config(props: Mapping[str, str]) -> dict[str, Any]:
 
 def spark_reader_options(props: Mapping[str, str]) -> dict[str, str]:
     """``kafka.``-prefixed consumer options for Spark's Kafka source."""
-    return {f"kafka.{k}": v for k, v in props.items() if k not in _SPARK_MANAGED}
+    login = oauth_login(props)
+    java = props if login is None else java_oauth(props, login)
+    return {f"kafka.{k}": v for k, v in java.items() if k not in _SPARK_MANAGED}

@@ -24,7 +24,7 @@ from mirrorflow.config.keys import (
     DEPRECATED_ALIASES,
     FLOW_KEYS,
     FLOW_SETTINGS,
-    NO_OAUTH,
+    NO_GSSAPI,
     PROJECT_PREFIX,
     TOP_LEVEL_KEYS,
     TOP_LEVEL_SETTINGS,
@@ -233,8 +233,8 @@ def _use(written: str, value: str, rule: Key, check: bool = True) -> KeyUse:
     # Java reads the protocol in any case, the mechanism as written.
     chosen = value.upper() if rule.name == "security.protocol" else value
     if rule.choices and chosen not in rule.choices:
-        if rule.name in ("sasl.mechanism",):
-            raise ConfigError(f"{value} is not supported: {NO_OAUTH}", key=written)
+        if rule.name == "sasl.mechanism" and value == "GSSAPI":
+            raise ConfigError(NO_GSSAPI, key=written)
         raise ConfigError(f"expected {' or '.join(rule.choices)}, got {shown(written, value)}", key=written)
     return KeyUse(written, rule.treatment, rule.note)
 

@@ -340,9 +340,12 @@ _EXACTLY_ONCE = (
 )
 _AS_BYTES = "records are copied as bytes"
 _OPENSSL = "TLS versions and ciphers are OpenSSL's defaults (TLS 1.2 or newer)"
-NO_OAUTH = (
-    "SASL OAUTHBEARER and GSSAPI (Kerberos) are not supported; use SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN"
+NO_GSSAPI = (
+    "GSSAPI (Kerberos) is not supported: the Python clients would each need a keytab and a ticket of "
+    "their own on every worker; use OAUTHBEARER, SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN"
 )
+_OAUTH = "OAUTHBEARER (see Secured clusters)"
+_VALIDATOR = "the brokers' token validation; the clients here do not check the token they are given"
 
 # Java client settings (at <alias>., <alias>.<role>., top-level security keys, and a flow's
 # source.cluster. / target.<role>. etc.). A client key not listed is an UNLISTED_CLIENT_KEY.
@@ -359,10 +362,73 @@ CLIENT_KEYS: tuple[Key, ...] = (
     Key(
         "sasl.mechanism",
         H,
-        "every client: `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`",
-        choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        "every client: `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` or `OAUTHBEARER` (OIDC client credentials)",
+        choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
     ),
-    Key("sasl.jaas.config", H, "every client: the `username` and `password` of the login module"),
+    Key(
+        "sasl.jaas.config",
+        H,
+        "every client: the `username` and `password` of the login module; for OAUTHBEARER Kafka's "
+        "`OAuthBearerLoginModule` with `clientId`, `clientSecret` and optionally `scope`",
+    ),
+    Key(
+        "sasl.oauthbearer.token.endpoint.url",
+        H,
+        f"{_OAUTH}: the OIDC server's token endpoint, asked for client-credentials tokens, renewed at 80 % "
+        "of their lifetime",
+    ),
+    Key("sasl.oauthbearer.client.credentials.client.id", H, f"{_OAUTH}: instead of the JAAS `clientId`"),
+    Key(
+        "sasl.oauthbearer.client.credentials.client.secret",
+        H,
+        f"{_OAUTH}: instead of the JAAS `clientSecret`",
+    ),
+    Key("sasl.oauthbearer.scope", H, f"{_OAUTH}: instead of the JAAS `scope`"),
+    Key(
+        "sasl.login.callback.handler.class",
+        H,
+        f"{_OAUTH}: Kafka's `OAuthBearerLoginCallbackHandler` (any other class is refused: {_JAVA_CLASS})",
+    ),
+    Key("sasl.login.connect.timeout.ms", H, f"{_OAUTH}: the token request's connect timeout", kind="pos"),
+    Key("sasl.login.read.timeout.ms", H, f"{_OAUTH}: the token request's read timeout", kind="pos"),
+    *(
+        Key(k, N, f"{_OAUTH}: tokens are renewed at 80 % of their lifetime, a refused request fails the step")
+        for k in (
+            "sasl.login.refresh.buffer.seconds",
+            "sasl.login.refresh.min.period.seconds",
+            "sasl.login.refresh.window.factor",
+            "sasl.login.refresh.window.jitter",
+            "sasl.login.retry.backoff.ms",
+            "sasl.login.retry.backoff.max.ms",
+        )
+    ),
+    *(
+        Key(k, N, _VALIDATOR)
+        for k in (
+            "sasl.oauthbearer.clock.skew.seconds",
+            "sasl.oauthbearer.expected.audience",
+            "sasl.oauthbearer.expected.issuer",
+            "sasl.oauthbearer.jwks.endpoint.refresh.ms",
+            "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms",
+            "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms",
+            "sasl.oauthbearer.jwks.endpoint.url",
+            "sasl.oauthbearer.scope.claim.name",
+            "sasl.oauthbearer.sub.claim.name",
+        )
+    ),
+    Key(
+        "sasl.oauthbearer.header.urlencode",
+        N,
+        f"{_OAUTH}: the client id and secret go to the token endpoint in HTTP basic authentication",
+    ),
+    Key(
+        "sasl.oauthbearer.assertion.*",
+        R,
+        f"{_OAUTH} takes the client-credentials grant only (clientId and clientSecret); remove the key",
+    ),
+    Key("sasl.oauthbearer.jwt.retriever.class", R, _JAVA_CLASS),
+    Key("sasl.oauthbearer.jwt.validator.class", R, _JAVA_CLASS),
+    Key("sasl.login.class", R, _JAVA_CLASS),
     Key(
         "ssl.truststore.location",
         H,
@@ -452,9 +518,7 @@ CLIENT_KEYS: tuple[Key, ...] = (
         R,
         "write the certificates to a PEM file and point `ssl.truststore.location` at it",
     ),
-    Key("sasl.kerberos.*", R, NO_OAUTH),
-    Key("sasl.oauthbearer.*", R, NO_OAUTH),
-    Key("sasl.login.*", R, NO_OAUTH),
+    Key("sasl.kerberos.*", R, NO_GSSAPI),
     Key("sasl.client.callback.handler.class", R, _JAVA_CLASS),
     Key("ssl.engine.factory.class", R, _JAVA_CLASS),
     Key("interceptor.classes", R, _JAVA_CLASS),

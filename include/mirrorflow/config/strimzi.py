@@ -5,8 +5,9 @@ classified as in ``mirrorflow.config.key_classes``.
 Both forms are read: ``spec.clusters`` with ``connectCluster`` and mirrors naming ``sourceCluster``
 and ``targetCluster`` (v1beta2), and ``spec.target`` with mirrors holding their ``source`` (the
 newer one). A cluster's ``bootstrapServers``, ``tls.trustedCertificates``, ``authentication`` (tls,
-scram-sha-256, scram-sha-512, plain) and ``config`` become its client settings; a mirror's patterns
-become the flow's ``topics``/``groups`` lists, its connectors' ``config`` the flow's settings, and a
+scram-sha-256, scram-sha-512, plain, oauth: an OIDC client-credentials login) and ``config`` become its
+client settings; a mirror's patterns become the flow's ``topics``/``groups`` lists, its connectors'
+``config`` the flow's settings, and a
 connector left out turns its part off (no ``heartbeatConnector``: no heartbeats; no
 ``checkpointConnector``: no checkpoints), as Strimzi deploys only the connectors it is given.
 
@@ -29,6 +30,14 @@ from typing import Any
 import yaml
 
 from mirrorflow.config.key_classes import closest
+from mirrorflow.config.oauth import (
+    CONNECT_TIMEOUT,
+    LOGIN_HANDLER,
+    LOGIN_HANDLERS,
+    LOGIN_MODULE,
+    READ_TIMEOUT,
+    TOKEN_ENDPOINT,
+)
 from mirrorflow.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -60,7 +69,37 @@ _PATTERNS = {
 _CONNECTORS = ("sourceConnector", "checkpointConnector", "heartbeatConnector")
 _MIRROR = frozenset({"sourceCluster", "targetCluster", "source", *_CONNECTORS, *_PATTERNS})
 _CONNECTOR = frozenset({"config", "tasksMax", "pause", "state", "autoRestart", "listOffsets", "alterOffsets"})
-_AUTH_TYPES = ("tls", "scram-sha-256", "scram-sha-512", "plain")
+_AUTH_TYPES = ("tls", "scram-sha-256", "scram-sha-512", "plain", "oauth")
+# Strimzi's OAuth client fields: those a client-credentials login takes, those it does without (warned),
+# and the other grants and token sources, which it cannot use (refused).
+_OAUTH_FIELDS = frozenset(
+    {
+        "type",
+        "clientId",
+        "clientSecret",
+        "tokenEndpointUri",
+        "scope",
+        "connectTimeoutSeconds",
+        "readTimeoutSeconds",
+    }
+)
+_OAUTH_NO_EFFECT = frozenset(
+    {
+        "enableMetrics",
+        "maxTokenExpirySeconds",
+        "accessTokenIsJwt",
+        "httpRetries",
+        "httpRetryPauseMs",
+        "includeAcceptHeader",
+    }
+)
+_OAUTH_REFUSED = frozenset(
+    {
+        "accessToken", "refreshToken", "username", "passwordSecret", "clientAssertion", "clientAssertionPath",
+        "clientAssertionType", "clientAssertionLocation", "accessTokenLocation", "audience", "saslExtensions",
+        "tlsTrustedCertificates", "disableTlsHostnameVerification",
+    }
+)  # fmt: skip
 _LOGIN = {
     "scram-sha-256": ("SCRAM-SHA-256", "org.apache.kafka.common.security.scram.ScramLoginModule"),
     "scram-sha-512": ("SCRAM-SHA-512", "org.apache.kafka.common.security.scram.ScramLoginModule"),
@@ -242,11 +281,13 @@ class _Converter:
         kind = _required(auth, "type", where)
         if kind not in _AUTH_TYPES:
             raise ConfigError(
-                f"authentication type {kind!r} is not supported (SASL OAUTHBEARER and custom logins cannot "
-                "be "
-                f"used by the Python clients); use {', '.join(_AUTH_TYPES)}",
+                f"authentication type {kind!r} is not supported (custom logins cannot be used by the "
+                f"Python clients); use {', '.join(_AUTH_TYPES)}",
                 key=f"{where}.type",
             )
+        if kind == "oauth":
+            self._oauth(alias, auth, where)
+            return "SASL_SSL" if tls else "SASL_PLAINTEXT"
         if kind == "tls":
             self._fields(auth, where, frozenset({"type", "certificateAndKey"}))
             if not tls:
@@ -278,6 +319,37 @@ class _Converter:
             f"{alias}.sasl.jaas.config", f'{login} required username="{user}" password="{password}";', where
         )
         return "SASL_SSL" if tls else "SASL_PLAINTEXT"
+
+    def _oauth(self, alias: str, auth: Mapping[str, Any], where: str) -> None:
+        """An OIDC client-credentials login, as Kafka's own OAUTHBEARER settings."""
+        refused = sorted(set(auth) & _OAUTH_REFUSED)
+        if refused:
+            raise ConfigError(
+                "OAuth logs in here with client credentials only (clientId, clientSecret, "
+                "tokenEndpointUri, scope), its token endpoint's certificate checked against the system's "
+                "CAs; remove the field",
+                key=f"{where}.{refused[0]}",
+            )
+        self._fields(auth, where, _OAUTH_FIELDS | _OAUTH_NO_EFFECT)
+        unused = sorted(f"{where}.{f}" for f in set(auth) & _OAUTH_NO_EFFECT)
+        if unused:
+            log.warning("no effect here: %s (Strimzi's OAuth client library settings)", ", ".join(unused))
+        secret = self._secret(
+            _mapping(auth.get("clientSecret"), f"{where}.clientSecret"), f"{where}.clientSecret", "key"
+        )
+        options = f'clientId="{_required(auth, "clientId", where)}" clientSecret="{secret}"'
+        if "scope" in auth:
+            options += f' scope="{_text(auth["scope"], f"{where}.scope")}"'
+        self._set(f"{alias}.sasl.mechanism", "OAUTHBEARER", where)
+        self._set(f"{alias}.sasl.jaas.config", f"{LOGIN_MODULE} required {options};", where)
+        self._set(f"{alias}.{LOGIN_HANDLER}", LOGIN_HANDLERS[0], where)
+        self._set(f"{alias}.{TOKEN_ENDPOINT}", _required(auth, "tokenEndpointUri", where), where)
+        for field, key in (("connectTimeoutSeconds", CONNECT_TIMEOUT), ("readTimeoutSeconds", READ_TIMEOUT)):
+            if field in auth:
+                seconds = _text(auth[field], f"{where}.{field}")
+                if not seconds.isdigit() or int(seconds) < 1:
+                    raise ConfigError(f"expected whole seconds, got {seconds!r}", key=f"{where}.{field}")
+                self._set(f"{alias}.{key}", int(seconds) * 1000, f"{where}.{field}")
 
     def _mirror(self, flow: str, mirror: Mapping[str, Any], where: str) -> None:
         self._set(f"{flow}.enabled", "true", where)

@@ -35,7 +35,7 @@ from kafka.errors import (
     TopicAlreadyExistsError,
 )
 
-from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT, kafka_python_config
+from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT
 from mirrorflow.config.model import ClusterConfig
 from mirrorflow.errors import TargetStateError, TransientError
 from mirrorflow.kafka.connection import (
@@ -46,6 +46,7 @@ from mirrorflow.kafka.connection import (
     log_start_offsets,
     offsets_at,
 )
+from mirrorflow.kafka.oauth_tokens import python_client_config
 from mirrorflow.mm2.acl_rules import TopicAcl
 
 TP = tuple[str, int]
@@ -90,7 +91,7 @@ class ClusterAdmin:
             # bootstrap timeout), so that an unreachable cluster fails as soon as a request would.
             timeout_ms = int(cluster.admin.get("request.timeout.ms", ADMIN_REQUEST_TIMEOUT_MS_DEFAULT))
             self._admin = KafkaAdminClient(
-                **kafka_python_config(cluster.admin),
+                **python_client_config(cluster.admin),
                 request_timeout_ms=timeout_ms,
                 bootstrap_timeout_ms=timeout_ms,
             )

@@ -29,8 +29,8 @@ from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.structs import TopicPartition
 
-from mirrorflow.config.clients import kafka_python_config
 from mirrorflow.errors import TransientError
+from mirrorflow.kafka.oauth_tokens import python_client_config
 
 TP = tuple[str, int]
 
@@ -66,7 +66,7 @@ class Connection:
     def __init__(self, props: Mapping[str, str], side: str, topics: Iterable[str]) -> None:
         self.side = side
         self.client = KafkaNetClient(
-            **kafka_python_config(props),
+            **python_client_config(props),
             request_timeout_ms=int(TIMEOUT_S * 1000),
             receive_message_max_bytes=FETCH_MAX_BYTES + (1 << 20),
         )

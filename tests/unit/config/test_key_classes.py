@@ -130,10 +130,19 @@ REFUSED = [
     ("primary.ssl.keystore.type = PEM\nprimary.ssl.keystore.key = -----BEGIN", "primary.ssl.keystore.key: an "
      "inline keystore needs ssl.keystore.key and ssl.keystore.certificate.chain; set "
      "ssl.keystore.certificate.chain"),
-    ("sasl.mechanism = OAUTHBEARER", "sasl.mechanism: OAUTHBEARER is not supported: SASL OAUTHBEARER and "
-     "GSSAPI (Kerberos) are not supported; use SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN"),
-    ("primary.sasl.kerberos.service.name = kafka", "primary.sasl.kerberos.service.name: SASL OAUTHBEARER and "
-     "GSSAPI (Kerberos) are not supported; use SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN"),
+    ("sasl.mechanism = GSSAPI", "sasl.mechanism: GSSAPI (Kerberos) is not supported: the Python clients "
+     "would each need a keytab and a ticket of their own on every worker; use OAUTHBEARER, SCRAM-SHA-512, "
+     "SCRAM-SHA-256 or PLAIN"),
+    ("sasl.mechanism = SCRAM", "sasl.mechanism: expected PLAIN or SCRAM-SHA-256 or SCRAM-SHA-512 or "
+     "OAUTHBEARER, got 'SCRAM'"),
+    ("primary.sasl.kerberos.service.name = kafka", "primary.sasl.kerberos.service.name: GSSAPI (Kerberos) is "
+     "not supported: the Python clients would each need a keytab and a ticket of their own on every worker; "
+     "use OAUTHBEARER, SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN"),
+    ("primary.sasl.oauthbearer.assertion.file = /a.jwt", "primary.sasl.oauthbearer.assertion.file: "
+     "OAUTHBEARER (see Secured clusters) takes the client-credentials grant only (clientId and "
+     "clientSecret); remove the key"),
+    ("primary.sasl.login.class = com.example.Login", "primary.sasl.login.class: the Python clients cannot "
+     "load Java classes; remove the key"),
     ("primary.consumer.interceptor.classes = com.example.I", "primary.consumer.interceptor.classes: the "
      "Python clients cannot load Java classes; remove the key"),
     ("primary.topics = orders", "primary.topics: `topics` is a flow setting, not a cluster's: set it at top "

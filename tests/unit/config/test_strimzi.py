@@ -123,10 +123,10 @@ spec:
             "`topicsPattern`?",
         ),
         (
-            ("type: tls", "type: oauth"),
-            "spec.clusters[0].authentication.type: authentication type 'oauth' is not supported (SASL "
-            "OAUTHBEARER and custom logins cannot be used by the Python clients); use tls, scram-sha-256, "
-            "scram-sha-512, plain",
+            ("type: tls", "type: custom"),
+            "spec.clusters[0].authentication.type: authentication type 'custom' is not supported (custom "
+            "logins cannot be used by the Python clients); use tls, scram-sha-256, scram-sha-512, plain, "
+            "oauth",
         ),
         (
             ('targetCluster: "my-cluster-target"', 'targetCluster: "elsewhere"'),
@@ -145,7 +145,7 @@ spec:
             "KafkaMirrorMaker2",
         ),
     ],
-    ids=["typo", "oauth", "unknown-cluster", "conflicting-connector-configs", "config-outside-config"],
+    ids=["typo", "custom-login", "unknown-cluster", "conflicting-connector-configs", "config-outside-config"],
 )
 def test_a_bad_spec_is_an_error_naming_the_field(change: tuple[str, str], message: str) -> None:
     text = (SPECS / "tls-auth.yaml").read_text()
@@ -183,3 +183,84 @@ def test_strimzi_to_properties_prints_the_properties_it_means() -> None:
         f"{FLOW}.emit.checkpoints.enabled = false",
         f"{FLOW}.emit.heartbeats.enabled = false",
     ]
+
+
+OAUTH_SPEC = """\
+apiVersion: kafka.strimzi.io/v1
+kind: KafkaMirrorMaker2
+metadata:
+  name: oauth
+spec:
+  target:
+    alias: central
+    bootstrapServers: central-kafka-bootstrap:9092
+    authentication:
+      type: oauth
+      tokenEndpointUri: https://sso.example.com/realms/kafka/protocol/openid-connect/token
+      clientId: mirror-maker
+      clientSecret:
+        secretName: mirror-maker-oauth
+        key: secret
+      scope: kafka
+      readTimeoutSeconds: 20
+      maxTokenExpirySeconds: 300
+  mirrors:
+  - source:
+      alias: edge
+      bootstrapServers: edge-kafka-bootstrap:9092
+    sourceConnector: {}
+"""
+
+
+def test_an_oauth_login_becomes_kafkas_own_oauthbearer_settings(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="mirrorflow.config.strimzi"):
+        text = to_properties(OAUTH_SPEC, "oauth.yaml", Path("/etc/secrets"))
+
+    assert [line for line in text.splitlines() if line.startswith("central.")] == [
+        "central.bootstrap.servers = central-kafka-bootstrap:9092",
+        "central.sasl.mechanism = OAUTHBEARER",
+        "central.sasl.jaas.config = org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
+        'required clientId="mirror-maker" clientSecret="${dir:/etc/secrets/mirror-maker-oauth:secret}" '
+        'scope="kafka";',
+        "central.sasl.login.callback.handler.class = "
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+        "central.sasl.oauthbearer.token.endpoint.url = "
+        "https://sso.example.com/realms/kafka/protocol/openid-connect/token",
+        "central.sasl.login.read.timeout.ms = 20000",
+        "central.security.protocol = SASL_PLAINTEXT",
+    ]
+    assert caplog.messages == [
+        "no effect here: spec.target.authentication.maxTokenExpirySeconds (Strimzi's OAuth client library "
+        "settings)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ("      scope: kafka\n", "      refreshToken:\n        secretName: s\n        key: k\n"),
+            "spec.target.authentication.refreshToken: OAuth logs in here with client credentials only "
+            "(clientId, clientSecret, tokenEndpointUri, scope), its token endpoint's certificate checked "
+            "against the system's CAs; remove the field",
+        ),
+        (
+            ("      readTimeoutSeconds: 20\n", "      readTimeoutSeconds: soon\n"),
+            "spec.target.authentication.readTimeoutSeconds: expected whole seconds, got 'soon'",
+        ),
+        (
+            ("      clientId: mirror-maker\n", ""),
+            "spec.target.authentication.clientId: clientId is required here",
+        ),
+    ],
+    ids=["other-grant", "timeout", "no-client-id"],
+)
+def test_an_oauth_login_this_product_cannot_make_is_refused_naming_the_field(
+    change: tuple[str, str], message: str
+) -> None:
+    assert change[0] in OAUTH_SPEC
+
+    with pytest.raises(ConfigError) as caught:
+        to_properties(OAUTH_SPEC.replace(*change), "oauth.yaml", Path("/etc/secrets"))
+
+    assert str(caught.value) == message
