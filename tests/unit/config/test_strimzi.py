@@ -264,3 +264,82 @@ def test_an_oauth_login_this_product_cannot_make_is_refused_naming_the_field(
         to_properties(OAUTH_SPEC.replace(*change), "oauth.yaml", Path("/etc/secrets"))
 
     assert str(caught.value) == message
+
+
+EXAMPLES = SPECS / "examples"
+EXAMPLE_ENV = {**ENV, "MIRROR_SECRETS_DIR": str(EXAMPLES / "secrets")}
+
+
+def test_every_example_is_here_in_both_api_versions() -> None:
+    names = sorted(path.stem for path in EXAMPLES.glob("*.yaml"))
+    kinds = ("custom-replication-policy", "oauth", "plain", "scram", "sync-groups", "tls")
+
+    assert names == [f"{kind}-{form}" for kind in kinds for form in ("v1", "v1beta2")]
+
+
+@pytest.mark.parametrize("form", ["v1beta2", "v1"])
+@pytest.mark.parametrize(
+    ("kind", "remote", "client", "sync_groups"),
+    [
+        ("plain", "cluster-a.t", {}, False),
+        ("sync-groups", "cluster-a.t", {}, True),
+        ("custom-replication-policy", "t", {}, False),
+        (
+            "tls",
+            "cluster-a.t",
+            {
+                "security.protocol": "SSL",
+                "ssl.truststore.location": "/etc/secrets/cluster-b-cluster-ca-cert/ca.crt",
+            },
+            False,
+        ),
+        (
+            "scram",
+            "cluster-a.t",
+            {
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                'username="my-mirror-user" password="not-a-real-password";',
+            },
+            False,
+        ),
+        (
+            "oauth",
+            "cluster-a.t",
+            {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "OAUTHBEARER",
+                "sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
+                'required clientId="mirror-maker-cluster-b" clientSecret="not-a-real-secret-b" '
+                'scope="kafka";',
+                "sasl.oauthbearer.token.endpoint.url": (
+                    "https://sso.example.com/realms/kafka/protocol/openid-connect/token"
+                ),
+            },
+            False,
+        ),
+    ],
+)
+def test_each_example_loads_as_the_flow_it_means(
+    kind: str, form: str, remote: str, client: dict[str, str], sync_groups: bool
+) -> None:
+    config = load_config(EXAMPLES / f"{kind}-{form}.yaml", env=EXAMPLE_ENV)
+
+    (flow,) = config.flows
+    assert flow.name == "cluster-a->cluster-b"
+    assert flow.replication_policy.format_remote_topic("cluster-a", "t") == remote
+    # -1 everywhere the examples write it: the brokers' default.
+    assert (
+        flow.replication_factor,
+        flow.offset_syncs_topic_replication_factor,
+        flow.checkpoints_topic_replication_factor,
+    ) == (-1, -1, -1)
+    assert (flow.emit_checkpoints, flow.sync_group_offsets, flow.emit_heartbeats) == (
+        True,
+        sync_groups,
+        False,
+    )
+    assert not flow.sync_topic_acls
+    target = {k: v for k, v in flow.target.client.items() if k in client}
+    assert target == {k: v.replace("/etc/secrets", str(EXAMPLES / "secrets")) for k, v in client.items()}
