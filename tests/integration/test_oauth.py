@@ -12,7 +12,6 @@ import base64
 import json
 import os
 import re
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -34,12 +33,11 @@ from mirror_helpers import (
     secured_config,
 )
 from pyspark.sql import SparkSession
+from windows import WindowThread
 
-from mirrorflow.app import dr_window, runner
 from mirrorflow.app.dag_spec import ENV_JVM_CACHE
 from mirrorflow.app.verify import plan_verification
 from mirrorflow.config.clients import librdkafka_config
-from mirrorflow.copy.spark_copy import StandingCopy
 from mirrorflow.copy.spark_verify import verify_ranges
 from mirrorflow.core.window import WindowSummary
 from mirrorflow.errors import ConfigError
@@ -308,27 +306,12 @@ def test_a_dr_window_renews_its_tokens_while_the_brokers_make_it_log_in_again(
             f"{FLOW}.mirrorflow.dr.handover.wait.seconds = 0",
         ],
     )
-    copy = StandingCopy(spark.sparkContext, config.flow(FLOW))
-    summaries: list[WindowSummary | BaseException] = []
+    producing = Producing(primary.bootstrap, unique_name, 3, admin_conf)
+    with WindowThread(spark, config, FLOW) as window, producing:
+        window.start()
+        time.sleep(30)
 
-    def window() -> None:
-        try:
-            summaries.append(dr_window.run_window(config, FLOW, "window-1", copy))
-        except BaseException as error:
-            summaries.append(error)
-
-    try:
-        copy.await_tasks()
-        running = threading.Thread(target=window)
-        with Producing(primary.bootstrap, unique_name, 3, admin_conf) as producing:
-            running.start()
-            time.sleep(30)
-        running.join(120)
-    finally:
-        copy.close()
-        runner.release_run(config, FLOW, "window-1")
-
-    (summary,) = summaries
+    (summary,) = window.summaries
     assert isinstance(summary, WindowSummary) and summary.error is None, summary
     remote = f"primary.{unique_name}"
     assert (

@@ -41,10 +41,10 @@ from mirror_helpers import (
     written_end,
 )
 from pyspark.sql import SparkSession
+from windows import WindowThread
 
-from mirrorflow.app import dr_window, runner
+from mirrorflow.app import runner
 from mirrorflow.config.model import MirrorConfig
-from mirrorflow.copy.spark_copy import StandingCopy
 from mirrorflow.core.window import WindowSummary
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import local_kafka, sample_data
@@ -333,30 +333,14 @@ def _window_through(
     ``fault``. The window must end without an error, every record mirrored once and in order, its
     micro-batches' batch log one row per partition."""
     primary, backup = clusters["primary"], clusters["backup"]
-    copy = StandingCopy(spark.sparkContext, config.flow(FLOW))
-    summaries: list[WindowSummary | BaseException] = []
+    with WindowThread(spark, config, FLOW) as window, Producing(primary.bootstrap, topic, 3) as producing:
+        window.start()
+        started = time.monotonic()
+        time.sleep(10)
+        fault()
+        time.sleep(max(0.0, started + 30 - time.monotonic()))
 
-    def window() -> None:
-        try:
-            summaries.append(dr_window.run_window(config, FLOW, "window-1", copy))
-        except BaseException as error:
-            summaries.append(error)
-
-    try:
-        copy.await_tasks()
-        running = threading.Thread(target=window)
-        with Producing(primary.bootstrap, topic, 3) as producing:
-            running.start()
-            started = time.monotonic()
-            time.sleep(10)
-            fault()
-            time.sleep(max(0.0, started + 30 - time.monotonic()))
-        running.join(120)
-    finally:
-        copy.close()
-        runner.release_run(config, FLOW, "window-1")
-
-    (summary,) = summaries
+    (summary,) = window.summaries
     assert isinstance(summary, WindowSummary) and summary.error is None, summary
     produced, remote = producing.count, f"primary.{topic}"
     assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, remote, 3) == 3 * produced
