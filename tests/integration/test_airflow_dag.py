@@ -44,21 +44,35 @@ def airflow_for(tmp_path: Path) -> Callable[[MirrorConfig], dict[str, str]]:
 
 def test_dag_runs_copy_exactly_and_only_what_is_new(
     kafka_clusters: dict[str, LocalCluster],
-    write_config: Callable[[str], MirrorConfig],
     airflow_for: Callable[[MirrorConfig], dict[str, str]],
     unique_name: str,
     tmp_path: Path,
 ) -> None:
+    """A plain MM2 file, as it is: MM2's keys only, replication factors of -1 (the brokers' default:
+    these brokers have one node, so MM2's defaults of 2 and 3 could not be met), no state setting (the
+    state is kept in Airflow's home). No heartbeats: the session's clusters are shared, and every other
+    test's flow would mirror a heartbeats topic on them."""
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
     topic = unique_name
     create_topic(primary.bootstrap, topic, 3)
     sample_data.produce_samples(primary.bootstrap, topic, 3, 0, 500)
-    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n")
+    path = tmp_path / "mm2.properties"
+    path.write_text(
+        f"clusters = primary, backup\nprimary.bootstrap.servers = {primary.bootstrap}\n"
+        f"backup.bootstrap.servers = {backup.bootstrap}\nprimary->backup.enabled = true\n"
+        f"primary->backup.topics = {topic}\nreplication.factor = -1\n"
+        "offset-syncs.topic.replication.factor = -1\ncheckpoints.topic.replication.factor = -1\n"
+        "emit.heartbeats.enabled = false\n"
+    )
+    config = load_config(path, env={"AIRFLOW_HOME": str(tmp_path / "airflow")})
+    assert config.offsets_db_url == f"sqlite:///{tmp_path / 'airflow' / 'mirrorflow' / 'offsets.db'}"
     env = airflow_for(config)
+    del env["MIRROR_STATE_DIR"]
     store = OffsetsStore(config.offsets_db_url)
 
     first = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
     assert first.returncode == 0, first.stdout[-5000:] + first.stderr[-5000:]
+    assert f"state folder {config.state_dir} (the default, in Airflow's home" in first.stdout + first.stderr
     assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 3) == 1500
 
     sample_data.produce_samples(primary.bootstrap, topic, 3, 500, 40)
@@ -82,42 +96,6 @@ def test_dag_runs_copy_exactly_and_only_what_is_new(
     assert idle.returncode == 0, idle.stdout[-5000:] + idle.stderr[-5000:]
     assert len(store.batches("primary->backup")) == 6
     assert store.lock_holder("primary->backup") is None
-
-
-def test_a_plain_mm2_file_runs_as_it_is_with_the_state_in_airflows_home(
-    kafka_clusters: dict[str, LocalCluster], unique_name: str, tmp_path: Path
-) -> None:
-    """MM2's keys only, replication factors of -1 (the brokers' default: these brokers have one
-    node, so MM2's defaults of 2 and 3 could not be met), no state setting: the run keeps its state
-    in Airflow's home. No heartbeats: the session's clusters are shared, and every other test's flow
-    would mirror a heartbeats topic on them."""
-    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
-    create_topic(primary.bootstrap, unique_name, 2)
-    sample_data.produce_samples(primary.bootstrap, unique_name, 2, 0, 30)
-    path = tmp_path / "mm2.properties"
-    path.write_text(
-        f"clusters = primary, backup\nprimary.bootstrap.servers = {primary.bootstrap}\n"
-        f"backup.bootstrap.servers = {backup.bootstrap}\nprimary->backup.enabled = true\n"
-        f"primary->backup.topics = {unique_name}\nreplication.factor = -1\n"
-        "offset-syncs.topic.replication.factor = -1\ncheckpoints.topic.replication.factor = -1\n"
-        "emit.heartbeats.enabled = false\n"
-    )
-    home = tmp_path / "airflow"
-    config = load_config(path, env={"AIRFLOW_HOME": str(home)})
-    env = migrated_airflow(home, config, tmp_path)
-    del env["MIRROR_STATE_DIR"]
-
-    run = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
-
-    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-5000:]
-    assert f"state folder {home / 'mirrorflow'} (the default, in Airflow's home" in run.stdout + run.stderr
-    assert (
-        assert_same_records(primary.bootstrap, unique_name, backup.bootstrap, f"primary.{unique_name}", 2)
-        == 60
-    )
-    with OffsetsStore(f"sqlite:///{home / 'mirrorflow' / 'offsets.db'}") as store:
-        assert [(b.partition, b.source_end) for b in store.batches("primary->backup")] == [(0, 30), (1, 30)]
-    assert metrics_file(home / "mirrorflow", "primary->backup", "source").is_file()
 
 
 def test_a_missing_spark_connection_fails_the_plan_before_anything_happens(
