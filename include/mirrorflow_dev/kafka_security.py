@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from mirrorflow.config.oauth import LOGIN_HANDLERS, OAUTHBEARER, jaas_line
 from mirrorflow.kafka.oauth_tokens import python_client_config
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
@@ -378,9 +379,6 @@ class MutualTls:
 
 
 # What secures a local cluster, if anything.
-OAUTHBEARER = "OAUTHBEARER"
-OAUTH_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
-OAUTH_LOGIN_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
 _OAUTH_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
 
 
@@ -420,9 +418,9 @@ class OAuthSecurity:
             "inter.broker.listener.name": "SASL_PLAINTEXT",
             "sasl.enabled.mechanisms": OAUTHBEARER,
             "sasl.mechanism.inter.broker.protocol": OAUTHBEARER,
-            f"{listener}sasl.jaas.config": self.jaas_config(self.broker_client, self.broker_secret),
+            f"{listener}sasl.jaas.config": jaas_line(self.broker_client, self.broker_secret),
             f"{listener}sasl.server.callback.handler.class": _OAUTH_VALIDATOR,
-            f"{listener}sasl.login.callback.handler.class": OAUTH_LOGIN_HANDLER,
+            f"{listener}sasl.login.callback.handler.class": LOGIN_HANDLERS[0],
             "sasl.oauthbearer.token.endpoint.url": self.token_endpoint_url,
             "sasl.oauthbearer.jwks.endpoint.url": self.jwks_endpoint_url,
             "sasl.oauthbearer.expected.audience": self.audience,
@@ -438,18 +436,14 @@ class OAuthSecurity:
             f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.token_endpoint_url},{self.jwks_endpoint_url}"
         ]
 
-    @staticmethod
-    def jaas_config(client_id: str, secret: str) -> str:
-        return f'{OAUTH_LOGIN_MODULE} required clientId="{client_id}" clientSecret="{secret}";'
-
     def client_properties(self, client_id: str, secret: str) -> dict[str, str]:
         """Java client properties (MM2's keys, without a cluster alias) that log in as ``client_id``;
         ``secret`` may be a config provider reference."""
         return {
             "security.protocol": self.protocol,
             "sasl.mechanism": OAUTHBEARER,
-            "sasl.jaas.config": self.jaas_config(client_id, secret),
-            "sasl.login.callback.handler.class": OAUTH_LOGIN_HANDLER,
+            "sasl.jaas.config": jaas_line(client_id, secret),
+            "sasl.login.callback.handler.class": LOGIN_HANDLERS[0],
             "sasl.oauthbearer.token.endpoint.url": self.token_endpoint_url,
         }
 

@@ -217,12 +217,12 @@ def _our_tokens(keycloak: LocalKeycloak, *texts: str) -> list[str]:
     return found
 
 
-def _mirror_login(security: OAuthSecurity, secret: str, folder: Path) -> dict[str, str]:
-    """The mirror's client properties, its secret read through a file config provider."""
+def _mirror_login(security: OAuthSecurity, client_id: str, secret: str, folder: Path) -> dict[str, str]:
+    """The client properties of ``client_id``, its secret read through a file config provider."""
     creds = folder / "secrets" / "mirror.properties"
     creds.parent.mkdir(parents=True, exist_ok=True)
     creds.write_text(f"secret = {secret}\n")
-    return security.client_properties("mirror", f"${{file:{creds}:secret}}")
+    return security.client_properties(client_id, f"${{file:{creds}:secret}}")
 
 
 def test_a_dag_run_logs_in_every_client_with_oidc_and_leaks_neither_secret_nor_token(
@@ -234,13 +234,13 @@ def test_a_dag_run_logs_in_every_client_with_oidc_and_leaks_neither_secret_nor_t
 ) -> None:
     started, security = oauth_clusters
     primary, backup = started["primary"], started["backup"]
-    secret = keycloak.add_client(f"mirror-{unique_name}")
+    client = f"mirror-{unique_name}"
+    secret = keycloak.add_client(client)
     admin_conf = librdkafka_config(security.client_properties(security.broker_client, security.broker_secret))
     create_secured_topic(primary, security, unique_name, 3, {})
     sample_data.produce_samples(primary.bootstrap, unique_name, 3, 0, 40, admin_conf)
     commit_group(primary.bootstrap, f"{unique_name}-billing", {(unique_name, 0): 25}, admin_conf)
-    login = _mirror_login(security, secret, tmp_path)
-    login["sasl.jaas.config"] = login["sasl.jaas.config"].replace('"mirror"', f'"mirror-{unique_name}"')
+    login = _mirror_login(security, client, secret, tmp_path)
     config = secured_config(tmp_path, started, login, unique_name, heartbeats=True, extra=PROVIDERS)
     assert config.path is not None and secret not in config.path.read_text()
     home = tmp_path / "airflow"
@@ -291,8 +291,7 @@ def test_a_dr_window_renews_its_tokens_while_the_brokers_make_it_log_in_again(
     assert SHORT_TOKEN_S - keycloak.token(client, secret)["expires_in"] in (0, 1)
     admin_conf = librdkafka_config(security.client_properties(security.broker_client, security.broker_secret))
     create_secured_topic(primary, security, unique_name, 3, {})
-    login = _mirror_login(security, secret, tmp_path)
-    login["sasl.jaas.config"] = login["sasl.jaas.config"].replace('"mirror"', f'"{client}"')
+    login = _mirror_login(security, client, secret, tmp_path)
     config = secured_config(
         tmp_path,
         started,

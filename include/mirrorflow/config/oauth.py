@@ -114,7 +114,8 @@ def oauth_login(props: Mapping[str, str], written_as: Callable[[str], str] = _as
             key=named(LOGIN_HANDLER),
         )
     endpoint = props.get(TOKEN_ENDPOINT, "")
-    if urlsplit(endpoint).scheme not in ("http", "https") or not urlsplit(endpoint).netloc:
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(
             f"OAUTHBEARER needs the OIDC server's token endpoint as an http(s) URL in {TOKEN_ENDPOINT}, "
             f"got {endpoint!r}",
@@ -159,16 +160,22 @@ def librdkafka_oauth(login: OAuthLogin) -> dict[str, str]:
 def java_oauth(props: Mapping[str, str], login: OAuthLogin) -> dict[str, str]:
     """The login as a Java client of Kafka 3.9 (Spark's Kafka source) takes it: client id, secret and
     scope in the JAAS line, Kafka's login handler; Kafka 4.1's keys for them left out."""
-    options = {"clientId": login.client_id, "clientSecret": login.client_secret}
-    if login.scope:
-        options["scope"] = login.scope
-    written = " ".join(f'{name}="{_escaped(value)}"' for name, value in options.items())
     kept = {k: v for k, v in props.items() if k not in (CLIENT_ID, CLIENT_SECRET, SCOPE)}
     return {
         **kept,
-        "sasl.jaas.config": f"{LOGIN_MODULE} required {written};",
+        "sasl.jaas.config": jaas_line(login.client_id, login.client_secret, login.scope),
         LOGIN_HANDLER: props.get(LOGIN_HANDLER, LOGIN_HANDLERS[0]),
     }
+
+
+def jaas_line(client_id: str, client_secret: str, scope: str | None = None) -> str:
+    """The JAAS line of a client-credentials login (``client_secret`` may be a config provider
+    reference), its values quoted as ``jaas_options`` reads them back."""
+    options = {"clientId": client_id, "clientSecret": client_secret}
+    if scope:
+        options["scope"] = scope
+    written = " ".join(f'{name}="{_escaped(value)}"' for name, value in options.items())
+    return f"{LOGIN_MODULE} required {written};"
 
 
 def _escaped(value: str) -> str:

@@ -34,9 +34,10 @@ from mirrorflow.config.oauth import (
     CONNECT_TIMEOUT,
     LOGIN_HANDLER,
     LOGIN_HANDLERS,
-    LOGIN_MODULE,
+    OAUTHBEARER,
     READ_TIMEOUT,
     TOKEN_ENDPOINT,
+    jaas_line,
 )
 from mirrorflow.errors import ConfigError
 
@@ -337,11 +338,13 @@ class _Converter:
         secret = self._secret(
             _mapping(auth.get("clientSecret"), f"{where}.clientSecret"), f"{where}.clientSecret", "key"
         )
-        options = f'clientId="{_required(auth, "clientId", where)}" clientSecret="{secret}"'
-        if "scope" in auth:
-            options += f' scope="{_text(auth["scope"], f"{where}.scope")}"'
-        self._set(f"{alias}.sasl.mechanism", "OAUTHBEARER", where)
-        self._set(f"{alias}.sasl.jaas.config", f"{LOGIN_MODULE} required {options};", where)
+        scope = _text(auth["scope"], f"{where}.scope") if "scope" in auth else None
+        self._set(f"{alias}.sasl.mechanism", OAUTHBEARER, where)
+        self._set(
+            f"{alias}.sasl.jaas.config",
+            jaas_line(str(_required(auth, "clientId", where)), secret, scope),
+            where,
+        )
         self._set(f"{alias}.{LOGIN_HANDLER}", LOGIN_HANDLERS[0], where)
         self._set(f"{alias}.{TOKEN_ENDPOINT}", _required(auth, "tokenEndpointUri", where), where)
         for field, key in (("connectTimeoutSeconds", CONNECT_TIMEOUT), ("readTimeoutSeconds", READ_TIMEOUT)):
