@@ -1,8 +1,8 @@
 """Security for the local clusters: a throwaway certificate authority with broker and client
-certificates (``LocalTls``), SASL users (SCRAM and PLAIN) with an authorizer (``ScramSecurity``),
-client certificates required on an SSL listener (``MutualTls``), and OIDC logins (OAUTHBEARER) whose
-tokens the brokers check against an OIDC server's keys (``OAuthSecurity``), for brokers started by
-``local_kafka`` and the clients that talk to them."""
+certificates (``LocalTls``), SASL users (SCRAM and PLAIN) with an authorizer (``ScramSecurity``), an
+SSL listener with client certificates required or not (``TlsSecurity``), and OIDC logins
+(OAUTHBEARER) whose tokens the brokers check against an OIDC server's keys (``OAuthSecurity``), for
+brokers started by ``local_kafka`` and the clients that talk to them."""
 
 from __future__ import annotations
 
@@ -335,12 +335,14 @@ class ScramSecurity:
 
 
 @dataclass(frozen=True)
-class MutualTls:
-    """A cluster whose client and inter-broker listener is SSL with client certificates required
-    (``tls`` holds the clients'); a client is the principal ``User:CN=<name>``. No authorizer: who may
-    do what is ``ScramSecurity``'s business."""
+class TlsSecurity:
+    """A cluster whose client and inter-broker listener is SSL with the server certificate of ``tls``.
+    With ``client_certificates`` (mutual TLS) every client must present a certificate (``tls`` holds
+    the clients'), and a client is the principal ``User:CN=<name>``; without, TLS encrypts and
+    authenticates the server only. No authorizer: who may do what is ``ScramSecurity``'s business."""
 
     tls: LocalTls = field(repr=False)
+    client_certificates: bool = True
     protocol = "SSL"
 
     def server_properties(self, port: int, controller_port: int, home: Path) -> dict[str, str]:
@@ -351,7 +353,7 @@ class MutualTls:
             "advertised.listeners": f"{client},{controller}",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SSL:SSL",
             "inter.broker.listener.name": "SSL",
-            "ssl.client.auth": "required",
+            "ssl.client.auth": "required" if self.client_certificates else "none",
             **self.tls.broker_properties(home),
         }
 
@@ -359,26 +361,25 @@ class MutualTls:
         return []
 
     def client_properties(self, user: str) -> dict[str, str]:
-        """Java client properties presenting ``user``'s certificate (an unencrypted PEM keystore)."""
-        return {
+        """Java client properties trusting the CA, presenting ``user``'s certificate (an unencrypted
+        PEM keystore) where the cluster asks for one."""
+        props = {
             "security.protocol": "SSL",
             "ssl.truststore.type": "PEM",
             "ssl.truststore.location": str(self.tls.ca_file),
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(self.tls.client_file(user)),
         }
+        if self.client_certificates:
+            props |= {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(self.tls.client_file(user))}
+        return props
 
     def kafka_python(self, user: str) -> dict[str, Any]:
-        client = str(self.tls.client_file(user))
-        return {
-            "security_protocol": "SSL",
-            "ssl_cafile": str(self.tls.ca_file),
-            "ssl_certfile": client,
-            "ssl_keyfile": client,
-        }
+        conf = {"security_protocol": "SSL", "ssl_cafile": str(self.tls.ca_file)}
+        if self.client_certificates:
+            client = str(self.tls.client_file(user))
+            conf |= {"ssl_certfile": client, "ssl_keyfile": client}
+        return conf
 
 
-# What secures a local cluster, if anything.
 _OAUTH_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
 
 
@@ -457,4 +458,5 @@ class OAuthSecurity:
         return conf
 
 
-BrokerSecurity = ScramSecurity | MutualTls | OAuthSecurity
+# What secures a local cluster, if anything.
+BrokerSecurity = ScramSecurity | TlsSecurity | OAuthSecurity

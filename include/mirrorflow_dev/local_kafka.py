@@ -13,7 +13,8 @@ Clients connect over PLAINTEXT, unless the cluster is started with a ``ScramSecu
 log in with SASL/SCRAM-SHA-512 as users created at format time, and Kafka's StandardAuthorizer
 allows ``admin`` everything and any other user only what ACLs grant. A ``ScramSecurity`` with a
 ``LocalTls`` puts that login behind TLS (SASL_SSL); the cluster's private key is then in
-``home/tls/server.pem``. With a ``MutualTls`` clients connect over SSL and present a certificate.
+``home/tls/server.pem``. With a ``TlsSecurity`` clients connect over SSL, presenting a certificate
+where it requires one.
 
 Their JVMs run the JIT's first tier only (C1) unless started with ``full_jit``: a test or demo cluster
 lives minutes and moves little, and C2's compiling is most of its start-up CPU and much of its idle

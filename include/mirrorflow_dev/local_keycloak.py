@@ -3,7 +3,8 @@
 ``start_keycloak`` lays out a new *home* under ``root`` from the distribution that ``make setup``
 unpacked into .cache/jvm/keycloak-<version> (the version is jvm/keycloak/pom.xml's), starts
 ``kc.sh start-dev`` in it and creates one realm; ``add_client`` registers a client that logs in with
-the client-credentials grant; ``stop_keycloak`` stops the server and deletes the home::
+the client-credentials grant, asking for the scope ``SCOPE`` or not; ``stop_keycloak`` stops the
+server and deletes the home::
 
     home/bin/kc.sh, conf/, providers/, themes/   copied (kc.sh takes its home from its own path)
     home/lib/quarkus-run.jar, app/, quarkus/     copied: quarkus/ holds the server's build
@@ -58,6 +59,9 @@ log = logging.getLogger(__name__)
 POM = paths.REPO_ROOT / "jvm" / "keycloak" / "pom.xml"
 ADMIN = "admin"
 AUDIENCE = "kafka"  # every access token's ``aud``: what a broker's sasl.oauthbearer.expected.audience names
+# A client scope every client may ask for, as Strimzi's OAuth examples do (``scope: kafka``): Keycloak
+# refuses a scope it does not know.
+SCOPE = "kafka"
 HEAP = "-Xms64m -Xmx512m"
 # The JIT's first tier only (C1), as local_kafka's test brokers: a third less start-up CPU, beside them.
 JIT = "-XX:TieredStopAtLevel=1"
@@ -106,8 +110,9 @@ class LocalKeycloak:
 
     def add_client(self, client_id: str, *, token_lifespan_s: int | None = None) -> str:
         """Register the confidential client ``client_id`` in the realm, allowed the client-credentials
-        grant only, and return its generated secret. Its tokens' ``sub`` is its service-account user's
-        id, their ``aud`` is ``AUDIENCE``; they live ``token_lifespan_s`` (default: the realm's)."""
+        grant only (``SCOPE`` optional), and return its generated secret. Its tokens' ``sub`` is its
+        service-account user's id, their ``aud`` is ``AUDIENCE``; they live ``token_lifespan_s``
+        (default: the realm's)."""
         admin = _admin_token(self)
         audience_mapper = {
             "name": "audience",
@@ -204,8 +209,7 @@ def start_keycloak(
         _children[proc.pid] = proc
         server = LocalKeycloak(port, proc.pid, home, realm, token_lifespan_s, password)
         _wait_ready(proc, f"{server.url}/realms/master/.well-known/openid-configuration", timeout)
-        realm_body = {"realm": realm, "enabled": True, "accessTokenLifespan": token_lifespan_s}
-        _call(f"{server.url}/admin/realms", json_body=realm_body, bearer=_admin_token(server))
+        _create_realm(server)
         discovery, _ = _call(f"{server.issuer}/.well-known/openid-configuration")
         if discovery["issuer"] != server.issuer:
             raise LocalKeycloakError(f"issuer is {discovery['issuer']!r}, not {server.issuer!r}")
@@ -269,10 +273,15 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, timeout: float) -> None
 
 
 def _call(
-    url: str, *, form: Mapping[str, str] | None = None, json_body: Any = None, bearer: str | None = None
+    url: str,
+    *,
+    form: Mapping[str, str] | None = None,
+    json_body: Any = None,
+    bearer: str | None = None,
+    method: str | None = None,
 ) -> tuple[Any, Mapping[str, str]]:
-    """GET ``url``, or POST ``form`` or ``json_body``: the decoded JSON answer (None if empty) and
-    its headers. Statuses of 400 and above raise ``urllib.error.HTTPError``."""
+    """GET ``url``, or POST ``form`` or ``json_body`` (or ``method``): the decoded JSON answer (None
+    if empty) and its headers. Statuses of 400 and above raise ``urllib.error.HTTPError``."""
     headers, data = {"Accept": "application/json"}, None
     if form is not None:
         data = urllib.parse.urlencode(form).encode()
@@ -282,10 +291,23 @@ def _call(
         headers["Content-Type"] = "application/json"
     if bearer is not None:
         headers["Authorization"] = f"Bearer {bearer}"
-    request = urllib.request.Request(url, data=data, headers=headers)
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
     with urllib.request.urlopen(request, timeout=30) as response:
         raw = response.read()
         return (json.loads(raw) if raw else None), response.headers
+
+
+def _create_realm(server: LocalKeycloak) -> None:
+    """The server's realm, with ``SCOPE`` an optional scope of its new clients (a client naming its
+    own scopes would lose the realm's defaults, ``basic`` among them)."""
+    admin = _admin_token(server)
+    realm = {"realm": server.realm, "enabled": True, "accessTokenLifespan": server.token_lifespan_s}
+    _call(f"{server.url}/admin/realms", json_body=realm, bearer=admin)
+    scope = {"name": SCOPE, "protocol": "openid-connect", "attributes": {"include.in.token.scope": "true"}}
+    realm_admin = f"{server.url}/admin/realms/{server.realm}"
+    _, headers = _call(f"{realm_admin}/client-scopes", json_body=scope, bearer=admin)
+    scope_id = headers["Location"].rstrip("/").rsplit("/", 1)[1]
+    _call(f"{realm_admin}/default-optional-client-scopes/{scope_id}", method="PUT", bearer=admin)
 
 
 def _admin_token(server: LocalKeycloak) -> str:

@@ -33,6 +33,7 @@ from mirror_helpers import (
     secured_config,
 )
 from pyspark.sql import SparkSession
+from strimzi_examples import FORMS, SOURCE, TARGET, assert_example_mirrors, local_example, write_secret
 from windows import WindowThread
 
 from mirrorflow.app.dag_spec import ENV_JVM_CACHE
@@ -337,3 +338,29 @@ def test_refused_client_credentials_are_a_config_error_naming_the_client_not_the
         "client credentials: "
     )
     assert wrong not in message
+
+
+def test_strimzis_oauth_example_mirrors(
+    oauth_clusters: tuple[Clusters, OAuthSecurity],
+    keycloak: LocalKeycloak,
+    spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    """Strimzi's ``type: oauth`` example, its token endpoint this server's, each side's client
+    registered here with its secret in the example's secret."""
+    started, security = oauth_clusters
+    clusters = {SOURCE: started["primary"], TARGET: started["backup"]}
+    for alias in (SOURCE, TARGET):
+        secret = keycloak.add_client(f"mirror-maker-{alias}")
+        write_secret(tmp_path, "mirror-maker-oauth", f"{alias}-secret", secret.encode())
+    admin_conf = librdkafka_config(security.client_properties(security.broker_client, security.broker_secret))
+    endpoint = (
+        "https://sso.example.com/realms/kafka/protocol/openid-connect/token",
+        keycloak.token_endpoint_url,
+    )
+    for form in FORMS:
+        topic = f"strimzi-oauth-{form}"
+        create_secured_topic(clusters[SOURCE], security, topic, 2, {})
+        config = local_example(f"oauth-{form}", tmp_path, clusters, topic, [endpoint])
+
+        assert_example_mirrors(config, clusters, spark, topic, f"{SOURCE}.{topic}", admin_conf)

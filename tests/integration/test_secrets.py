@@ -54,8 +54,8 @@ from mirrorflow_dev.kafka_security import (
     PLAIN_MECHANISM,
     SUPER_USER,
     LocalTls,
-    MutualTls,
     ScramSecurity,
+    TlsSecurity,
     write_private,
 )
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -139,7 +139,7 @@ def test_dag_runs_over_mutual_tls_with_pem_pkcs12_and_strimzi_keystores_leak_the
     tmp_path: Path,
 ) -> None:
     tls = LocalTls.generate(tmp_path / "tls", clients=(SUPER_USER, "mirror"))
-    security = MutualTls(tls)
+    security = TlsSecurity(tls)
     key_password, store_password = secrets.token_urlsafe(18), secrets.token_urlsafe(18)
     folder = tmp_path / "secrets"
     write_private(folder / "mirror.pem", tls.client_pem("mirror", key_password))
