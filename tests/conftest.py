@@ -1,10 +1,11 @@
 """Shared fixtures. Brokers start only when a test requests ``kafka_clusters``, the PostgreSQL server
-only when one requests ``postgres_server``, Keycloak only when one requests ``keycloak`` (each once
-per session).
+only when one requests ``postgres_server``, Keycloak only when one requests ``keycloak``, the schema
+registries only when one requests ``registries`` (each once per session).
 
 A test using one of the server fixtures, directly or through another fixture, is marked for it
-(``kafka``, ``spark``, ``postgres``, ``oauth``), so that ``-m "not (kafka or spark or airflow or postgres
-or oauth or browser or faults)"`` (``make test-unit``) leaves only the tests that start nothing. Tests
+(``kafka``, ``spark``, ``postgres``, ``oauth``, ``registry``), so that ``-m "not (kafka or spark or
+airflow or postgres or oauth or registry or browser or faults)"`` (``make test-unit``) leaves only the
+tests that start nothing. Tests
 that start servers of their own, or run Airflow, a browser or the fault injection, carry their marks
 themselves.
 """
@@ -27,10 +28,11 @@ from mirror_helpers import replicated_clusters as start_replicated_clusters
 
 from mirrorflow.app.dag_spec import ENV_JVM_CACHE
 from mirrorflow.config.model import MirrorConfig
-from mirrorflow_dev import kafka_home, local_keycloak, local_postgres, paths
+from mirrorflow_dev import kafka_home, local_keycloak, local_postgres, local_registry, paths
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.local_keycloak import LocalKeycloak
 from mirrorflow_dev.local_postgres import LocalPostgres
+from mirrorflow_dev.local_registry import LocalRegistry
 from mirrorflow_dev.replicated_kafka import ReplicatedCluster
 
 if TYPE_CHECKING:
@@ -64,6 +66,7 @@ SERVER_MARKS = {
     "postgres_server": "postgres",
     "replicated_clusters": "kafka",
     "keycloak": "oauth",
+    "registries": "registry",
 }
 
 # Shared test bodies outside test modules still get pytest's assertion messages.
@@ -144,6 +147,21 @@ def keycloak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKeycloak
         yield server
     finally:
         local_keycloak.stop_keycloak(server)
+
+
+@pytest.fixture(scope="session")
+def registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LocalRegistry]]:
+    """A throwaway schema registry (Apicurio Registry) for each of the session's ``primary`` and
+    ``backup`` clusters, shared by the session: tests use subjects of their own (``unique_name``).
+
+    Stopped by their PIDs at session end, also when tests fail. A missing distribution or Java 21
+    fails loudly, never skips: the schema tests need real registries.
+    """
+    try:
+        with local_registry.running_registries(tmp_path_factory.mktemp("registries"), 2) as started:
+            yield dict(zip(("primary", "backup"), started, strict=True))
+    except local_registry.LocalRegistryError as error:
+        pytest.fail(str(error), pytrace=False)
 
 
 @pytest.fixture

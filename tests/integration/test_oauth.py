@@ -45,6 +45,7 @@ from mirrorflow.errors import ConfigError
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import local_keycloak, sample_data
+from mirrorflow_dev.java21 import java21_home
 from mirrorflow_dev.kafka_security import OAuthSecurity
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.local_keycloak import AUDIENCE, LocalKeycloak, LocalKeycloakError
@@ -164,7 +165,7 @@ def test_server_listens_on_loopback_only_and_runs_java_21(keycloak: LocalKeycloa
     jvms = [p for p in [script, *script.children()] if p.name() == "java"]
     assert len(jvms) == 1, [p.cmdline() for p in [script, *script.children()]]
     jvm = jvms[0]
-    assert Path(jvm.exe()).is_relative_to(local_keycloak.java_home())
+    assert Path(jvm.exe()).is_relative_to(java21_home())
     assert "-Xmx512m" in jvm.cmdline()
     listening = [c.laddr for c in jvm.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
     assert keycloak.port in {addr.port for addr in listening}
