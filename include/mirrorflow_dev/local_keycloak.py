@@ -37,8 +37,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
-import subprocess
 import tempfile
 import time
 import urllib.error
@@ -49,11 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from mirrorflow_dev import paths
+from mirrorflow_dev import paths, servers
 from mirrorflow_dev.java21 import Java21Missing, java21_home
-from mirrorflow_dev.processes import free_port, log_tail, process_alive, start_logged, wait_gone
+from mirrorflow_dev.processes import free_port, log_tail
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +64,6 @@ HEAP = "-Xms64m -Xmx512m"
 JIT = "-XX:TieredStopAtLevel=1"
 _COPIED = ("bin/kc.sh", "conf", "providers", "themes", "version.txt", "lib/quarkus-run.jar", "lib/app")
 _JVM_MAIN = "io.quarkus.bootstrap.runner.QuarkusEntryPoint"
-
-# kc.sh started by this Python process: reaped on stop (an exited child not waited for stays a zombie).
-_children: dict[int, subprocess.Popen[bytes]] = {}
 
 
 class LocalKeycloakError(RuntimeError):
@@ -197,10 +190,10 @@ def start_keycloak(
         cmd = [str(home / "bin" / "kc.sh"), "start-dev", "--http-host=127.0.0.1", f"--http-port={port}"]
         cmd += [f"--hostname={server.url}", "--hostname-strict=false"]  # the issuer, whoever asks
         started = time.monotonic()
-        proc = start_logged(cmd, server.log_file, env, cwd=home)
-        _children[proc.pid] = proc
+        proc = servers.start(cmd, server.log_file, env, cwd=home)
         server = LocalKeycloak(port, proc.pid, home, realm, token_lifespan_s, password)
-        _wait_ready(proc, f"{server.url}/realms/master/.well-known/openid-configuration", timeout)
+        ready = f"{server.url}/realms/master/.well-known/openid-configuration"
+        servers.wait_served(proc, ready, timeout, "kc.sh", LocalKeycloakError)
         _create_realm(server)
         discovery, _ = _call(f"{server.issuer}/.well-known/openid-configuration")
         if discovery["issuer"] != server.issuer:
@@ -248,20 +241,6 @@ def _keep_build(built: Path, build: Path) -> None:
         staging.rename(build)
     except OSError:  # another server kept one first
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        rc = proc.poll()
-        if rc is not None:
-            raise LocalKeycloakError(f"kc.sh exited with code {rc} during start-up")
-        with contextlib.suppress(OSError):  # URLError, HTTPError and refused connections alike
-            _call(url)
-            return
-        if time.monotonic() >= deadline:
-            raise LocalKeycloakError(f"{url} not served after {timeout:.0f}s")
-        time.sleep(0.5)
 
 
 def _call(
@@ -318,45 +297,14 @@ def stop_keycloak(server: LocalKeycloak, timeout: float = 30.0) -> bool:
     SIGTERM to kc.sh, which hands it to the JVM and waits for it; SIGKILL to both after ``timeout``.
     Each PID is signalled only while it is this home's kc.sh or JVM. Stopping twice is a no-op.
     """
-    stopped = False
-    pid, home = server.pid, server.home
-    if pid > 0 and process_alive(pid) and _is_keycloak_of(pid, home):
-        jvms = [child for child in _children_of(pid) if _is_keycloak_of(child, home)]
-        _signal(pid, home, signal.SIGTERM)
-        if not all(wait_gone(p, timeout) for p in (pid, *jvms)):
-            log.warning("keycloak pid %s still runs %.0fs after SIGTERM, sending SIGKILL", pid, timeout)
-            for p in (pid, *jvms):
-                _signal(p, home, signal.SIGKILL)
-            if not all(wait_gone(p, 10.0) for p in (pid, *jvms)):
-                raise LocalKeycloakError(f"keycloak pid {pid} (JVMs {jvms}) survived SIGKILL")
-        stopped = True
-    child = _children.pop(pid, None)
-    if child is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(5)
+    home = server.home
+
+    def owned(pid: int) -> bool:
+        args = servers.cmdline(pid)
+        return str(home / "bin" / "kc.sh") in args or (
+            _JVM_MAIN in args and f"-Dkc.home.dir={home}/bin/.." in args
+        )
+
+    stopped = servers.stop(server.pid, owned, "keycloak", LocalKeycloakError, timeout)
     shutil.rmtree(home, ignore_errors=True)
     return stopped
-
-
-def _is_keycloak_of(pid: int, home: Path) -> bool:
-    """Whether ``pid`` runs this home's kc.sh, or the Keycloak JVM it started (PID-reuse guard)."""
-    try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return False
-    return str(home / "bin" / "kc.sh") in args or (
-        _JVM_MAIN in args and f"-Dkc.home.dir={home}/bin/.." in args
-    )
-
-
-def _children_of(pid: int) -> list[int]:
-    try:
-        return [child.pid for child in psutil.Process(pid).children()]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _signal(pid: int, home: Path, sig: signal.Signals) -> None:
-    if process_alive(pid) and _is_keycloak_of(pid, home):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)

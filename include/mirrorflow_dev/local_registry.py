@@ -24,18 +24,15 @@ import logging
 import os
 import re
 import shutil
-import signal
-import subprocess
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mirrorflow_dev import paths
+from mirrorflow_dev import paths, servers
 from mirrorflow_dev.java21 import Java21Missing, java21_home
-from mirrorflow_dev.processes import free_ports, log_tail, process_alive, start_logged, wait_gone
+from mirrorflow_dev.processes import free_ports, log_tail
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +43,6 @@ HEAP = ["-Xms64m", "-Xmx384m"]
 JIT = "-XX:TieredStopAtLevel=1"
 # On the command line, so that a PID's cmdline says which home's server it is.
 _HOME_PROPERTY = "-Dmirrorflow.registry.home="
-
-# Servers started by this Python process: reaped on stop (an exited child not waited for stays a zombie).
-_children: dict[int, subprocess.Popen[bytes]] = {}
 
 
 class LocalRegistryError(RuntimeError):
@@ -117,10 +111,9 @@ def start_registry(root: Path, *, timeout: float = 120.0) -> LocalRegistry:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QUARKUS_", "APICURIO_", "JAVA_"))}
     try:
         started = time.monotonic()
-        proc = start_logged(cmd, server.log_file, env, cwd=home)
-        _children[proc.pid] = proc
+        proc = servers.start(cmd, server.log_file, env, cwd=home)
         server = LocalRegistry(port, management_port, proc.pid, home)
-        _wait_ready(proc, f"{server.url}/subjects", timeout)
+        servers.wait_served(proc, f"{server.url}/subjects", timeout, "the registry", LocalRegistryError)
         log.info("registry ready on %s in %.1fs (pid %s)", server.url, time.monotonic() - started, proc.pid)
         return server
     except BaseException as error:
@@ -144,54 +137,17 @@ def running_registries(root: Path, count: int) -> Iterator[list[LocalRegistry]]:
             stop_registry(server)
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        rc = proc.poll()
-        if rc is not None:
-            raise LocalRegistryError(f"the registry exited with code {rc} during start-up")
-        # URLError, HTTPError and refused connections alike
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=5):
-            return
-        if time.monotonic() >= deadline:
-            raise LocalRegistryError(f"{url} not served after {timeout:.0f}s")
-        time.sleep(0.5)
-
-
 def stop_registry(server: LocalRegistry, timeout: float = 30.0) -> bool:
     """Stop ``server`` by its PID and delete its home. True if a running server was stopped.
 
     SIGTERM, then SIGKILL after ``timeout``; the PID is signalled only while it is this home's
     registry. Stopping twice is a no-op.
     """
-    stopped = False
-    pid, home = server.pid, server.home
-    if pid > 0 and process_alive(pid) and _is_registry_of(pid, home):
-        _signal(pid, home, signal.SIGTERM)
-        if not wait_gone(pid, timeout):
-            log.warning("registry pid %s still runs %.0fs after SIGTERM, sending SIGKILL", pid, timeout)
-            _signal(pid, home, signal.SIGKILL)
-            if not wait_gone(pid, 10.0):
-                raise LocalRegistryError(f"registry pid {pid} survived SIGKILL")
-        stopped = True
-    child = _children.pop(pid, None)
-    if child is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(5)
+    home = server.home
+
+    def owned(pid: int) -> bool:
+        return f"{_HOME_PROPERTY}{home}" in servers.cmdline(pid)
+
+    stopped = servers.stop(server.pid, owned, "registry", LocalRegistryError, timeout)
     shutil.rmtree(home, ignore_errors=True)
     return stopped
-
-
-def _is_registry_of(pid: int, home: Path) -> bool:
-    """Whether ``pid`` runs this home's registry JVM (PID-reuse guard)."""
-    try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return False
-    return f"{_HOME_PROPERTY}{home}" in args
-
-
-def _signal(pid: int, home: Path, sig: signal.Signals) -> None:
-    if process_alive(pid) and _is_registry_of(pid, home):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
