@@ -102,7 +102,9 @@ flow = config.flow(sys.argv[2])
 plan = runner.load_plan(config, flow, sys.argv[3])
 settings = CopySettings.of(flow)
 copied_in_one_transaction(
-    settings.target, plan, lambda g: copy_result(plan, copy_partitions(plan.partitions, settings, g))
+    settings.target,
+    plan,
+    lambda g: copy_result(plan, copy_partitions(plan.partitions, settings, g, plan.schema_ids)),
 )
 """
 
@@ -119,7 +121,9 @@ def copy_without_spark(flow: FlowConfig, plan: Plan) -> CopyResult:
     """A run's copy as its copy task makes it, in this process (Spark's tasks run the same code)."""
     settings = CopySettings.of(flow)
     return copied_in_one_transaction(
-        settings.target, plan, lambda g: copy_result(plan, copy_partitions(plan.partitions, settings, g))
+        settings.target,
+        plan,
+        lambda g: copy_result(plan, copy_partitions(plan.partitions, settings, g, plan.schema_ids)),
     )
 
 

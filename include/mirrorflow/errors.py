@@ -87,6 +87,11 @@ class TransformError(MirrorError):
     """A flow's transform raised, or broke its contract, on a record (named in the message)."""
 
 
+class SchemaIdError(MirrorError):
+    """A mirrored key or value carries a schema id the flow's schema sync did not map (named with its
+    partition and offset): copied as it is, it would mean another schema, or none, on the target."""
+
+
 class PartitionsFailedError(MirrorError):
     """A run committed every partition but those that failed on their own errors (named)."""
 

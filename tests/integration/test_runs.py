@@ -108,7 +108,8 @@ def test_a_copy_stopped_at_its_transactions_deadline_commits_what_it_copied_and_
             settings.target,
             plan,
             lambda g: copy_result(
-                plan, copy_partitions(plan.partitions, settings, replace(g, deadline=time.time()))
+                plan,
+                copy_partitions(plan.partitions, settings, replace(g, deadline=time.time()), plan.schema_ids),
             ),
         )
 

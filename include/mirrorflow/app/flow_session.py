@@ -312,7 +312,10 @@ class FlowSession:
         emitted would pay that."""
         settings = CopySettings.of(self.flow)
         return self.copy_in_transaction(
-            plan, lambda grant: copy_result(plan, copy_partitions(plan.partitions, settings, grant))
+            plan,
+            lambda grant: copy_result(
+                plan, copy_partitions(plan.partitions, settings, grant, plan.schema_ids)
+            ),
         )
 
     def commit(self, plan: Plan, result: CopyResult, *, micro_batch: bool = False) -> RunReport:

@@ -609,6 +609,18 @@ DR_IDLE_WAIT_MS = "mirrorflow.dr.idle.wait.ms"
 DR_TRIGGER_INTERVAL_MS = "mirrorflow.dr.trigger.interval.ms"
 DR_HANDOVER_WAIT = "mirrorflow.dr.handover.wait.seconds"
 STATE_DIR = "mirrorflow.state.dir"
+# A flow's schema registries (config.schemas): Confluent's client settings of each, and the subjects.
+SCHEMA_REGISTRY = "mirrorflow.schema.registry."
+SCHEMA_REGISTRY_SIDES = ("source", "target")
+SCHEMA_REGISTRY_CLIENT_KEYS = (
+    "url",
+    "basic.auth.user.info",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+)
+SCHEMA_SUBJECTS_INCLUDE = SCHEMA_REGISTRY + "subjects.include"
+SCHEMA_SUBJECTS_EXCLUDE = SCHEMA_REGISTRY + "subjects.exclude"
 OFFSETS_DB_URL = "mirrorflow.offsets.db.url"
 _PROJECT = "this product's setting (see the table of mirrorflow settings)"
 
@@ -648,6 +660,13 @@ FLOW_SETTINGS: tuple[Key, ...] = (
     # How long a window goes on past its end while no next window is up to take the flow over.
     _ours(DR_HANDOVER_WAIT, "600", "int"),
     _ours(SPARK_CONF_PREFIX + "*"),
+    *(
+        _ours(f"{SCHEMA_REGISTRY}{side}.{key}")
+        for side in SCHEMA_REGISTRY_SIDES
+        for key in SCHEMA_REGISTRY_CLIENT_KEYS
+    ),
+    _ours(SCHEMA_SUBJECTS_INCLUDE, ".*"),
+    _ours(SCHEMA_SUBJECTS_EXCLUDE),
 )
 # This product's settings that apply to all flows at once: at top level only.
 TOP_LEVEL_SETTINGS: tuple[Key, ...] = (_ours(STATE_DIR), _ours(OFFSETS_DB_URL))

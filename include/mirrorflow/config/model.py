@@ -58,6 +58,7 @@ from mirrorflow.config.keys import (
 from mirrorflow.config.properties import parse_properties
 from mirrorflow.config.property_view import PropertyView
 from mirrorflow.config.providers import resolve_references
+from mirrorflow.config.schemas import SchemaSync, schema_sync
 from mirrorflow.config.scopes import FLOW_ARROW, cluster_aliases, split_scopes
 from mirrorflow.config.state import offsets_db_url, state_dir
 from mirrorflow.config.strimzi import is_strimzi, secrets_folder, to_properties
@@ -208,6 +209,8 @@ class FlowConfig:
     # The transforms applied to every mirrored record, in order (``config.transforms``).
     transforms: tuple[TransformConfig, ...] = ()
     dr: DrSettings | None = None
+    # The schema registries whose subjects travel with the data (``config.schemas``), if any.
+    schemas: SchemaSync | None = None
     properties: Mapping[str, str] = field(default_factory=PropertyView)
     topic_filter: TopicFilter = field(init=False, repr=False, compare=False)
     group_filter: GroupFilter = field(init=False, repr=False, compare=False)
@@ -496,6 +499,7 @@ def _flow_config(
         ),
         transforms=transforms_of(props),
         dr=dr_settings(props, name),
+        schemas=schema_sync(props, name),
         properties=props,
     )
 

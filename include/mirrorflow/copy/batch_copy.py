@@ -48,6 +48,7 @@ from mirrorflow.copy.partition_copy import PartitionCopy
 from mirrorflow.copy.produce_loop import ProduceLoop
 from mirrorflow.copy.source_reader import BUFFER_BYTES, Budget, SourceReader, transformed
 from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, PartitionResult, Plan
+from mirrorflow.core.schema_ids import SchemaIdMap
 from mirrorflow.core.transforms import Chain, Encodable
 from mirrorflow.errors import MirrorError, SourceDataLostError, TargetStateError, TransientError
 from mirrorflow.kafka.connection import READ_COMMITTED, READ_UNCOMMITTED, TIMEOUT_S, end_offsets, kept_open
@@ -58,11 +59,13 @@ from mirrorflow.kafka.record_reads import first_committed, records_of
 class BatchCopy:
     """The copy of one group of planned partitions; use as a context manager."""
 
-    def __init__(self, plans: Sequence[PartitionPlan], settings: CopySettings, grant: Grant) -> None:
+    def __init__(
+        self, plans: Sequence[PartitionPlan], settings: CopySettings, grant: Grant, schema_ids: SchemaIdMap
+    ) -> None:
         self.plans = plans
         self.grant = grant
         self.isolate = settings.isolate
-        self.chain = Chain(settings.transforms)
+        self.chain = Chain(settings.transforms, schema_ids)
         self._open = ExitStack()
         try:
             self.target = self._open.enter_context(
@@ -225,13 +228,13 @@ class CopySettings:
 
 
 def copy_partitions(
-    plans: Sequence[PartitionPlan], settings: CopySettings, grant: Grant
+    plans: Sequence[PartitionPlan], settings: CopySettings, grant: Grant, schema_ids: SchemaIdMap
 ) -> list[PartitionResult]:
-    """Copy one group of planned partitions (one Spark task's) in the open transaction of ``grant``;
-    one result per planned partition."""
+    """Copy one group of planned partitions (one Spark task's) in the open transaction of ``grant``,
+    mapping ``schema_ids`` (their plan's); one result per planned partition."""
     if not plans:
         return []
-    with BatchCopy(plans, settings, grant) as copy:
+    with BatchCopy(plans, settings, grant, schema_ids) as copy:
         return copy.run()
 
 

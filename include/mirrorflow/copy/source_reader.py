@@ -141,7 +141,7 @@ class SourceReader(threading.Thread):
             return
         if not part.first_received_ms:
             part.first_received_ms = received
-        if not self.chain and passes(batch, start, end):
+        if not self.chain.changes(part.tp[0]) and passes(batch, start, end):
             part.count(range(batch.base_offset, batch.last_offset + 1))
             pieces = [(bytearray(batch.data), batch.count, batch.timestamps())]
         else:
@@ -161,11 +161,11 @@ class SourceReader(threading.Thread):
 
 
 def transformed(chain: Chain, tp: TP, records: list[SourceRecord]) -> Sequence[Encodable]:
-    """What ``chain`` makes of one partition's ``records`` (the records themselves without
-    transforms)."""
-    if not chain or not records:
-        return records
+    """What ``chain`` makes of one partition's ``records`` (the records themselves where it changes
+    none of the topic's)."""
     topic, partition = tp
+    if not chain.changes(topic) or not records:
+        return records
     return chain.apply([Record(topic, partition, *r[:5]) for r in records])
 
 

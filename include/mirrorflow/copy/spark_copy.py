@@ -65,7 +65,7 @@ def copy_plan(sc: SparkContext, flow: FlowConfig, plan: Plan) -> CopyResult:
 def _copy_job(sc: SparkContext, settings: CopySettings, plan: Plan, grant: Grant) -> CopyResult:
     def copy(groups: Iterable[tuple[PartitionPlan, ...]]) -> Iterator[PartitionResult]:
         for group in groups:
-            yield from copy_partitions(group, settings, grant)
+            yield from copy_partitions(group, settings, grant, plan.schema_ids)
 
     groups = plan.task_groups(plan.task_count(sc.defaultParallelism))
     try:
@@ -190,7 +190,7 @@ class _StandingJob:
         heard: dict[Connection, float] = {}
         for index, group in enumerate(groups):
             try:
-                self.channels[index].send((group, grant))
+                self.channels[index].send((group, grant, plan.schema_ids))
             except OSError:
                 failures.append(_gone(index))
                 continue

@@ -9,11 +9,11 @@ micro-batch holds. A standing task pays it once per window. Invariants:
   of a job per micro-batch does; it copies one group at a time and answers each before it takes the
   next, so no two copies of a partition ever overlap.
 - The channel is ``multiprocessing.connection``'s, authenticated with a secret the window's driver
-  made for this job. Driver to task: ``(group, grant)``, or None to end. Task to driver: its index
-  once, then per group ``ALIVE`` every ``ALIVE_EVERY_S`` while it copies, and its results (a list
-  of ``PartitionResult``) or a ``Failed``. A task that says nothing for long while it copies froze
-  or lost its host, which Spark may not notice for minutes; the driver gives it up
-  (``spark_copy.SILENT_S``).
+  made for this job. Driver to task: ``(group, grant, schema_ids)`` (the plan's), or None to end.
+  Task to driver: its index once, then per group ``ALIVE`` every ``ALIVE_EVERY_S`` while it copies,
+  and its results (a list of ``PartitionResult``) or a ``Failed``. A task that says nothing for
+  long while it copies froze or lost its host, which Spark may not notice for minutes; the driver
+  gives it up (``spark_copy.SILENT_S``).
 - A task whose driver is gone (the window's process ended) stops: it never copies what no one will
   commit.
 - A task opens its connections to both clusters (``batch_copy.open_connections``) before it
@@ -33,9 +33,10 @@ from multiprocessing.connection import Client, Connection
 
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, open_connections
 from mirrorflow.core.plan import Grant, PartitionPlan, PartitionResult
+from mirrorflow.core.schema_ids import SchemaIdMap
 from mirrorflow.errors import MirrorError, TransientError
 
-Handed = tuple[tuple[PartitionPlan, ...], Grant]
+Handed = tuple[tuple[PartitionPlan, ...], Grant, SchemaIdMap]
 
 ALIVE = "alive"
 ALIVE_EVERY_S = 1.0
@@ -97,9 +98,9 @@ def _saying_alive(channel: Connection) -> Iterator[None]:
 
 
 def _copied(handed: Handed, settings: CopySettings) -> list[PartitionResult] | Failed:
-    group, grant = handed
+    group, grant, schema_ids = handed
     try:
-        return copy_partitions(group, settings, grant)
+        return copy_partitions(group, settings, grant, schema_ids)
     except MirrorError as exc:
         return Failed(type(exc).__name__, str(exc))
     except Exception:

@@ -13,6 +13,7 @@ from typing import Any
 
 from mirrorflow.core.documents import Document
 from mirrorflow.core.metrics import Stats
+from mirrorflow.core.schema_ids import NO_SCHEMA_IDS, SchemaIdMap
 from mirrorflow.errors import PlanError
 
 PLAN_VERSION = 1
@@ -157,6 +158,9 @@ class Plan(Document):
     # Only some of the flow's topics were planned (a run's topics option): the plan does not measure
     # the whole flow, so its commit proves no recovery point (``core.recovery``).
     narrowed: bool = False
+    # The schema ids the copy maps, as the run's schema sync left them (``core.schema_ids``): a retry
+    # maps with the same ones.
+    schema_ids: SchemaIdMap = NO_SCHEMA_IDS
 
     def __post_init__(self) -> None:
         seen: set[tuple[str, int]] = set()
@@ -218,6 +222,8 @@ class Plan(Document):
             gaps=tuple(SourceGap(**g) for g in raw.get("gaps", ())),
             in_process=bool(raw.get("in_process", False)),
             narrowed=bool(raw.get("narrowed", False)),
+            # Absent from plans written before schemas travelled: those map none.
+            schema_ids=SchemaIdMap.of(raw["schema_ids"]) if "schema_ids" in raw else NO_SCHEMA_IDS,
         )
 
     def check_belongs_to(self, flow: str, run_id: str, source: str) -> None:

@@ -21,7 +21,8 @@ from typing import NamedTuple, Protocol
 
 from mirrorflow.config.property_view import load_reference
 from mirrorflow.config.transforms import PYTHON, PredicateConfig, TransformConfig
-from mirrorflow.errors import TransformError
+from mirrorflow.core.schema_ids import NO_SCHEMA_IDS, SchemaIdMap, UnknownSchemaId
+from mirrorflow.errors import SchemaIdError, TransformError
 
 
 class Record(NamedTuple):
@@ -170,10 +171,11 @@ def _are_headers(headers: object) -> bool:
 
 
 class Chain:
-    """A flow's transforms in order; an empty chain changes nothing. Building it imports the python
-    hooks (an unimportable one is a ``ConfigError`` naming its key)."""
+    """A flow's transforms in order, then the schema ids mapped (``schema_ids``: the run's
+    ``core.schema_ids`` map, on the topics it covers); an empty chain changes nothing. Building it
+    imports the python hooks (an unimportable one is a ``ConfigError`` naming its key)."""
 
-    def __init__(self, configs: Sequence[TransformConfig]) -> None:
+    def __init__(self, configs: Sequence[TransformConfig], schema_ids: SchemaIdMap = NO_SCHEMA_IDS) -> None:
         self._steps = tuple(
             _Step(
                 c,
@@ -184,9 +186,14 @@ class Chain:
             )
             for c in configs
         )
+        self._schema_ids = schema_ids
 
     def __bool__(self) -> bool:
-        return bool(self._steps)
+        return bool(self._steps) or bool(self._schema_ids)
+
+    def changes(self, topic: str) -> bool:
+        """Whether the chain may change a record of ``topic``: if not, its batches pass as bytes."""
+        return bool(self._steps) or self._schema_ids.covers(topic)
 
     def apply(self, records: list[Record]) -> list[Record]:
         """The records to write for ``records`` (one partition's, in offset order)."""
@@ -194,4 +201,21 @@ class Chain:
             if not records:
                 break
             records = step.apply(records)
+        if records and self._schema_ids.covers(records[0].topic):
+            records = [self._remapped(r) for r in records]
         return records
+
+    def _remapped(self, record: Record) -> Record:
+        try:
+            key, value = self._schema_ids.remap(record.topic, record.key, record.value)
+        except UnknownSchemaId as unknown:
+            raise SchemaIdError(
+                f"{record.topic}-{record.partition} offset {record.offset}: {unknown}, so it would "
+                "mean another schema, or none, on the target. Nothing of that partition from there on "
+                "was committed; include the subject that holds the schema in the flow's "
+                "mirrorflow.schema.registry.subjects.include (or set mirrorflow.on.partition.error = "
+                "isolate to mirror the other partitions meanwhile)"
+            ) from None
+        if key is record.key and value is record.value:
+            return record
+        return record._replace(key=key, value=value)

@@ -14,7 +14,9 @@ range are refused (``PlanError``); a side split over two tasks is refused by ``v
 
 A flow with transforms is verified against what its chain makes of the source (the tasks apply the
 flow's transforms to the source side): records dropped on purpose, headers removed or values changed
-by a transform are no differences; anything else the chain would not produce is.
+by a transform are no differences; anything else the chain would not produce is. Where schemas
+travel, the source side is compared with its schema ids mapped as the plan's map says
+(``VerifyPlan.schema_ids``): a target record whose id resolves to another schema is a difference.
 
 No I/O, no pyspark: the functions run inside Spark tasks and in unit tests alike.
 """
@@ -221,7 +223,7 @@ def digest_partitions(
     Relies on each range's records reaching one task, in offset order: ``_pieces`` checks the order,
     and the caller refuses a range whose records reached two tasks.
     """
-    chain = Chain(transforms)
+    chain = Chain(transforms, plan.schema_ids)
     seen: dict[tuple[int, int], RecordDigest] = {}
     for side, index, piece in _pieces(batches, plan):
         _, records = _compared(piece, side, plan.ranges[index], chain)
@@ -243,7 +245,7 @@ def record_keys(
     its ``record_digest``. With ``transforms``, source records are keyed as the flow's chain makes
     them (a record it drops was never copied, and is not keyed). The rows of a range may come from
     any number of tasks: ``compare_records`` pairs them by source offset."""
-    chain = Chain(transforms)
+    chain = Chain(transforms, plan.schema_ids)
     maps: dict[int, OffsetMap] = {}
     for side, index, piece in _pieces(batches, plan):
         r = plan.ranges[index]

@@ -44,6 +44,7 @@ import numpy as np
 from mirrorflow.core.documents import Document
 from mirrorflow.core.plan import offsets_in
 from mirrorflow.core.progress import Batch
+from mirrorflow.core.schema_ids import NO_SCHEMA_IDS, SchemaIdMap
 from mirrorflow.core.translation import OffsetTranslator, Run, coalesce, runs, runs_from
 from mirrorflow.errors import PlanError
 
@@ -203,6 +204,8 @@ class VerifyPlan(Document):
     flow: str
     run_id: str
     ranges: tuple[VerifyRange, ...]
+    # The schema ids the copy mapped (``core.schema_ids``): source records are compared as mapped.
+    schema_ids: SchemaIdMap = NO_SCHEMA_IDS
 
     def __post_init__(self) -> None:
         for side in (SOURCE, TARGET):
@@ -220,7 +223,13 @@ class VerifyPlan(Document):
 
     @classmethod
     def _build(cls, raw: dict[str, Any]) -> VerifyPlan:
-        return cls(raw["flow"], raw["run_id"], tuple(VerifyRange.from_dict(r) for r in raw["ranges"]))
+        return cls(
+            raw["flow"],
+            raw["run_id"],
+            tuple(VerifyRange.from_dict(r) for r in raw["ranges"]),
+            # Absent from plans written before schemas travelled: those map none.
+            SchemaIdMap.of(raw["schema_ids"]) if "schema_ids" in raw else NO_SCHEMA_IDS,
+        )
 
     def check_belongs_to(self, flow: str, run_id: str, source: str) -> None:
         if (self.flow, self.run_id) != (flow, run_id):

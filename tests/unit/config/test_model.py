@@ -426,7 +426,17 @@ def test_validation_messages_say_what_to_do() -> None:
             "mirrorflow.alert.notifier, mirrorflow.mode, mirrorflow.dr.window.seconds, "
             "mirrorflow.dr.idle.wait.ms, mirrorflow.dr.trigger.interval.ms, "
             "mirrorflow.dr.handover.wait.seconds, "
-            "mirrorflow.spark.conf.<spark key>, mirrorflow.state.dir, "
+            "mirrorflow.spark.conf.<spark key>, "
+            "mirrorflow.schema.registry.source.url, mirrorflow.schema.registry.source.basic.auth.user.info, "
+            "mirrorflow.schema.registry.source.ssl.ca.location, "
+            "mirrorflow.schema.registry.source.ssl.certificate.location, "
+            "mirrorflow.schema.registry.source.ssl.key.location, mirrorflow.schema.registry.target.url, "
+            "mirrorflow.schema.registry.target.basic.auth.user.info, "
+            "mirrorflow.schema.registry.target.ssl.ca.location, "
+            "mirrorflow.schema.registry.target.ssl.certificate.location, "
+            "mirrorflow.schema.registry.target.ssl.key.location, "
+            "mirrorflow.schema.registry.subjects.include, "
+            "mirrorflow.schema.registry.subjects.exclude, mirrorflow.state.dir, "
             "mirrorflow.offsets.db.url"
         ),
         BASE + "backup.producer.transaction.timeout.ms = 0\n": (

@@ -3,6 +3,7 @@ rows the commit derives from a plan and its result (``core.report.batches_for``)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import replace
 
@@ -17,6 +18,7 @@ from mirrorflow.core.plan import (
 )
 from mirrorflow.core.progress import Batch
 from mirrorflow.core.report import batches_for, build_report
+from mirrorflow.core.schema_ids import SchemaIdMap
 from mirrorflow.errors import PlanError
 
 FLOW = "primary->backup"
@@ -56,6 +58,23 @@ def test_plan_round_trips_exactly() -> None:
     assert json.loads(text)["version"] == 1
     assert Plan.from_json(text) == PLAN
     assert Plan.from_json(text).to_json() == text
+
+
+def test_a_plans_schema_id_map_round_trips_exactly() -> None:
+    mapped = dataclasses.replace(
+        PLAN, schema_ids=SchemaIdMap(ids=((1, 11), (2, 12)), key_topics=(), value_topics=("orders",))
+    )
+    text = mapped.to_json()
+
+    assert json.loads(text)["schema_ids"] == {
+        "ids": [[1, 11], [2, 12]],
+        "key_topics": [],
+        "value_topics": ["orders"],
+    }
+    assert Plan.from_json(text) == mapped
+    # A plan written before schemas travelled maps none.
+    older = {k: v for k, v in json.loads(PLAN.to_json()).items() if k != "schema_ids"}
+    assert not Plan.from_json(json.dumps(older)).schema_ids
 
 
 def test_empty_plan_round_trips_exactly() -> None:

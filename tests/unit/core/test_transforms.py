@@ -12,8 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from mirrorflow.config.transforms import PredicateConfig, TransformConfig
+from mirrorflow.core.schema_ids import SchemaIdMap
 from mirrorflow.core.transforms import Chain, Record
-from mirrorflow.errors import ConfigError, TransformError
+from mirrorflow.errors import ConfigError, SchemaIdError, TransformError
 
 HOOKS = "transform_hooks_under_test"
 
@@ -163,3 +164,52 @@ def test_an_unimportable_hook_is_a_config_error_naming_its_key() -> None:
         ConfigError, match=r"^transforms\.gone\.function: cannot load 'no_such_module_here:f'"
     ):
         Chain((missing,))
+
+
+def _wire(schema: int, payload: bytes) -> bytes:
+    return b"\x00" + schema.to_bytes(4, "big") + payload
+
+
+SCHEMA_IDS = SchemaIdMap(ids=((1, 21), (2, 22)), value_topics=("orders",))
+
+
+def test_schema_ids_are_mapped_after_the_transforms_on_the_topics_the_map_covers(
+    hooks: types.ModuleType,
+) -> None:
+    seen: list[bytes | None] = []
+
+    def look(batch: list[Record]) -> list[Record]:
+        seen.extend(r.value for r in batch)  # the hook sees the source's ids
+        return batch
+
+    given = [r._replace(value=_wire(1 + r.offset % 2, b"p")) for r in records()]
+    chain = Chain((hook(hooks, "look", look),), SCHEMA_IDS)
+
+    out = chain.apply(given)
+
+    assert seen == [r.value for r in given]
+    assert [r.value for r in out] == [_wire(21 + r.offset % 2, b"p") for r in given]
+    assert [r.key for r in out] == [r.key for r in given]
+    assert chain.changes("orders") and chain.changes("payments")  # a transform changes any topic
+
+
+def test_without_transforms_only_covered_topics_change() -> None:
+    chain = Chain((), SCHEMA_IDS)
+    plain = records("payments")
+
+    assert chain and chain.changes("orders") and not chain.changes("payments")
+    assert chain.apply(plain) == plain
+
+
+def test_an_unmapped_schema_id_fails_naming_partition_and_offset() -> None:
+    given = [r._replace(value=_wire(1, b"p")) for r in records()]
+    given[2] = given[2]._replace(value=_wire(9, b"p"))
+
+    with pytest.raises(SchemaIdError) as caught:
+        Chain((), SCHEMA_IDS).apply(given)
+
+    assert str(caught.value).startswith(
+        "orders-3 offset 12: the record's value carries schema id 9, which is not a schema of the "
+        "subjects this flow syncs, so it would mean another schema, or none, on the target. Nothing of "
+        "that partition from there on was committed; include the subject"
+    )
