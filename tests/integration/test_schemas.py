@@ -22,7 +22,7 @@ from mirrorflow.app.runner import load_plan
 from mirrorflow.app.verify import plan_verification
 from mirrorflow.copy.spark_verify import verify_ranges
 from mirrorflow.core.schema_ids import schema_id
-from mirrorflow.errors import SchemaIdError
+from mirrorflow.errors import PartitionsFailedError, SchemaIdError
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.local_registry import LocalRegistry
@@ -47,7 +47,11 @@ def registry_client(url: str) -> SchemaRegistryClient:
 
 
 def _config(
-    tmp_path: Path, clusters: dict[str, LocalCluster], registries: dict[str, LocalRegistry], topic: str
+    tmp_path: Path,
+    clusters: dict[str, LocalCluster],
+    registries: dict[str, LocalRegistry],
+    topic: str,
+    extra: str = "",
 ) -> Any:
     return write_mm2(
         tmp_path,
@@ -55,7 +59,7 @@ def _config(
         1,
         f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n"
         f"{FLOW}.mirrorflow.schema.registry.source.url = {registries['primary'].url}\n"
-        f"{FLOW}.mirrorflow.schema.registry.target.url = {registries['backup'].url}\n",
+        f"{FLOW}.mirrorflow.schema.registry.target.url = {registries['backup'].url}\n{extra}",
     )
 
 
@@ -137,26 +141,41 @@ def test_avro_records_decode_on_the_target_to_what_was_produced_through_an_evolu
     assert [(v.source.records, v.source == v.target) for v in verdicts] == [(9, True), (8, True)]
 
 
+@pytest.mark.parametrize("on_error", ["fail", "isolate"])
 def test_a_record_whose_schema_id_the_source_registry_lacks_is_never_copied(
     kafka_clusters: dict[str, LocalCluster],
     registries: dict[str, LocalRegistry],
     spark: SparkSession,
     unique_name: str,
     tmp_path: Path,
+    on_error: str,
 ) -> None:
+    """Partition 0 holds a value whose id no registry knows, partition 1 only good records: nothing
+    of partition 0 is copied; with ``isolate`` partition 1 is, and the run fails naming partition 0."""
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
-    create_topic(primary.bootstrap, unique_name, 1)
-    _produce(
-        primary.bootstrap, registries["primary"].url, unique_name, ORDER_V1, [(0, {"id": 1, "item": "a"})]
-    )
-    # A value in the wire format whose id no registry knows.
+    create_topic(primary.bootstrap, unique_name, 2)
+    good = [(p, {"id": p, "item": "a"}) for p in (0, 1)]
+    _produce(primary.bootstrap, registries["primary"].url, unique_name, ORDER_V1, good)
     producer: Producer = sample_data.producer(primary.bootstrap)
     producer.produce(unique_name, value=b"\x00" + (987_654).to_bytes(4, "big") + b"\x02\x02x", partition=0)
     producer.flush(30)
-    config = _config(tmp_path, kafka_clusters, registries, unique_name)
+    config = _config(
+        tmp_path,
+        kafka_clusters,
+        registries,
+        unique_name,
+        f"{FLOW}.mirrorflow.on.partition.error = {on_error}",
+    )
 
-    with pytest.raises(SchemaIdError) as caught:
+    with pytest.raises((SchemaIdError, PartitionsFailedError)) as caught:
         run_flow(config, FLOW, "dangling", spark)
 
     assert f"{unique_name}-0 offset 1: the record's value carries schema id 987654" in str(caught.value)
-    assert sample_data.read_partition(backup.bootstrap, f"primary.{unique_name}", 0) == []
+    remote = f"primary.{unique_name}"
+    assert sample_data.read_partition(backup.bootstrap, remote, 0) == []
+    copied = sample_data.read_partition(backup.bootstrap, remote, 1)
+    if on_error == "fail":
+        assert isinstance(caught.value, SchemaIdError) and copied == []
+    else:
+        assert isinstance(caught.value, PartitionsFailedError)
+        assert _decoded(backup.bootstrap, registries["backup"].url, remote, 1) == [({"id": 1}, good[1][1])]
