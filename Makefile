@@ -21,7 +21,8 @@ airflow: setup
 test: setup
 	@bash scripts/test.sh $(PYTEST_ARGS)
 
-# The tests that start nothing (no broker, Spark, Airflow, PostgreSQL, Keycloak or browser): well under a minute.
+# The tests that start nothing (no broker, Spark, Airflow, PostgreSQL, Keycloak, schema registry or
+# browser): well under a minute.
 test-unit: setup
 	$(VENV)/bin/pytest -m "not (kafka or spark or airflow or postgres or oauth or registry or browser or faults)" $(PYTEST_ARGS)
 

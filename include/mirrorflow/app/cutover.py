@@ -153,6 +153,7 @@ def drain(
     deadline = started + options.drain_timeout_seconds
     runs, records = 0, 0
     lag: dict[str, int] = {}
+    subjects: set[str] = set()
     while True:
         drain_id = f"{run_id}.drain-{runs + 1}"
         try:
@@ -163,6 +164,7 @@ def drain(
             time.sleep(_LOCK_WAIT_SECONDS)
             continue
         runs += 1
+        subjects.update(plan.schema_ids.subjects())
         try:
             if plan.partitions and not plan.in_process:
                 copy(plan)
@@ -172,7 +174,13 @@ def drain(
         records += report.records
         lag = {f"{p.topic}-{p.partition}": p.lag for p in report.partitions if p.lag}
         if not lag:
-            return {"runs": runs, "records": records, "seconds": round(clock() - started, 1)}
+            return {
+                "runs": runs,
+                "records": records,
+                "seconds": round(clock() - started, 1),
+                # The subjects whose schemas the drain's runs synced to the target registry.
+                "schema_subjects": sorted(subjects),
+            }
         if clock() > deadline:
             raise DrainTimeoutError(
                 f"flow {flow_name}: the drain did not reach zero lag in {options.drain_timeout_seconds} s "
@@ -328,6 +336,11 @@ def _drain_md(drained: Mapping[str, Any]) -> list[str]:
         f"{drained['runs']} run{'' if drained['runs'] == 1 else 's'} copied {drained['records']} records "
         f"in {drained['seconds']} s; "
         "lag is zero on every selected partition.",
+        *(
+            ["", f"Schemas synced to the target registry for: {', '.join(drained['schema_subjects'])}."]
+            if drained.get("schema_subjects")
+            else []
+        ),
     ]
 
 

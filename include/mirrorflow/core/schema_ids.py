@@ -79,6 +79,10 @@ class SchemaIdMap:
     def __bool__(self) -> bool:
         return bool(self.key_topics or self.value_topics)
 
+    def subjects(self) -> list[str]:
+        """The synced subjects of the mapped topics (source names), sorted."""
+        return sorted([*(f"{t}-key" for t in self.key_topics), *(f"{t}-value" for t in self.value_topics)])
+
     def covers(self, topic: str) -> bool:
         keys, values = self._topics
         return topic in keys or topic in values

@@ -97,7 +97,9 @@ def test_a_complete_dry_run_shows_what_it_would_commit() -> None:
     }
     steps = {
         "preflight": _ok(PREFLIGHT),
-        "drain": _ok({"runs": 1, "records": 7, "seconds": 12.0}),
+        "drain": _ok(
+            {"runs": 1, "records": 7, "seconds": 12.0, "schema_subjects": ["orders-key", "orders-value"]}
+        ),
         "verify": _ok(verify),
         "groups": _ok(groups),
     }
@@ -109,6 +111,7 @@ def test_a_complete_dry_run_shows_what_it_would_commit() -> None:
     text = markdown(report)
     assert "Run `manual__1` (dry run: no group offsets committed)." in text
     assert "1 run copied 7 records in 12.0 s; lag is zero on every selected partition." in text
+    assert "Schemas synced to the target registry for: orders-key, orders-value." in text
     assert (
         "| orders-0 [0, 7) -> orders-0 [0, 7) | 7 | 7 | `abababababababab` | `abababababababab` | yes |"
         in text

@@ -67,5 +67,6 @@ def test_an_unmapped_id_is_refused_naming_its_side(key: bytes, value: bytes, sid
 
 
 def test_an_empty_map_covers_nothing() -> None:
-    assert not SchemaIdMap()
+    assert not SchemaIdMap() and SchemaIdMap().subjects() == []
+    assert MAP.subjects() == ["t-key", "t-value", "v-value"]
     assert MAP and MAP.covers("v") and not MAP.covers("w")
