@@ -5,14 +5,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/lint.sh || exit 1
-# Two pytest-xdist workers, a test module to each at a time (its module fixtures stay in one
-# process): the suite mostly waits on JVM and Airflow start-ups, so two halve its time on 2 cores.
-# Each worker starts its own session clusters. Every test's duration in the output; every result as
+# Three pytest-xdist workers, a test module to each at a time (its module fixtures stay in one
+# process): the suite mostly waits (on JVM and Airflow start-ups, schedulers, DR windows), so a third
+# worker still gains on 2 cores. Each worker starts its own session clusters. Every test's duration in the output; every result as
 # JUnit XML for CI.
 mkdir -p .state/test-results
 # The three-node cluster tests (marker ``replicated``) run apart, `make test-replicated`: six broker
 # JVMs and their leader elections would take the suite past CI's time.
-.venv/bin/pytest -n 2 --dist loadfile --durations=0 --junitxml=.state/test-results/junit.xml -m "not replicated" "$@"
+.venv/bin/pytest -n 3 --dist loadfile --durations=0 --junitxml=.state/test-results/junit.xml -m "not replicated" "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "test.sh: pytest collected no tests: treating as a failure" >&2

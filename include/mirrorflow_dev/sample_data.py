@@ -115,11 +115,12 @@ def read_partition(
         out: list[Record] = []
         deadline = time.monotonic() + timeout
         # The position is invalid (negative) until the first fetch; it passes aborted records and
-        # transaction markers that consume() never returns.
+        # transaction markers that consume() never returns. consume() waits out its whole timeout
+        # unless it fills its batch, so the timeout is short: a partition's tail is read in 0.1 s.
         while c.position([tp])[0].offset < end:
             if time.monotonic() > deadline:
                 raise TransientError(f"reading {topic}-{partition} did not reach offset {end} in {timeout} s")
-            for m in c.consume(1000, timeout=1):
+            for m in c.consume(1000, timeout=0.1):
                 if m.error():
                     raise KafkaException(m.error())
                 headers = cast("list[tuple[str, bytes | None]]", m.headers() or [])
