@@ -83,11 +83,16 @@ class SourceTopicRecreatedError(TargetStateError):
     and remote topic belong to the old topic, so nothing of the new one may be copied on top."""
 
 
-class TransformError(MirrorError):
+class RecordRefusedError(MirrorError):
+    """The flow's transform chain refuses a source record (named in the message): a retry would meet
+    it again, so under ``isolate`` only its partition stops."""
+
+
+class TransformError(RecordRefusedError):
     """A flow's transform raised, or broke its contract, on a record (named in the message)."""
 
 
-class SchemaIdError(MirrorError):
+class SchemaIdError(RecordRefusedError):
     """A mirrored key or value carries a schema id the flow's schema sync did not map (named with its
     partition and offset): copied as it is, it would mean another schema, or none, on the target."""
 

@@ -49,7 +49,7 @@ from typing import Any
 
 from mirrorflow_dev import paths, servers
 from mirrorflow_dev.java21 import Java21Missing, java21_home
-from mirrorflow_dev.processes import free_port, log_tail
+from mirrorflow_dev.processes import free_port
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,9 @@ def start_keycloak(
     build = dist / ".dev-build"
     password, port = secrets.token_urlsafe(18), free_port()
     server = LocalKeycloak(port, 0, home, realm, token_lifespan_s, password)
-    try:
+    with servers.starting(
+        "Keycloak", home, server.log_file, lambda: stop_keycloak(server), LocalKeycloakError
+    ):
         _lay_out(dist, build, home)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("KC_", "JAVA_OPTS", "JAVA_ADD"))}
         env.pop("JAVA", None)
@@ -202,12 +204,6 @@ def start_keycloak(
             _keep_build(home / "lib" / "quarkus", build)
         log.info("keycloak ready on %s in %.1fs (pid %s)", server.url, time.monotonic() - started, proc.pid)
         return server
-    except BaseException as error:
-        tail = log_tail(server.log_file)
-        stop_keycloak(server)
-        if not isinstance(error, Exception):
-            raise  # Ctrl-C: cleaned up, nothing to explain
-        raise LocalKeycloakError(f"Keycloak did not start in {home}: {error}\n{tail}") from error
 
 
 @contextlib.contextmanager

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from mirrorflow_dev import paths, servers
 from mirrorflow_dev.java21 import Java21Missing, java21_home
-from mirrorflow_dev.processes import free_ports, log_tail
+from mirrorflow_dev.processes import free_ports
 
 log = logging.getLogger(__name__)
 
@@ -109,19 +109,15 @@ def start_registry(root: Path, *, timeout: float = 120.0) -> LocalRegistry:
     ]
     # The caller's Quarkus or Apicurio settings (QUARKUS_*, APICURIO_*) never reach the server.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QUARKUS_", "APICURIO_", "JAVA_"))}
-    try:
+    with servers.starting(
+        "the registry", home, server.log_file, lambda: stop_registry(server), LocalRegistryError
+    ):
         started = time.monotonic()
         proc = servers.start(cmd, server.log_file, env, cwd=home)
         server = LocalRegistry(port, management_port, proc.pid, home)
         servers.wait_served(proc, f"{server.url}/subjects", timeout, "the registry", LocalRegistryError)
         log.info("registry ready on %s in %.1fs (pid %s)", server.url, time.monotonic() - started, proc.pid)
         return server
-    except BaseException as error:
-        tail = log_tail(server.log_file)
-        stop_registry(server)
-        if not isinstance(error, Exception):
-            raise  # Ctrl-C: cleaned up, nothing to explain
-        raise LocalRegistryError(f"the registry did not start in {home}: {error}\n{tail}") from error
 
 
 @contextlib.contextmanager

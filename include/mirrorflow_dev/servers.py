@@ -12,12 +12,12 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import psutil
 
-from mirrorflow_dev.processes import process_alive, start_logged, wait_gone
+from mirrorflow_dev.processes import log_tail, process_alive, start_logged, wait_gone
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,23 @@ def start(cmd: Sequence[str], log_file: Path, env: Mapping[str, str], cwd: Path)
     proc = start_logged(cmd, log_file, env, cwd=cwd)
     _children[proc.pid] = proc
     return proc
+
+
+@contextlib.contextmanager
+def starting(
+    name: str, home: Path, log_file: Path, stop: Callable[[], object], error: type[Exception]
+) -> Iterator[None]:
+    """A server's start-up: if anything in it fails, the server is stopped (``stop``, which must
+    allow for a server not started yet) and ``error`` carries the log's last lines; a Ctrl-C passes
+    as it is, once the server is stopped."""
+    try:
+        yield
+    except BaseException as exc:
+        tail = log_tail(log_file)
+        stop()
+        if not isinstance(exc, Exception):
+            raise
+        raise error(f"{name} did not start in {home}: {exc}\n{tail}") from exc
 
 
 def wait_served(

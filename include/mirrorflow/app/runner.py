@@ -15,7 +15,6 @@ without duplicating, commit is idempotent, release only releases this run's lock
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from mirrorflow.app.checkpoints import CheckpointReport, emit_checkpoints
 from mirrorflow.app.dry_run import DryRun, dry_run_of
 from mirrorflow.app.flow_session import FlowSession, check_topic_subset
 from mirrorflow.app.remote_topics import remote_topic_changes
-from mirrorflow.app.schemas import sync_schemas
+from mirrorflow.app.schemas import with_schema_ids
 from mirrorflow.config.keys import ON_SOURCE_DATA_LOSS
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS, RunOptions
@@ -59,11 +58,8 @@ def plan_run(
             if flow.sync_topic_acls:
                 session.sync_acls(topics.remote_names)
             planned = session.plan(run_id, options, topics)
-            plan = planned.plan
-            if flow.schemas is not None:
-                # After the plan read the source's ends (``app.schemas``).
-                schema_ids = sync_schemas(flow.name, flow.schemas, topics.remote_names)
-                plan = dataclasses.replace(plan, schema_ids=schema_ids)
+            # After the plan read the source's ends (``app.schemas``).
+            plan = with_schema_ids(flow, planned.plan, topics.remote_names)
             # After planning: a plan refused for bad state leaves nothing behind, not even this.
             session.store.anchor(flow.name, run_id, planned.anchors, planned.topics)
             # A retried plan task's earlier copy outcome describes another plan.

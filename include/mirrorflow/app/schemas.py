@@ -13,16 +13,34 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
+from typing import TypeVar
 
+from mirrorflow.config.model import FlowConfig
 from mirrorflow.config.schemas import SchemaSync
+from mirrorflow.core.plan import Plan
 from mirrorflow.core.schema_ids import SchemaIdMap
 from mirrorflow.core.schema_sync import Reference, SubjectVersion, registration_order, topic_subjects
+from mirrorflow.core.verify_plan import VerifyPlan
 from mirrorflow.errors import TargetStateError
 from mirrorflow.kafka.schema_registry import Registry
 
 log = logging.getLogger(__name__)
+
+PlanT = TypeVar("PlanT", Plan, VerifyPlan)
+
+
+def with_schema_ids(
+    flow: FlowConfig, plan: PlanT, remote_names: Mapping[str, str], *, only_look: bool = False
+) -> PlanT:
+    """``plan`` with the id map of ``flow``'s schema sync (``sync_schemas``) of ``remote_names``'
+    topics; as it is when the flow syncs no schemas."""
+    if flow.schemas is None:
+        return plan
+    ids = sync_schemas(flow.name, flow.schemas, remote_names, only_look=only_look)
+    return dataclasses.replace(plan, schema_ids=ids)
 
 
 def sync_schemas(

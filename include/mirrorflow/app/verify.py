@@ -12,9 +12,7 @@ Imports no pyspark: the plan task runs where pyspark is not installed.
 
 from __future__ import annotations
 
-import dataclasses
-
-from mirrorflow.app.schemas import sync_schemas
+from mirrorflow.app.schemas import with_schema_ids
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.core.verdicts import VerifyResult
 from mirrorflow.core.verify_plan import (
@@ -112,9 +110,6 @@ def plan_verification(
         },
         log_append_time={t for t, configs in target_configs.items() if stamps_append_time(configs)},
     )
-    if flow.schemas is not None:
-        remote_names = {b.topic: b.remote_topic for b in batches}
-        schema_ids = sync_schemas(flow.name, flow.schemas, remote_names, only_look=True)
-        plan = dataclasses.replace(plan, schema_ids=schema_ids)
+    plan = with_schema_ids(flow, plan, {b.topic: b.remote_topic for b in batches}, only_look=True)
     write_verify_plan(config, flow, plan)
     return plan

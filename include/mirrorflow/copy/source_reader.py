@@ -27,7 +27,7 @@ from mirrorflow.copy.partition_copy import PartitionCopy, Piece, now_ms
 from mirrorflow.copy.record_batches import encode, passes
 from mirrorflow.core.metrics import Timestamps
 from mirrorflow.core.transforms import Chain, Encodable, Record
-from mirrorflow.errors import MirrorError, SchemaIdError, TransformError, TransientError
+from mirrorflow.errors import MirrorError, RecordRefusedError, TransientError
 from mirrorflow.kafka.connection import READ_COMMITTED, TIMEOUT_S, TP, Connection
 from mirrorflow.kafka.fetched_batches import SourceBatch, SourceRecord
 from mirrorflow.kafka.record_reads import fetch
@@ -117,7 +117,7 @@ class SourceReader(threading.Thread):
                 try:
                     for batch in got.batches:
                         self._queue(part, batch, received)
-                except (TransformError, SchemaIdError) as exc:
+                except RecordRefusedError as exc:
                     self.give_up(part, exc)
                     continue
                 if got.next_offset is not None:
