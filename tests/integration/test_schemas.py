@@ -1,20 +1,23 @@
 """Schemas travel with the data, on real schema registries (Apicurio Registry's Confluent API, one per
-cluster): records produced with Confluent's Avro serializer on the source, a schema evolving
-mid-stream, decode on the target with the target's registry to exactly what was produced, although
-the two registries number the schemas differently; a record whose id the source registry does not
-hold is never copied."""
+cluster): records produced with Confluent's Avro and Protobuf serializers on the source, a schema
+evolving mid-stream, a Protobuf schema importing another (a schema reference), decode on the target
+with the target's registry to exactly what was produced, although the two registries number the
+schemas differently; a record whose id the source registry does not hold is never copied."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import RegisteredSchema, Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
+from google.protobuf.message import Message
 from mirror_helpers import create_topic, run_flow, write_mm2
 from pyspark.sql import SparkSession
 
@@ -39,6 +42,22 @@ ORDER_V1 = {
 # The next version: a field added with a default (backward compatible).
 ORDER_V2 = {**ORDER_V1, "fields": [*ORDER_V1["fields"], {"name": "note", "type": "string", "default": ""}]}
 KEY = {"type": "record", "name": "OrderKey", "namespace": "shop", "fields": [{"name": "id", "type": "long"}]}
+
+# Protobuf: shop.Order imports shop/money.proto, so its serializer registers Money under a subject of
+# its own and Order's versions refer to it. Order's second version adds a field.
+MONEY_PROTO = """name: "shop/money.proto" package: "shop" syntax: "proto3"
+message_type { name: "Money"
+  field { name: "currency" number: 1 type: TYPE_STRING label: LABEL_OPTIONAL json_name: "currency" }
+  field { name: "cents" number: 2 type: TYPE_INT64 label: LABEL_OPTIONAL json_name: "cents" } }"""
+ORDER_PROTO_V1 = """name: "shop/order.proto" package: "shop" syntax: "proto3" dependency: "shop/money.proto"
+message_type { name: "Order"
+  field { name: "id" number: 1 type: TYPE_INT64 label: LABEL_OPTIONAL json_name: "id" }
+  field { name: "price" number: 2 type: TYPE_MESSAGE type_name: ".shop.Money" label: LABEL_OPTIONAL
+          json_name: "price" } }"""
+NOTE_FIELD = 'field { name: "note" number: 3 type: TYPE_STRING label: LABEL_OPTIONAL json_name: "note" }'
+ORDER_PROTO_V2 = ORDER_PROTO_V1.replace('json_name: "price" }', f'json_name: "price" }}\n  {NOTE_FIELD}')
+# Confluent's current Protobuf wire format (message indexes as zigzag varints).
+PROTOBUF_CONF = {"use.deprecated.format": False}
 
 
 def registry_client(url: str) -> SchemaRegistryClient:
@@ -78,6 +97,48 @@ def _produce(
             partition=partition,
         )
     producer.flush(30)
+
+
+def _protobuf_classes(order_proto: str) -> tuple[type[Message], type[Message]]:
+    """The message classes shop.Order (as ``order_proto`` declares it) and shop.Money, built at run
+    time in a descriptor pool of their own."""
+    pool = descriptor_pool.DescriptorPool()
+    for text in (MONEY_PROTO, order_proto):
+        pool.Add(text_format.Parse(text, descriptor_pb2.FileDescriptorProto()))
+    return tuple(
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"shop.{n}")) for n in ("Order", "Money")
+    )
+
+
+class _AsStored(SchemaRegistryClient):
+    """Confluent's client, reading schemas as the registry stores them. Its Protobuf deserializer asks
+    for them ``?format=serialized`` (a base64 descriptor), and Apicurio then parses the stored schema
+    as .proto text: it fails on the base64 descriptor that Confluent's serializer registered, which is
+    what that format asks for anyway."""
+
+    def get_schema(
+        self,
+        schema_id: int,
+        subject_name: str | None = None,
+        fmt: str | None = None,
+        reference_format: str | None = None,
+    ) -> Schema:
+        return super().get_schema(schema_id, subject_name, None, reference_format)
+
+    def get_version(
+        self,
+        subject_name: str,
+        version: int | Literal["latest"] = "latest",
+        deleted: bool = False,
+        fmt: str | None = None,
+    ) -> RegisteredSchema:
+        return super().get_version(subject_name, version, deleted, None)
+
+
+def _value_id(record: sample_data.Record) -> int:
+    found = schema_id(record.value)
+    assert found is not None, f"{record} carries no schema id"
+    return found
 
 
 def _decoded(bootstrap: str, registry: str, topic: str, partition: int) -> list[tuple[Any, Any]]:
@@ -179,3 +240,50 @@ def test_a_record_whose_schema_id_the_source_registry_lacks_is_never_copied(
     else:
         assert isinstance(caught.value, PartitionsFailedError)
         assert _decoded(backup.bootstrap, registries["backup"].url, remote, 1) == [({"id": 1}, good[1][1])]
+
+
+def test_protobuf_records_with_a_referenced_schema_decode_on_the_target_to_what_was_produced(
+    kafka_clusters: dict[str, LocalCluster],
+    registries: dict[str, LocalRegistry],
+    spark: SparkSession,
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    """Values in Protobuf, keys plain strings (no subject: they pass as they are); Order's second
+    version mid-stream. Every target value's id names, in the target registry, the very schema its
+    source id names in the source's, with the reference renamed nowhere (a file's subject)."""
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    source_sr, target_sr = registries["primary"].url, registries["backup"].url
+    create_topic(primary.bootstrap, unique_name, 1)
+    (order_v1, money_v1), (order_v2, money_v2) = map(_protobuf_classes, (ORDER_PROTO_V1, ORDER_PROTO_V2))
+    produced = [
+        order_v1(id=1, price=money_v1(currency="EUR", cents=100)),
+        order_v1(id=2),
+        order_v2(id=3, price=money_v2(currency="USD", cents=250), note="v2"),
+        order_v1(id=4, price=money_v1(currency="EUR", cents=1)),
+    ]
+    client = registry_client(source_sr)
+    serializers = {cls: ProtobufSerializer(cls, client, PROTOBUF_CONF) for cls in (order_v1, order_v2)}
+    producer = sample_data.producer(primary.bootstrap)
+    context = SerializationContext(unique_name, MessageField.VALUE)
+    for order in produced:
+        value = serializers[type(order)](order, context)
+        producer.produce(unique_name, key=f"order-{order.id}".encode(), value=value, partition=0)
+    producer.flush(30)
+    run_flow(_config(tmp_path, kafka_clusters, registries, unique_name), FLOW, "proto", spark)
+
+    remote = f"primary.{unique_name}"
+    target = registry_client(target_sr)
+    decode = ProtobufDeserializer(order_v2, PROTOBUF_CONF, _AsStored({"url": target_sr, "timeout": 30}))
+    mirrored = sample_data.read_partition(backup.bootstrap, remote, 0)
+    assert [r.key for r in mirrored] == [f"order-{o.id}".encode() for o in produced]
+    decoded = [decode(r.value, SerializationContext(remote, MessageField.VALUE)) for r in mirrored]
+    assert [m.SerializeToString(deterministic=True) for m in decoded] == [
+        o.SerializeToString(deterministic=True) for o in produced
+    ]
+    assert target.get_versions(f"{remote}-value") == [1, 2]
+    sources = sample_data.read_partition(primary.bootstrap, unique_name, 0)
+    for source_id, target_id in zip(map(_value_id, sources), map(_value_id, mirrored), strict=True):
+        at_source, on_target = client.get_schema(source_id), target.get_schema(target_id)
+        assert (on_target.schema_type, on_target.schema_str) == ("PROTOBUF", at_source.schema_str)
+        assert on_target.references == at_source.references  # shop/money.proto, version 1, in both
