@@ -1,12 +1,14 @@
 """Schemas travel with the data, on real schema registries (Apicurio Registry's Confluent API, one per
 cluster): records produced with Confluent's Avro and Protobuf serializers on the source, a schema
-evolving mid-stream, a Protobuf schema importing another (a schema reference), decode on the target
-with the target's registry to exactly what was produced, although the two registries number the
-schemas differently; a record whose id the source registry does not hold is never copied."""
+evolving mid-stream (in a batch run and while a DR window mirrors), a Protobuf schema importing
+another (a schema reference), decode on the target with the target's registry to exactly what was
+produced, although the two registries number the schemas differently; a record whose id the source
+registry does not hold is never copied."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,11 +22,13 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, te
 from google.protobuf.message import Message
 from mirror_helpers import create_topic, run_flow, write_mm2
 from pyspark.sql import SparkSession
+from windows import WindowThread
 
 from mirrorflow.app.runner import load_plan
 from mirrorflow.app.verify import plan_verification
 from mirrorflow.copy.spark_verify import verify_ranges
 from mirrorflow.core.schema_ids import schema_id
+from mirrorflow.core.window import WindowSummary
 from mirrorflow.errors import PartitionsFailedError, SchemaIdError
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -287,3 +291,56 @@ def test_protobuf_records_with_a_referenced_schema_decode_on_the_target_to_what_
         at_source, on_target = client.get_schema(source_id), target.get_schema(target_id)
         assert (on_target.schema_type, on_target.schema_str) == ("PROTOBUF", at_source.schema_str)
         assert on_target.references == at_source.references  # shop/money.proto, version 1, in both
+
+
+def test_a_dr_window_syncs_a_schema_registered_while_it_mirrors_before_copying_its_records(
+    kafka_clusters: dict[str, LocalCluster],
+    registries: dict[str, LocalRegistry],
+    spark: SparkSession,
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    """A window syncs the schemas when it starts, and next at MM2's topic refresh (10 minutes by
+    default): the second version, registered while it mirrors, reaches the target registry because
+    its first record carried an id the window's map lacked, and the window synced again."""
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    source_sr, target_sr = registries["primary"].url, registries["backup"].url
+    create_topic(primary.bootstrap, unique_name, 2)
+    _produce(
+        primary.bootstrap,
+        source_sr,
+        unique_name,
+        ORDER_V1,
+        [(i % 2, {"id": i, "item": "a"}) for i in range(4)],
+    )
+    dr = f"{FLOW}.mirrorflow.mode = dr\n{FLOW}.mirrorflow.dr.window.seconds = 20\n"
+    dr += f"{FLOW}.mirrorflow.dr.idle.wait.ms = 100\n{FLOW}.mirrorflow.dr.handover.wait.seconds = 0\n"
+    config = _config(tmp_path, kafka_clusters, registries, unique_name, dr)
+    remote = f"primary.{unique_name}"
+
+    target = registry_client(target_sr)
+    with WindowThread(spark, config, FLOW) as window:
+        window.start()
+        deadline = time.monotonic() + 60
+        while f"{remote}-value" not in target.get_subjects():  # the window's first sync
+            assert time.monotonic() < deadline, "the window synced no schema within 60 s"
+            time.sleep(0.2)
+        later = [(i % 2, {"id": i, "item": "b", "note": f"n{i}"}) for i in range(4, 8)]
+        _produce(primary.bootstrap, source_sr, unique_name, ORDER_V2, later)
+        _wait_for_copies(backup, remote, 4)
+
+    (summary,) = window.summaries
+    assert isinstance(summary, WindowSummary) and summary.error is None, summary
+    for partition in (0, 1):
+        produced = _decoded(primary.bootstrap, source_sr, unique_name, partition)
+        assert _decoded(backup.bootstrap, target_sr, remote, partition) == produced
+        assert [v["id"] for _, v in produced] == [partition, partition + 2, partition + 4, partition + 6]
+    assert target.get_versions(f"{remote}-value") == [1, 2]
+
+
+def _wait_for_copies(cluster: LocalCluster, remote: str, per_partition: int) -> None:
+    """Until both partitions of ``remote`` hold ``per_partition`` records."""
+    deadline = time.monotonic() + 60
+    while any(len(sample_data.read_partition(cluster.bootstrap, remote, p)) < per_partition for p in (0, 1)):
+        assert time.monotonic() < deadline, f"{remote} does not hold {per_partition} records per partition"
+        time.sleep(0.2)

@@ -2,13 +2,17 @@
 
 Each micro-batch is a run in small: plan from committed progress to the source's offsets now, copy
 (Spark tasks; a plan of heartbeats only in process, an empty plan not at all), commit progress and
-the batch log in one transaction. Heartbeats, checkpoints, remote topic refresh and ACL sync happen
-at MM2's intervals (``config.dr``). The window's run holds the flow's lock from its start task to its
-release task; every micro-batch commits under an id of its own (``<run id>#<n>``) while it does.
+the batch log in one transaction. Heartbeats, checkpoints, remote topic refresh (with the topics'
+schemas, when the flow names registries) and ACL sync happen at MM2's intervals (``config.dr``).
+The window's run holds the flow's lock from its start task to its release task; every micro-batch
+commits under an id of its own (``<run id>#<n>``) while it does.
 
 Invariants: a micro-batch commits only what the target acknowledged, from exactly the committed
 position, so a window killed at any point leaves at most records past the committed position, which
-the next plan's copy reads back and skips. No micro-batch starts after the window's end.
+the next plan's copy reads back and skips. No micro-batch starts after the window's end. A record
+whose schema id the window's map lacks (a schema registered at the source after the last sync) is
+copied only after the schemas were synced again, after its micro-batch's plan: an id still unknown
+then is none of the source registry's synced schemas, and fails as in a batch run.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from mirrorflow.app.checkpoints import emit_checkpoints
 from mirrorflow.app.flow_session import FlowSession
 from mirrorflow.app.freshness import staleness
 from mirrorflow.app.remote_topics import RemoteTopics
+from mirrorflow.app.schemas import sync_schemas
 from mirrorflow.app.window_lease import LEASE_SECONDS, Lease, await_turn, stop_process
 from mirrorflow.config.dr import DrSettings
 from mirrorflow.config.keys import DR_HANDOVER_WAIT, MODE
@@ -37,11 +42,13 @@ from mirrorflow.core.report import (
     build_report,
     partitions_failed,
 )
+from mirrorflow.core.schema_ids import NO_SCHEMA_IDS, SchemaIdMap
 from mirrorflow.core.window import StepTimes, Timers, WindowSummary, steps_text
 from mirrorflow.errors import (
     ConfigError,
     MirrorError,
     PartitionsFailedError,
+    SchemaIdError,
     SourceDataLostError,
     TransientError,
     error_class,
@@ -109,6 +116,8 @@ class _Window:
         self.clock = clock
         self.steps = StepTimes(clock)
         self.topics: RemoteTopics | None = None
+        # The schema ids the copy maps, as the newest sync left them (``app.schemas``).
+        self.schema_ids: SchemaIdMap = NO_SCHEMA_IDS
         self.micro_batches = self.spark_copies = self.records = self.bytes = self.checkpoints = 0
         self.lags: dict[tuple[str, int], int] = {}
         # Each source partition's log start as the newest plan read it: the batch log is pruned below.
@@ -178,7 +187,8 @@ class _Window:
         return written
 
     def sync(self, now: float) -> None:
-        """Heartbeats, remote topics (with their configs) and ACLs, each when its interval is due."""
+        """Heartbeats, remote topics (with their configs and schemas) and ACLs, each when its interval
+        is due."""
         flow, timers, timed = self.flow, self.timers, self.steps.timed
         if flow.emit_heartbeats and timers.due("heartbeats", now):
             with timed("heartbeats"):
@@ -190,10 +200,22 @@ class _Window:
             timers.ran("topics", now)
             for remote in self.topics.created:
                 log.info("flow %s: remote topic %s created", flow.name, remote)
+            self.sync_schemas()
         if flow.sync_topic_acls and timers.due("acls", now):
             with timed("acls"):
                 self.session.sync_acls(self.topics.remote_names)
             timers.ran("acls", now)
+
+    def sync_schemas(self) -> bool:
+        """The remote topics' schemas synced (``app.schemas``), if the flow names registries; whether
+        the sync mapped ids the window's map lacked."""
+        if self.flow.schemas is None:
+            return False
+        assert self.topics is not None  # set by sync
+        with self.steps.timed("schemas"):
+            synced = sync_schemas(self.flow.name, self.flow.schemas, self.topics.remote_names)
+        grew, self.schema_ids = synced.ids != self.schema_ids.ids, synced
+        return grew
 
     def plan(self) -> Plan:
         """The next micro-batch's plan (``<run id>#<n>``) from committed progress to the source's end
@@ -205,6 +227,8 @@ class _Window:
             if planned.anchors or planned.topics:
                 self.session.store.anchor(self.flow.name, self.run_id, planned.anchors, planned.topics)
         plan = planned.plan
+        if self.flow.schemas is not None:
+            plan = replace(plan, schema_ids=self.schema_ids)
         if self.failed:
             kept = tuple(p for p in plan.partitions if (p.topic, p.partition) not in self.failed)
             plan = replace(plan, partitions=kept)
@@ -219,15 +243,21 @@ class _Window:
             elif plan.in_process:
                 result = self.session.copy_in_process(plan)
             else:
-                self.spark_copies += 1
-                result = self.session.copy_in_transaction(plan, lambda grant: self.copy_tasks(plan, grant))
+                plan, result = self.copy_in_spark(plan)
         with timed("commit"):
             report = self.session.commit(plan, result, micro_batch=True)
         self.log_starts.update(plan.log_starts)
         self.unpublished = report
         if self.timers.due("recovery", self.clock()):
             self.publish()
+        # A partition refused for a schema id its map lacked goes on if a sync now maps more ids: its
+        # next plan starts where this one did.
+        refused = [f for f in report.failed if f.failure.kind == SchemaIdError.__name__]
+        goes_on = refused if refused and self.sync_schemas() else []
         for failed in report.failed:
+            if failed in goes_on:
+                log.info("flow %s: %s; the schemas were synced again, so it goes on", self.flow.name, failed)
+                continue
             log.warning("flow %s: partition left out for the rest of the window: %s", self.flow.name, failed)
             self.failed[(failed.topic, failed.partition)] = failed
         self.records += sum(p.records for p in report.partitions)
@@ -238,6 +268,21 @@ class _Window:
                 self.unrecorded[key] = self.unrecorded[key].then(p) if key in self.unrecorded else p
         self.last_batch_id = plan.run_id
         return report
+
+    def copy_in_spark(self, plan: Plan) -> tuple[Plan, CopyResult]:
+        """The plan copied by the Spark tasks in one transaction: again, with the schemas synced again,
+        if a record's schema id was missing from its map and the sync now maps more ids (its
+        transaction was aborted: the same plan copies again). The plan copied, and what it copied."""
+        self.spark_copies += 1
+        try:
+            return plan, self.session.copy_in_transaction(plan, lambda grant: self.copy_tasks(plan, grant))
+        except SchemaIdError as unknown:
+            if not self.sync_schemas():
+                raise
+            log.info("flow %s: %s; the schemas were synced again, copying again", self.flow.name, unknown)
+        plan = replace(plan, schema_ids=self.schema_ids)
+        self.spark_copies += 1
+        return plan, self.session.copy_in_transaction(plan, lambda grant: self.copy_tasks(plan, grant))
 
     def copy_tasks(self, plan: Plan, grant: Grant) -> CopyResult:
         """The copy's Spark tasks, timed apart from the transaction around them."""

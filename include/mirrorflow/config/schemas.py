@@ -9,7 +9,7 @@ and which subjects travel with the data.
 The subjects of a mirrored topic are Confluent's TopicNameStrategy's, ``<topic>-key`` and
 ``<topic>-value``; on the target they are named after the remote topic, as the replication policy
 names it. ``subjects.include`` / ``subjects.exclude`` (regular expressions, comma-separated, as MM2's
-topic lists) narrow them. Batch runs only for now: a flow in DR mode naming registries is refused.
+topic lists) narrow them. Batch runs sync them in each plan task, DR windows at each topic refresh.
 Invariants: both URLs or neither (one alone is an error naming the other);
 each registry's settings are exactly those Confluent's client takes (``url``,
 ``basic.auth.user.info``, ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``),
@@ -22,9 +22,8 @@ import logging
 import re
 from dataclasses import dataclass, field
 
-from mirrorflow.config.key_values import choice, default
+from mirrorflow.config.key_values import default
 from mirrorflow.config.keys import (
-    MODE,
     SCHEMA_REGISTRY,
     SCHEMA_REGISTRY_CLIENT_KEYS,
     SCHEMA_REGISTRY_SIDES,
@@ -85,13 +84,6 @@ def schema_sync(props: PropertyView, flow: str) -> SchemaSync | None:
                 f"{SCHEMA_REGISTRY}{side}.url is not; schemas travel from one registry to another: set "
                 "both, or neither"
             )
-    if choice(props, MODE) == "dr":
-        # A DR window's micro-batches do not sync schemas yet: refused, never ignored.
-        raise ConfigError(
-            f"flow {flow}: schemas travel with the data of batch runs only, not yet in DR mode; set "
-            f"{MODE} = batch, or remove the {SCHEMA_REGISTRY}* keys",
-            key=props.written_as(f"{SCHEMA_REGISTRY}source.url"),
-        )
     endpoints = {side: _endpoint(props, side) for side in SCHEMA_REGISTRY_SIDES}
     return SchemaSync(
         endpoints["source"],

@@ -16,9 +16,9 @@ FLOW = "primary->backup"
 SR = f"{FLOW}.mirrorflow.schema.registry."
 
 
-def sync_of(mode: str = "batch", **keys: str) -> SchemaSync | None:
+def sync_of(**keys: str) -> SchemaSync | None:
     overrides = {f"mirrorflow.schema.registry.{k.replace('_', '.')}": v for k, v in keys.items()}
-    return schema_sync(PropertyView.layered([(f"{FLOW}.", {**overrides, "mirrorflow.mode": mode})]), FLOW)
+    return schema_sync(PropertyView.layered([(f"{FLOW}.", overrides)]), FLOW)
 
 
 def test_a_flow_without_registries_has_no_schema_sync() -> None:
@@ -98,12 +98,3 @@ def test_a_flow_loads_with_its_registries() -> None:
     schemas = parse_config(text, env={}).flow(FLOW).schemas
 
     assert schemas is not None and (schemas.source.url, schemas.target.url) == ("http://a", "http://b")
-
-
-def test_a_dr_flow_naming_registries_is_refused_until_its_windows_sync_schemas() -> None:
-    with pytest.raises(ConfigError) as caught:
-        sync_of("dr", source_url="http://a", target_url="http://b")
-    assert str(caught.value) == (
-        f"{SR}source.url: flow {FLOW}: schemas travel with the data of batch runs only, not yet in DR "
-        "mode; set mirrorflow.mode = batch, or remove the mirrorflow.schema.registry.* keys"
-    )
