@@ -47,6 +47,9 @@ resolve_jars() {  # pom folder, destination
 }
 resolve_jars jvm/kafka "$JVM_CACHE/kafka-$KAFKA_VERSION"
 resolve_jars jvm/spark-kafka "$JVM_CACHE/spark-kafka-$SPARK_VERSION"
+# The brokers' and Spark drivers' shared classes (JDK CDS archives) for the tests' many JVMs; dumped
+# again when the java or the jars change (mirrorflow_dev.class_sharing).
+MIRROR_JVM_CACHE=$JVM_CACHE PYTHONPATH=$ROOT/include "$VENV/bin/python" -m mirrorflow_dev.class_dump
 # A pom whose one dependency is a server distribution (a tar.gz): unpacked by tar, which keeps the
 # scripts' exec bits, into the destination itself, without the archive's top folder where it has one.
 resolve_dist() {  # pom folder, destination, top folders to strip (default 1)

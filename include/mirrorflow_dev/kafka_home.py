@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mirrorflow_dev import paths
+from mirrorflow_dev import class_sharing, paths
 from mirrorflow_dev.kafka_security import BrokerSecurity
 
 
@@ -149,9 +149,11 @@ QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 
 def jvm_options(home: Path, full_jit: bool = False) -> list[str]:
-    """Logging into ``home``, and the JIT's first tier only unless ``full_jit``."""
+    """Logging into ``home``, the JIT's first tier only unless ``full_jit``, and the brokers' shared
+    classes (``class_sharing``)."""
     return [
         *(() if full_jit else (QUICK_JIT,)),
+        *class_sharing.options("kafka"),
         f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
         f"-Dkafka.logs.dir={home / 'logs'}",
     ]
