@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaException
+from confluent_kafka.schema_registry import SchemaRegistryClient
 from workload import (
     PARTITIONS,
     OffsetWatcher,
@@ -95,6 +96,8 @@ class Context:
     poll_interval: float
     # Whether the contender drops DROPPED_HEADER (``source_digest`` then leaves it out too).
     drop_header: bool = False
+    # The source's and the target's schema registry (W1A), when the contender syncs schemas.
+    registries: tuple[str, str] | None = None
 
 
 def java_cmd(work: Path, heap_mb: int, log_name: str, main: str, *args: str) -> list[str]:
@@ -127,11 +130,28 @@ def run_logged(cmd: Sequence[str], log: Path, timeout: float, env: dict[str, str
 
 
 def verify_copy(ctx: Context, result: Result) -> None:
+    """The target's records against the source's fingerprint; a contender that synced schemas is
+    compared with its target ids mapped back to the source's."""
     remote = {t: f"source.{t}" for t in ctx.topics}
-    target = fingerprint(ctx.target_bootstrap, list(remote.values()))
+    ids = schema_ids_back(ctx.registries, remote) if ctx.registries else None
+    target = fingerprint(ctx.target_bootstrap, list(remote.values()), schema_ids=ids)
     problems = compare(ctx.source_digest, target, remote)
     result.verified = "no" if problems else "yes"
     result.detail.extend(problems[:20])
+
+
+def schema_ids_back(registries: tuple[str, str], remote: dict[str, str]) -> dict[int, int]:
+    """Each remote topic's value schema id in the target registry -> its topic's at the source."""
+    source, target = (SchemaRegistryClient({"url": url, "timeout": 30}) for url in registries)
+    ids: dict[int, int] = {}
+    for topic, remote_topic in remote.items():
+        back, to = (
+            target.get_version(f"{remote_topic}-value", 1).schema_id,
+            source.get_version(f"{topic}-value", 1).schema_id,
+        )
+        assert back is not None and to is not None, f"{topic}: no value schema id in a registry"
+        ids[back] = to
+    return ids
 
 
 # ---------------------------------------------------------------------------------- copy limit
@@ -392,11 +412,12 @@ def ours_properties(ctx: Context, state: Path) -> str:
         per_partition,
         ctx.workload.producer,
     )
-    return (
-        flow + "".join(f"{line}\n" for line in drop_header_lines("source->target"))
-        if ctx.drop_header
-        else flow
-    )
+    if ctx.drop_header:
+        flow += "".join(f"{line}\n" for line in drop_header_lines("source->target"))
+    if ctx.registries:
+        flow += f"source->target.mirrorflow.schema.registry.source.url = {ctx.registries[0]}\n"
+        flow += f"source->target.mirrorflow.schema.registry.target.url = {ctx.registries[1]}\n"
+    return flow
 
 
 def ours(ctx: Context) -> Result:

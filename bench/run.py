@@ -1,8 +1,8 @@
 """mirrorflow vs MirrorMaker 2 vs Kafka's copy limit, on two local clusters started here.
 
-    .venv/bin/python bench/run.py [--workload W1|W2|W3] [--records N]
+    .venv/bin/python bench/run.py [--workload W1|W2|W3|W1A] [--records N]
                                   [--contenders limit,mm2,ours,ours-standalone,
-                                   mm2-drop-header,ours-drop-header]
+                                   mm2-drop-header,ours-drop-header,ours-schemas]
     (or: make bench)
     .venv/bin/python bench/run.py --scenarios scale-topics,memory [--scale-topics 500] [--records N]
 
@@ -11,6 +11,9 @@
    - W1 (default): 1 KiB random values, compression none, 1,000,000 records by default;
    - W2: 1 KiB values, half random bytes and half a repeated fixed pattern, lz4, 1,000,000 records;
    - W3: 100-byte random values, compression none, 10,000,000 records;
+   - W1A: W1 in Avro, 1,000,000 records: each 1 KiB value in Confluent's wire format (the id of its
+     topic's value subject in the source's schema registry, then a record of one bytes field); one
+     Apicurio Registry per cluster is started for it;
    fingerprints every source partition (count + order-sensitive sha256). The workload's producer
    settings (compression included) are those of every writer: the source's, MM2's, ours, and the
    copy limit's;
@@ -26,6 +29,10 @@
    - mm2-drop-header, ours-drop-header (only when named): mm2 and ours with Connect's DropHeaders of the
             workload's `origin` header as the flow's transforms (ours then copies record by record);
             verified against the source fingerprint without that header;
+   - ours-schemas (only when named, W1A only): ours with both registries named, so the flow syncs the
+            schemas and rewrites each value's schema id (record by record); verified against the source
+            fingerprint with the target's ids mapped back to the source's. mm2 and ours copy W1A's
+            values as they are (ids unchanged);
    every copy is verified partition by partition against the source fingerprint;
 3. writes bench/results/<timestamp>.md and .json and prints the Markdown table.
 
@@ -76,6 +83,7 @@ Every process started here is stopped by PID, also on failure; the temp dir is r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shutil
@@ -96,11 +104,22 @@ import rpo
 import scenarios
 import soak
 import txn_log
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from contenders import Context, Result
 from scenarios import start
-from workload import PARTITIONS, WORKLOADS, Workload, create_topics, end_offsets, fingerprint, produce
+from workload import (
+    PARTITIONS,
+    WORKLOADS,
+    Workload,
+    avro_header,
+    create_topics,
+    end_offsets,
+    fingerprint,
+    produce,
+)
 
 from mirrorflow_dev import local_kafka
+from mirrorflow_dev.local_registry import running_registries
 
 SCENARIOS: dict[str, Callable[[scenarios.Options], scenarios.ScenarioResult]] = {
     **scenarios.SCENARIOS,
@@ -117,9 +136,12 @@ CONTENDERS: dict[str, tuple[str, Callable[[Context], Result]]] = {
     "ours-standalone": (contenders.OURS_STANDALONE, contenders.ours_standalone),
     "mm2-drop-header": (f"MirrorMaker 2, DropHeaders {contenders.DROPPED_HEADER}", contenders.mirror_maker),
     "ours-drop-header": (f"mirrorflow, DropHeaders {contenders.DROPPED_HEADER}", contenders.ours),
+    "ours-schemas": ("mirrorflow, schemas synced (ids mapped)", contenders.ours),
 }
 # Run only when named: they copy the workload with one header dropped (a flow with transforms).
 DROP_HEADER = ("mm2-drop-header", "ours-drop-header")
+# Run only when named, on W1A: a flow naming both clusters' schema registries.
+SCHEMAS = ("ours-schemas",)
 
 
 def split(value: str, known: Sequence[str], what: str) -> list[str]:
@@ -151,10 +173,21 @@ def run(
         "contenders": names,
     }
     results: list[Result] = []
+    stack = contextlib.ExitStack()
     source = start("source", work / "kafka" / "source", args.heap_mb)
     try:
         create_topics(source.bootstrap, topics)
-        rate = produce(source.bootstrap, topics, records, workload)
+        registries: tuple[str, str] | None = None
+        value_headers: dict[str, bytes] = {}
+        if workload.value_schema is not None:
+            # One Apicurio Registry per cluster; each topic's value subject registered at the source.
+            source_sr, target_sr = stack.enter_context(running_registries(work / "registries", 2))
+            registries = (source_sr.url, target_sr.url)
+            client = SchemaRegistryClient({"url": source_sr.url, "timeout": 30})
+            schema = Schema(workload.value_schema, "AVRO")
+            value_headers = {t: avro_header(client.register_schema(f"{t}-value", schema)) for t in topics}
+            settings["schema_registries"] = "Apicurio Registry 3.3.3, one per cluster"
+        rate = produce(source.bootstrap, topics, records, workload, value_headers=value_headers)
         print(f"{workload.name}: {records:,} records produced at {rate:,.0f} records/s", flush=True)
         settings["source_produce_records_per_s"] = round(rate)
         t0 = time.monotonic()
@@ -187,6 +220,7 @@ def run(
                     timeout=args.timeout,
                     poll_interval=args.poll_interval,
                     drop_header=name in DROP_HEADER,
+                    registries=registries if name in SCHEMAS else None,
                 )
                 ctx.work.mkdir(parents=True, exist_ok=True)
                 result = contender(ctx)
@@ -207,6 +241,7 @@ def run(
             results.append(result)
     finally:
         local_kafka.stop_cluster(source)
+        stack.close()
     return results, settings
 
 
@@ -292,9 +327,11 @@ def main() -> int:
     parser.add_argument("--keep-work", action="store_true", help="keep the temp dir (logs, configs)")
     args = parser.parse_args()
     picked = split(args.scenarios, list(SCENARIOS), "scenarios")
-    default = "" if picked else ",".join(n for n in CONTENDERS if n not in DROP_HEADER)
+    default = "" if picked else ",".join(n for n in CONTENDERS if n not in (*DROP_HEADER, *SCHEMAS))
     names = split(default if args.contenders is None else args.contenders, list(CONTENDERS), "contenders")
     workload = WORKLOADS[args.workload]
+    if workload.value_schema is None and any(n in SCHEMAS for n in names):
+        raise SystemExit(f"{', '.join(SCHEMAS)} copies values with schemas: use --workload W1A")
     logging.basicConfig(level=logging.WARNING)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     work = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-run-"))

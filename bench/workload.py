@@ -1,8 +1,11 @@
-"""Workloads W1-W3 for bench/run.py: generate one on the source, fingerprint partitions, watch end offsets.
+"""Workloads W1-W3 and W1A for bench/run.py: generate one on the source, fingerprint partitions,
+watch end offsets.
 
 Every workload: 2 topics x 6 partitions, N records in total (round-robin over topics and partitions),
 random keys, 2 headers, explicit timestamps; the workloads differ in value size, value content and
-compression (``WORKLOADS``). Random bytes come from os.urandom in big chunks that are sliced per record,
+compression (``WORKLOADS``). W1A is W1 in Avro: each value in Confluent's wire format (magic byte,
+the id its topic's value subject has in the source registry) around an Avro record of one ``bytes``
+field, 1 KiB in all. Random bytes come from os.urandom in big chunks that are sliced per record,
 so generating is bound by the producer, not by Python.
 """
 
@@ -14,7 +17,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -22,12 +25,16 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from mirrorflow.core.schema_ids import schema_id, with_schema_id
+
 PARTITIONS = 6
 HEADERS = 2
 BASE_TIMESTAMP_MS = 1_000_000_000_000  # 2001: a copy cannot pass by stamping the send time
 _CHUNK_RECORDS = 8192
 # Fills the non-random tail of compressible values: repeats within a value and across records.
 _PATTERN = b"mirrorflow-bench"
+# A W1A value's bytes before its random ones: the wire format's 5, and the field's 2-byte length.
+AVRO_HEADER_BYTES = 7
 
 # Producer tuning shared by every writer in the bench (source, ours, MM2, ProducerPerformance, the
 # librdkafka limit writer); each workload adds its compression.type.
@@ -46,6 +53,8 @@ class Workload:
     description: str
     # Leading random bytes of each value; the rest repeats _PATTERN (so compression has work to do).
     random_value_bytes: int
+    # The Avro schema of the values (JSON), registered per topic; None: the values are bytes alone.
+    value_schema: str | None = None
 
     @property
     def record_bytes(self) -> int:
@@ -62,13 +71,18 @@ class Workload:
             f"compression {self.compression}"
         )
 
+    @property
+    def body_size(self) -> int:
+        """A value's bytes after the header its topic gives it (W1A's ``avro_header``)."""
+        return self.value_size - (AVRO_HEADER_BYTES if self.value_schema is not None else 0)
+
     def chunk(self) -> bytes:
-        """``_CHUNK_RECORDS`` records laid out key|value, ``record_bytes`` each."""
+        """``_CHUNK_RECORDS`` records laid out key|value body, ``key_size + body_size`` bytes each."""
         random_bytes = self.key_size + self.random_value_bytes
         data = os.urandom(_CHUNK_RECORDS * random_bytes)
-        if self.random_value_bytes == self.value_size:
+        if self.random_value_bytes == self.body_size:
             return data
-        filler = (_PATTERN * self.value_size)[: self.value_size - self.random_value_bytes]
+        filler = (_PATTERN * self.value_size)[: self.body_size - self.random_value_bytes]
         return b"".join(data[i : i + random_bytes] + filler for i in range(0, len(data), random_bytes))
 
 
@@ -87,8 +101,27 @@ WORKLOADS = {
             512,
         ),
         Workload("W3", 16, 100, "none", 10_000_000, "16-byte random keys, 100-byte random values", 100),
+        Workload(
+            "W1A",
+            16,
+            1024,
+            "none",
+            1_000_000,
+            "16-byte random keys, 1 KiB Avro values in Confluent's wire format (5-byte header, a record "
+            "of one bytes field: 2-byte length, 1017 random bytes)",
+            1024 - AVRO_HEADER_BYTES,
+            '{"type": "record", "name": "Blob", "namespace": "bench", '
+            '"fields": [{"name": "data", "type": "bytes"}]}',
+        ),
     )
 }
+
+
+def avro_header(schema_id: int) -> bytes:
+    """What precedes the random bytes of each W1A value: the wire format's magic byte and schema id,
+    and the Avro length (zigzag varint) of the record's one ``bytes`` field."""
+    data = 1024 - AVRO_HEADER_BYTES
+    return b"\0" + schema_id.to_bytes(4, "big") + bytes([(data * 2) & 0x7F | 0x80, (data * 2) >> 7])
 
 
 @dataclass(frozen=True)
@@ -117,10 +150,16 @@ def create_topics(
 
 
 def produce(
-    bootstrap: str, topics: Sequence[str], records: int, workload: Workload, partitions: int = PARTITIONS
+    bootstrap: str,
+    topics: Sequence[str],
+    records: int,
+    workload: Workload,
+    partitions: int = PARTITIONS,
+    value_headers: Mapping[str, bytes] | None = None,
 ) -> float:
     """Append ``records`` records of ``workload`` round-robin over ``topics`` x ``partitions``, with an
-    idempotent librdkafka producer; returns records/s from the first produce to the end of the flush."""
+    idempotent librdkafka producer; returns records/s from the first produce to the end of the flush.
+    ``value_headers``: per topic, the bytes each value starts with (W1A's ``avro_header``)."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -130,7 +169,10 @@ def produce(
             **workload.producer,
         }
     )
-    key_size, record_bytes = workload.key_size, workload.record_bytes
+    key_size, record_bytes = workload.key_size, workload.key_size + workload.body_size
+    headers = [(value_headers or {}).get(t, b"") for t in topics]
+    if workload.value_schema is not None and not all(headers):
+        raise ValueError(f"{workload.name} values need a header per topic: {list(topics)}")
     origin = f"bench-{workload.name.lower()}".encode()
     chunk = b""
     start = time.monotonic()
@@ -146,7 +188,7 @@ def produce(
                 producer.produce(
                     topics[i % n_topics],
                     key=chunk[base : base + key_size],
-                    value=chunk[base + key_size : base + record_bytes],
+                    value=headers[i % n_topics] + chunk[base + key_size : base + record_bytes],
                     partition=slot % partitions,
                     timestamp=BASE_TIMESTAMP_MS + i,
                     headers=[("seq", i.to_bytes(8, "big")), ("origin", origin)],
@@ -179,9 +221,11 @@ def fingerprint(
     partitions: int = PARTITIONS,
     timeout: float = 600.0,
     without_headers: frozenset[str] = frozenset(),
+    schema_ids: Mapping[int, int] | None = None,
 ) -> dict[tuple[str, int], PartitionDigest]:
     """Per partition: record count and an order-sensitive sha256 over key|value|headers|timestamp;
-    headers named in ``without_headers`` left out (what a copy dropping them must hold)."""
+    headers named in ``without_headers`` left out (what a copy dropping them must hold), and each
+    value's schema id replaced as ``schema_ids`` maps it (a target's ids back to the source's)."""
     ends = end_offsets(bootstrap, topics, partitions)
     consumer = Consumer(
         {
@@ -209,6 +253,8 @@ def fingerprint(
                     raise KafkaException(m.error())
                 tp = (str(m.topic()), int(m.partition() or 0))
                 key, value = _as_bytes(m.key()), _as_bytes(m.value())
+                if schema_ids and (found := schema_id(value)) is not None and found in schema_ids:
+                    value = with_schema_id(value, schema_ids[found])
                 headers = [
                     (k, v)
                     for k, v in cast("list[tuple[str, bytes | None]]", m.headers() or [])
