@@ -30,6 +30,8 @@ from mirrorflow.copy.spark_verify import verify_ranges
 from mirrorflow.core.schema_ids import schema_id
 from mirrorflow.core.window import WindowSummary
 from mirrorflow.errors import PartitionsFailedError, SchemaIdError
+from mirrorflow.store.offsets_store import OffsetsStore
+from mirrorflow.store.status_reads import failed_partitions
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.local_registry import LocalRegistry
@@ -293,16 +295,20 @@ def test_protobuf_records_with_a_referenced_schema_decode_on_the_target_to_what_
         assert on_target.references == at_source.references  # shop/money.proto, version 1, in both
 
 
+@pytest.mark.parametrize("on_error", ["fail", "isolate"])
 def test_a_dr_window_syncs_a_schema_registered_while_it_mirrors_before_copying_its_records(
     kafka_clusters: dict[str, LocalCluster],
     registries: dict[str, LocalRegistry],
     spark: SparkSession,
     unique_name: str,
     tmp_path: Path,
+    on_error: str,
 ) -> None:
     """A window syncs the schemas when it starts, and next at MM2's topic refresh (10 minutes by
     default): the second version, registered while it mirrors, reaches the target registry because
-    its first record carried an id the window's map lacked, and the window synced again."""
+    its first record carried an id the window's map lacked, and the window synced again: it copied
+    the micro-batch again (``fail``), or the partition went on in the next one (``isolate``), which
+    leaves no partition error behind."""
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
     source_sr, target_sr = registries["primary"].url, registries["backup"].url
     create_topic(primary.bootstrap, unique_name, 2)
@@ -315,6 +321,7 @@ def test_a_dr_window_syncs_a_schema_registered_while_it_mirrors_before_copying_i
     )
     dr = f"{FLOW}.mirrorflow.mode = dr\n{FLOW}.mirrorflow.dr.window.seconds = 20\n"
     dr += f"{FLOW}.mirrorflow.dr.idle.wait.ms = 100\n{FLOW}.mirrorflow.dr.handover.wait.seconds = 0\n"
+    dr += f"{FLOW}.mirrorflow.on.partition.error = {on_error}\n"
     config = _config(tmp_path, kafka_clusters, registries, unique_name, dr)
     remote = f"primary.{unique_name}"
 
@@ -336,6 +343,7 @@ def test_a_dr_window_syncs_a_schema_registered_while_it_mirrors_before_copying_i
         assert _decoded(backup.bootstrap, target_sr, remote, partition) == produced
         assert [v["id"] for _, v in produced] == [partition, partition + 2, partition + 4, partition + 6]
     assert target.get_versions(f"{remote}-value") == [1, 2]
+    assert failed_partitions(OffsetsStore(config.offsets_db_url), FLOW) == []
 
 
 def _wait_for_copies(cluster: LocalCluster, remote: str, per_partition: int) -> None:
