@@ -76,6 +76,11 @@ SERVER_MARKS = {
 pytest.register_assert_rewrite("offsets_store_cases")
 
 
+# Modules with a test of these marks run first, in this order: the longest ones (Airflow runs, the
+# fault injection), so that the workers end together instead of one finishing a long module alone.
+LONG_FIRST = ("airflow", "faults")
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
@@ -83,6 +88,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for fixture, mark in SERVER_MARKS.items():
             if fixture in used:
                 item.add_marker(mark)
+    rank: dict[str, int] = {}
+    for item in items:
+        marks = {m.name for m in item.iter_markers()}
+        here = min((i for i, m in enumerate(LONG_FIRST) if m in marks), default=len(LONG_FIRST))
+        rank[item.nodeid.split("::")[0]] = min(rank.get(item.nodeid.split("::")[0], here), here)
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: modules stay whole
 
 
 @pytest.fixture(scope="session")
