@@ -270,8 +270,11 @@ def fingerprint(
                     h.update(hkb)
                     h.update(hvb)
                 counts[tp] += 1
-                if (m.offset() or 0) + 1 >= ends[tp]:
-                    todo.discard(tp)
+            # The position, not the last record, says a partition is read: a transactional copy's
+            # partition ends with a commit marker that consume() never returns.
+            for at in consumer.position([TopicPartition(t, p) for t, p in todo]):
+                if at.offset >= ends[(str(at.topic), at.partition)]:
+                    todo.discard((str(at.topic), at.partition))
     finally:
         consumer.close()
     return {tp: PartitionDigest(counts[tp], hashes[tp].hexdigest()) for tp in ends}
