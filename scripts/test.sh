@@ -6,7 +6,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/lint.sh || exit 1
 # Three pytest-xdist workers, a test module to each at a time (its module fixtures stay in one
-# process; the longest modules first, tests/conftest.py): on 2 cores a third worker uses the CPU the
+# process; the longest modules first, as tests/conftest.py orders them, which xdist would otherwise
+# reorder by their number of tests): on 2 cores a third worker uses the CPU the
 # others leave while they wait on schedulers and DR windows. Each worker starts its own session
 # clusters. Every test's duration in the output; every result as JUnit XML for CI.
 mkdir -p .state/test-results
@@ -16,7 +17,7 @@ mkdir -p .state/test-results
 .venv/bin/python -m compileall -q include plugins dags jobs >/dev/null
 # The three-node cluster tests (marker ``replicated``) run apart, `make test-replicated`: six broker
 # JVMs and their leader elections would take the suite past CI's time.
-.venv/bin/pytest -n 3 --dist loadfile --durations=0 --junitxml=.state/test-results/junit.xml -m "not replicated" "$@"
+.venv/bin/pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=0 --junitxml=.state/test-results/junit.xml -m "not replicated" "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "test.sh: pytest collected no tests: treating as a failure" >&2
