@@ -49,10 +49,9 @@ from mirrorflow.errors import (
     MirrorError,
     PartitionsFailedError,
     SchemaIdError,
-    SourceDataLostError,
-    TransientError,
     error_class,
 )
+from mirrorflow.kafka.faults import FaultPolicy, WindowAction
 from mirrorflow.store.checkpoint_log import last_emitted_at
 from mirrorflow.store.handover import successor_of
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -98,6 +97,7 @@ class _Window:
     def __init__(self, session: FlowSession, copy: Copy, clock: Callable[[], float]) -> None:
         self.session, self.flow, self.run_id, self.copy = session, session.flow, session.run_id, copy
         dr = dr_settings_of(self.flow)
+        self.policy = FaultPolicy.of(self.flow)
         self.idle_wait_s = dr.idle_wait_ms / 1000
         self.trigger_interval_s = dr.trigger_interval_ms / 1000
         self.timers = Timers(
@@ -252,7 +252,7 @@ class _Window:
             self.publish()
         # A partition refused for a schema id its map lacked goes on if a sync now maps more ids: its
         # next plan starts where this one did.
-        refused = [f for f in report.failed if f.failure.kind == SchemaIdError.__name__]
+        refused = [f for f in report.failed if self.policy.cured_by_schema_sync(f.failure.kind)]
         goes_on = refused if refused and self.sync_schemas() else []
         for failed in report.failed:
             if failed in goes_on:
@@ -394,19 +394,18 @@ class _Window:
                 written = self.micro_batch(started)
                 error, wait = None, RETRY_WAIT_S
                 self.log_if_slow(clock() - started, before)
-            except SourceDataLostError as lost:
-                if flow.settings.on_source_data_loss != "skip":
-                    return lost
-                # The next plan records the lost range as a gap and continues after it.
-                log.warning("flow %s: %s; planning again past the lost records", flow.name, lost)
-                written = 0
-            except TransientError as transient:
-                error, written = transient, 0
-                log.warning("flow %s: %s; trying again in %.0f s", flow.name, transient, wait)
-                sleep(min(wait, max(gives_up - clock(), 0.0)))
-                wait = min(wait * 2, RETRY_WAIT_MAX_S)
             except MirrorError as failed:
-                return failed
+                action, written = self.policy.in_window(failed), 0
+                if action is WindowAction.END:
+                    return failed
+                if action is WindowAction.GO_ON:
+                    # The next plan records the lost range as a gap and continues after it.
+                    log.warning("flow %s: %s; planning again past the lost records", flow.name, failed)
+                else:
+                    error = failed
+                    log.warning("flow %s: %s; trying again in %.0f s", flow.name, failed, wait)
+                    sleep(min(wait, max(gives_up - clock(), 0.0)))
+                    wait = min(wait * 2, RETRY_WAIT_MAX_S)
             if clock() >= ends and self.ended(lease, clock() >= gives_up):
                 if error is None and self.failed:
                     return partitions_failed(flow.name, self.run_id, tuple(self.failed.values()))

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import cached_property
@@ -51,7 +51,7 @@ from mirrorflow.core.planner import (
 )
 from mirrorflow.core.recovery import mirrored_as_of
 from mirrorflow.core.report import PartitionReport, RunReport, batches_for, build_report
-from mirrorflow.errors import MirrorError, ParamError, TargetStateError
+from mirrorflow.errors import ParamError, TargetStateError
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.kafka.heartbeats import HeartbeatAges, emit_heartbeats
 from mirrorflow.kafka.internal_topics import InternalTopicWriter
@@ -282,13 +282,16 @@ class FlowSession:
     @cached_property
     def transactions(self) -> FlowTransactions:
         """The flow's writer on its target, fenced the first time the session writes there (under
-        its run's lock: a DR window's, after it took the flow over), until the session ends."""
+        its run's lock: a DR window's, after it took the flow over), until the session ends; fenced
+        again (after a transaction that did not commit) only while the run still holds the lock."""
         settings = CopySettings.of(self.flow)
+        flow, store = self.flow.name, self.store
         return self._opened.enter_context(
             FlowTransactions.fenced(
                 settings.target,
-                transactional_id(self.flow.name),
+                transactional_id(flow),
                 min(WINDOW_TRANSACTION_TIMEOUT_MS, transaction_timeout_ms(settings.target)),
+                lambda: store.require_lock(flow, self.run_id, "fence the flow's writer"),
             )
         )
 
@@ -297,12 +300,8 @@ class FlowSession:
         failed one is aborted (the writer fenced again)."""
         transactions = self.transactions
         grant = transactions.begin(plan.partitions)
-        try:
+        with transactions.aborting():
             result = copy(grant)
-        except BaseException:
-            with suppress(MirrorError):
-                transactions.abort()
-            raise
         transactions.commit(result, plan.partitions)
         return result
 

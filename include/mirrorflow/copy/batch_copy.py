@@ -30,8 +30,8 @@ that keeps it:
   ``isolate``, an error of one partition that a retry would meet again (a refused read or write, a
   record the target refuses, a failing transform, someone else's records on its remote partition)
   fails only that partition: its result carries the error, the others go on. Transient errors and
-  lost source data still fail the task (this module's ``give_up``; ``produce_loop`` classifies the
-  target's answers).
+  lost source data still fail the task (``kafka.faults.FaultPolicy``, applied by
+  ``PartitionCopy.give_up``; ``produce_loop`` classifies the target's answers).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mirrorflow.config.model import FlowConfig
@@ -50,8 +50,9 @@ from mirrorflow.copy.source_reader import BUFFER_BYTES, Budget, SourceReader, tr
 from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, PartitionResult, Plan
 from mirrorflow.core.schema_ids import SchemaIdMap
 from mirrorflow.core.transforms import Chain, Encodable
-from mirrorflow.errors import MirrorError, SourceDataLostError, TargetStateError, TransientError
-from mirrorflow.kafka.connection import READ_COMMITTED, READ_UNCOMMITTED, TIMEOUT_S, end_offsets, kept_open
+from mirrorflow.errors import MirrorError, TargetStateError
+from mirrorflow.kafka.connection import READ_COMMITTED, READ_UNCOMMITTED, end_offsets, kept_open
+from mirrorflow.kafka.faults import TIMEOUT_S, FaultPolicy
 from mirrorflow.kafka.fetched_batches import SourceRecord
 from mirrorflow.kafka.record_reads import first_committed, records_of
 
@@ -64,7 +65,7 @@ class BatchCopy:
     ) -> None:
         self.plans = plans
         self.grant = grant
-        self.isolate = settings.isolate
+        self.policy = settings.policy
         self.chain = Chain(settings.transforms, schema_ids)
         self._open = ExitStack()
         try:
@@ -112,12 +113,12 @@ class BatchCopy:
                 try:
                     self._check_written(part, ends[remote])
                 except MirrorError as exc:
-                    self._give_up(part, exc)
+                    part.give_up(exc, self.policy)
             parts.append(part)
-        reader = SourceReader(self.source, parts, self.budget, self.chain, self._give_up, self.grant.deadline)
+        reader = SourceReader(self.source, parts, self.budget, self.chain, self.policy, self.grant.deadline)
         reader.start()
         try:
-            ProduceLoop(self.target, self.budget, self._give_up).write(reader, parts, self.grant)
+            ProduceLoop(self.target, self.budget, self.policy, self.grant).write(reader, parts)
         finally:
             self.budget.close()
             reader.join(TIMEOUT_S)
@@ -128,16 +129,8 @@ class BatchCopy:
                 try:
                     self._check_result(part, ends[part.remote])
                 except MirrorError as exc:
-                    self._give_up(part, exc)
+                    part.give_up(exc, self.policy)
         return [p.result() for p in parts]
-
-    def _give_up(self, part: PartitionCopy, error: MirrorError) -> None:
-        """Fail the partition alone (``isolate``) on an error a retry would meet again; anything
-        else, or without ``isolate``, fails the task."""
-        if not self.isolate or isinstance(error, (TransientError, SourceDataLostError)):
-            raise error
-        if part.failed is None:
-            part.failed = error
 
     def _check_written(self, part: PartitionCopy, end: int) -> None:
         """The committed records between the planned target start and the partition's ``end`` (an
@@ -209,22 +202,18 @@ def _too_many(plan: PartitionPlan, found: int, planned: int) -> TargetStateError
 @dataclass(frozen=True)
 class CopySettings:
     """What a copy needs of its flow, as plain values that travel to Spark's executors: the
-    source's consumer and the target's producer settings, the transforms, and whether a partition's
-    own error fails only that partition (``mirrorflow.on.partition.error = isolate``)."""
+    source's consumer and the target's producer settings, the transforms, and the flow's fault
+    policy (whether a partition's own error fails only that partition)."""
 
     source: dict[str, str]
     target: dict[str, str]
     transforms: tuple[TransformConfig, ...] = ()
-    isolate: bool = False
+    policy: FaultPolicy = field(default_factory=FaultPolicy)
 
     @classmethod
     def of(cls, flow: FlowConfig) -> CopySettings:
-        return cls(
-            dict(flow.source.consumer),
-            dict(flow.target.producer),
-            flow.transforms,
-            flow.settings.on_partition_error == "isolate",
-        )
+        source, target = dict(flow.source.consumer), dict(flow.target.producer)
+        return cls(source, target, flow.transforms, FaultPolicy.of(flow))
 
 
 def copy_partitions(

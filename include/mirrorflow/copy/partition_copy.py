@@ -17,6 +17,7 @@ from mirrorflow.core.plan import PartitionFailure, PartitionPlan, PartitionResul
 from mirrorflow.core.translation import Layout, Run
 from mirrorflow.errors import MirrorError
 from mirrorflow.kafka.connection import TP
+from mirrorflow.kafka.faults import FaultPolicy
 
 
 @dataclass
@@ -112,11 +113,26 @@ class PartitionCopy:
                 return
         self.runs.append((source, target, n))
 
+    def give_up(self, error: MirrorError, policy: FaultPolicy) -> None:
+        """Stop this partition alone on ``error``, if the flow's policy says it is the partition's own
+        (``FaultPolicy.partition_alone``); else raise it, failing the task."""
+        if not policy.partition_alone(error):
+            raise error
+        if self.failed is None:
+            self.failed = error
+
     def result(self) -> PartitionResult:
         if self.failed is not None:
             failure = PartitionFailure(type(self.failed).__name__, str(self.failed))
             return PartitionResult(
-                self.plan.topic, self.plan.partition, 0, 0, 0, self.plan.target_start, failure=failure
+                self.plan.topic,
+                self.plan.partition,
+                0,
+                0,
+                0,
+                self.plan.target_start,
+                failure=failure,
+                appended=self.acked,
             )
         layout = Layout.of(self.plan.source_start, self.plan.target_start, self.runs)
         return PartitionResult(
@@ -133,6 +149,7 @@ class PartitionCopy:
             write_ms=max(self.last_acked_ms - self.first_received_ms, 0),
             # Short of the plan only when the reader stopped at the transaction's deadline.
             source_end=self.position if self.position < self.plan.source_end else None,
+            appended=self.acked,
         )
 
 

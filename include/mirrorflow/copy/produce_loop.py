@@ -13,58 +13,51 @@ Invariants:
   (``WriterFencedError``).
 - A batch counts as written only where the copy expects it: every acknowledgement's base offset is
   the partition's next offset for this copy, or the partition fails (something else wrote there).
-- Every answer is classified: a refusal a retry would meet again fails its partition (``give_up``),
-  a passing one is retried until ``_DELIVERY_TIMEOUT_S``, and an attempt gives up only once no
-  request of it is left on the wire.
+- Every answer is classified by its verdict (``kafka.faults``): a refusal a retry would meet again
+  fails its partition or the task (``PartitionCopy.give_up``), a passing one is resent until
+  ``DELIVERY_TIMEOUT_S`` or its transaction's end, and an attempt gives up only once no request of it
+  is left on the wire.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from mirrorflow.copy.partition_copy import PartitionCopy, Piece, now_ms
 from mirrorflow.copy.record_batches import stamp
 from mirrorflow.copy.source_reader import Budget, SourceReader, encoded, record_timestamps
 from mirrorflow.core.plan import Grant
 from mirrorflow.errors import MirrorError, TargetStateError, TransientError, WriterFencedError
-from mirrorflow.kafka.connection import REFUSED, TIMEOUT_S, Connection, error_description, error_name
+from mirrorflow.kafka.connection import Connection
+from mirrorflow.kafka.faults import (
+    DELIVERY_TIMEOUT_S,
+    TIMEOUT_S,
+    FaultPolicy,
+    Verdict,
+    error_description,
+    error_name,
+    verdict,
+)
 from mirrorflow.kafka.fetched_batches import SourceBatch
 from mirrorflow.kafka.produce import ProduceCall, produce, refused_write
 
-# How long a batch may keep failing with retriable errors before the task gives up (the producer's
-# delivery.timeout.ms default).
-_DELIVERY_TIMEOUT_S = 120.0
-_TOO_LARGE = frozenset({10, 18})  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE
-# A newer attempt fenced this one's writer: INVALID_PRODUCER_EPOCH, PRODUCER_FENCED.
-_FENCED = frozenset({47, 90})
-# The broker's producer state does not continue where this copy's does: OUT_OF_ORDER_SEQUENCE_NUMBER,
-# DUPLICATE_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID (a task of the same attempt wrote before this one,
-# as when Spark runs a lost task again): only a fresh attempt, fenced anew, may go on.
-_STATE_LOST = frozenset({45, 46, 59})
-# The partition is not in the writer's open transaction.
-_INVALID_TXN_STATE = 48
-# Answers a resent batch would get again: INVALID_TOPIC_EXCEPTION, INVALID_TIMESTAMP (the remote
-# topic's message.timestamp.*.max.ms), UNSUPPORTED_FOR_MESSAGE_FORMAT, POLICY_VIOLATION,
-# UNSUPPORTED_COMPRESSION_TYPE, INVALID_RECORD.
-_REFUSED_BATCH = frozenset({17, 32, 43, 44, 76, 87})
-
 
 class ProduceLoop:
-    """Produces the pieces a ``SourceReader`` queues to ``target`` as one writer; ``give_up`` fails a
-    partition on an error a retry would meet again (or raises it, failing the task)."""
+    """Produces the pieces a ``SourceReader`` queues to ``target`` as the writer of ``grant``, in its
+    open transaction; an answer a retry would meet again fails the partition or the task, as the
+    flow's ``policy`` says (``PartitionCopy.give_up``)."""
 
-    def __init__(
-        self, target: Connection, budget: Budget, give_up: Callable[[PartitionCopy, MirrorError], None]
-    ) -> None:
+    def __init__(self, target: Connection, budget: Budget, policy: FaultPolicy, grant: Grant) -> None:
         self.target = target
         self.budget = budget
-        self.give_up = give_up
+        self.policy = policy
+        self.grant = grant
 
-    def write(self, reader: SourceReader, parts: Sequence[PartitionCopy], grant: Grant) -> None:
+    def write(self, reader: SourceReader, parts: Sequence[PartitionCopy]) -> None:
         in_flight: dict[int, tuple[ProduceCall, list[PartitionCopy]]] = {}
         try:
-            self._write_all(reader, parts, grant, in_flight)
+            self._write_all(reader, parts, in_flight)
         except BaseException:
             # A retry must never race a request of this attempt still on the wire: wait for the
             # answers (or the connections' end) before giving up.
@@ -77,7 +70,6 @@ class ProduceLoop:
         self,
         reader: SourceReader,
         parts: Sequence[PartitionCopy],
-        grant: Grant,
         in_flight: dict[int, tuple[ProduceCall, list[PartitionCopy]]],
     ) -> None:
         while True:
@@ -93,8 +85,8 @@ class ProduceLoop:
                     continue
                 batch_of = {p.remote: p for p in idle}
                 sending = [batch_of[tp] for tp in owned]
-                batches = [(p.remote, self._stamped(p, grant)) for p in sending]
-                in_flight[node] = (produce(self.target, node, batches, grant.transactional_id), sending)
+                batches = [(p.remote, self._stamped(p)) for p in sending]
+                in_flight[node] = (produce(self.target, node, batches, self.grant.transactional_id), sending)
                 for p in sending:
                     p.in_flight = True
             if not in_flight:
@@ -111,11 +103,11 @@ class ProduceLoop:
                     del in_flight[node]
                     self._settle(call, sending)
 
-    def _stamped(self, part: PartitionCopy, grant: Grant) -> bytes:
+    def _stamped(self, part: PartitionCopy) -> bytes:
         """The partition's head batch as the writer's, in its open transaction."""
         piece = part.pending[0]
         if not piece.stamped:
-            writer = grant.writer
+            writer = self.grant.writer
             stamp(
                 piece.data, writer.producer_id, writer.producer_epoch, part.next_sequence, transactional=True
             )
@@ -138,7 +130,7 @@ class ProduceLoop:
                 else:
                     self._failed(part, code, call.exception if code is None else None)
             except MirrorError as exc:
-                self.give_up(part, exc)
+                part.give_up(exc, self.policy)
 
     @staticmethod
     def _check_placed(part: PartitionCopy, base_offset: int) -> None:
@@ -169,38 +161,47 @@ class ProduceLoop:
         self.budget.give(piece.budgeted)
 
     def _failed(self, part: PartitionCopy, code: int | None, exception: BaseException | None) -> None:
-        """The head batch was not appended, or its answer was lost: classify, or resend it as it is
-        (same producer id, epoch and sequence: the broker appends it once)."""
+        """The head batch was not appended, or its answer was lost: its answer's verdict
+        (``kafka.faults``) says what follows; a passing one resends it as it is (same producer id,
+        epoch and sequence: the broker appends it once) until the delivery timeout, or until the
+        transaction's own time is up (its coordinator aborts it then: resending is in vain)."""
         where = f"{part.plan.remote_topic}-{part.plan.partition}"
-        if code in REFUSED:
-            raise refused_write(f"{where}: {error_name(code)}")
-        if code in _FENCED:
+        rule = Verdict.PASSING if code is None else verdict(code)
+        reason = error_name(code) if code is not None else repr(exception)
+        if rule is Verdict.REFUSED:
+            raise refused_write(f"{where}: {reason}")
+        if rule is Verdict.FENCED:
             raise WriterFencedError(
-                f"the target refused this copy's batch for {where} ({error_name(code)}): a newer attempt of "
+                f"the target refused this copy's batch for {where} ({reason}): a newer attempt of "
                 "the flow fenced its writer, and the transaction of this one is aborted. Nothing of it was "
                 "committed; nothing needs doing if another run of the flow is going, else run the flow again"
             )
-        if code in _STATE_LOST or code == _INVALID_TXN_STATE:
+        if rule is Verdict.STATE_LOST:
             raise TransientError(
                 f"the target's state of this copy's writer for {where} does not go on where the copy's does "
-                f"({error_name(code)}); nothing was committed, and the next attempt fences the writer anew "
+                f"({reason}); nothing was committed, and the next attempt fences the writer anew "
                 "and reads back what is there"
             )
-        if code in _TOO_LARGE:
+        if rule is Verdict.TOO_LARGE:
             self._split(part, where)
             return
-        if code in _REFUSED_BATCH:
+        if rule is Verdict.BAD_BATCH:
             raise TargetStateError(
-                f"the target refused a batch for {where}: {error_name(code)} ({error_description(code)}) "
+                f"the target refused a batch for {where}: {reason} ({error_description(code or 0)}) "
                 "Nothing of that partition was committed; change the remote topic (or the broker) to accept "
                 "the source's records, then run the flow again"
             )
         if not part.failing_since:
             part.failing_since = time.monotonic()
-        reason = error_name(code) if code is not None else repr(exception)
-        if time.monotonic() - part.failing_since > _DELIVERY_TIMEOUT_S:
+        if time.monotonic() - part.failing_since > DELIVERY_TIMEOUT_S:
             raise TransientError(
                 f"the target kept refusing a batch for {where}: {reason}; the plan can be re-run safely"
+            )
+        if self.grant.expires and time.time() > self.grant.expires:
+            raise TransientError(
+                f"the target refused a batch for {where} ({reason}) until its transaction's time ran out: "
+                "its coordinator aborts the transaction, so nothing of it was committed; the plan can be "
+                "re-run safely"
             )
         self.target.request_update()
         time.sleep(0.1)

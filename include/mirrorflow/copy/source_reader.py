@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -27,8 +27,9 @@ from mirrorflow.copy.partition_copy import PartitionCopy, Piece, now_ms
 from mirrorflow.copy.record_batches import encode, passes
 from mirrorflow.core.metrics import Timestamps
 from mirrorflow.core.transforms import Chain, Encodable, Record
-from mirrorflow.errors import MirrorError, RecordRefusedError, TransientError
-from mirrorflow.kafka.connection import READ_COMMITTED, TIMEOUT_S, TP, Connection
+from mirrorflow.errors import RecordRefusedError, TransientError
+from mirrorflow.kafka.connection import READ_COMMITTED, TP, Connection
+from mirrorflow.kafka.faults import TIMEOUT_S, FaultPolicy
 from mirrorflow.kafka.fetched_batches import SourceBatch, SourceRecord
 from mirrorflow.kafka.record_reads import fetch
 
@@ -74,7 +75,7 @@ class SourceReader(threading.Thread):
         parts: Sequence[PartitionCopy],
         budget: Budget,
         chain: Chain,
-        give_up: Callable[[PartitionCopy, MirrorError], None],
+        policy: FaultPolicy,
         deadline: float = 0.0,
     ) -> None:
         super().__init__(name="mirror-reader", daemon=True)
@@ -83,7 +84,7 @@ class SourceReader(threading.Thread):
         self.parts = {p.tp: p for p in parts}
         self.budget = budget
         self.chain = chain
-        self.give_up = give_up
+        self.policy = policy
         self.ready: deque[tuple[PartitionCopy, Piece]] = deque()
         self.error: BaseException | None = None
         self.finished = threading.Event()
@@ -112,13 +113,13 @@ class SourceReader(threading.Thread):
                 part = self.parts[tp]
                 received = now_ms()
                 if got.error is not None:
-                    self.give_up(part, got.error)
+                    part.give_up(got.error, self.policy)
                     continue
                 try:
                     for batch in got.batches:
                         self._queue(part, batch, received)
                 except RecordRefusedError as exc:
-                    self.give_up(part, exc)
+                    part.give_up(exc, self.policy)
                     continue
                 if got.next_offset is not None:
                     part.position = max(part.position, got.next_offset)

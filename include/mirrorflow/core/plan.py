@@ -132,6 +132,9 @@ class Grant:
     # transaction's timeout: what they read by then is written and committed, the rest is the next
     # copy's. 0: no deadline.
     deadline: float = 0.0
+    # When (epoch seconds) the transaction's coordinator aborts it: a batch the target keeps refusing
+    # is not resent past it. 0: never.
+    expires: float = 0.0
 
     def first_sequence(self, remote_topic: str, partition: int) -> int:
         return next((s for t, p, s in self.sequences if (t, p) == (remote_topic, partition)), 0)
@@ -259,6 +262,9 @@ class PartitionResult:
     ``failure`` copied nothing that may be committed: its counts are 0. ``source_end`` is where a
     copy stopped at its transaction's deadline (``Grant.deadline``), before the planned end: it
     copied ``[source_start, source_end)``, and the next copy starts there. None: the planned end.
+    ``appended`` counts the records this attempt's writer appended to the remote partition in its
+    transaction, also for a result with a ``failure`` (they commit with the others' under isolate):
+    the sequences it used there.
     """
 
     topic: str
@@ -274,6 +280,7 @@ class PartitionResult:
     write_ms: int = 0
     failure: PartitionFailure | None = None
     source_end: int | None = None
+    appended: int = 0
 
     @property
     def target_end(self) -> int:

@@ -5,7 +5,6 @@ Only small metadata requests go through here; records never do.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -26,11 +25,9 @@ from kafka.admin import (
     ResourceType,
 )
 from kafka.errors import (
-    CoordinatorLoadInProgressError,
-    CoordinatorNotAvailableError,
+    BrokerResponseError,
     KafkaError,
     NoError,
-    NotCoordinatorError,
     SecurityDisabledError,
     TopicAlreadyExistsError,
 )
@@ -46,6 +43,7 @@ from mirrorflow.kafka.connection import (
     log_start_offsets,
     offsets_at,
 )
+from mirrorflow.kafka.faults import Again, Verdict, retried, verdict
 from mirrorflow.kafka.oauth_tokens import python_client_config
 from mirrorflow.mm2.acl_rules import TopicAcl
 
@@ -72,11 +70,6 @@ class NewTopic:
 
 
 T = TypeVar("T")
-
-# A group's coordinator answers only once the cluster has created and loaded its offsets topic,
-# which it does at its first group: a cutover to a fresh cluster meets that.
-_COORDINATOR_WAIT_S = 30.0
-_COORDINATOR_LOADING = (CoordinatorNotAvailableError, CoordinatorLoadInProgressError, NotCoordinatorError)
 
 
 class ClusterAdmin:
@@ -320,17 +313,16 @@ class ClusterAdmin:
 
     def _coordinated(self, call: Callable[[], T]) -> T:
         """``call`` (a request to groups' coordinators), asked again while they are not available."""
-        deadline = time.monotonic() + _COORDINATOR_WAIT_S
-        while True:
+
+        def ask() -> T:
             try:
                 return call()
-            except _COORDINATOR_LOADING as exc:
-                if time.monotonic() > deadline:
-                    raise TransientError(
-                        f"cluster {self.alias}: no group coordinator answered in "
-                        f"{_COORDINATOR_WAIT_S:.0f} s ({exc}); the cluster may still be starting"
-                    ) from exc
-                time.sleep(0.5)
+            except BrokerResponseError as exc:
+                if verdict(exc.errno) is Verdict.MOVED:
+                    raise Again(f"{exc}; the cluster may still be starting") from exc
+                raise
+
+        return retried(ask, f"cluster {self.alias}: asking its group coordinators", backoff_s=0.5)
 
     def topic_acls(self) -> list[TopicAcl] | None:
         """Every LITERAL topic ACL; None when the cluster has no authorizer."""

@@ -24,17 +24,17 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from kafka.errors import UnknownTopicOrPartitionError, for_code
+from kafka.errors import UnknownTopicOrPartitionError
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.structs import TopicPartition
 
 from mirrorflow.errors import TransientError
+from mirrorflow.kafka.faults import TIMEOUT_S, Again, Verdict, error_name, retried, verdict
 from mirrorflow.kafka.oauth_tokens import python_client_config
 
 TP = tuple[str, int]
 
-TIMEOUT_S = 30.0
 # The largest fetch response (a whole one is one frame).
 FETCH_MAX_BYTES = 52_428_800
 # How long a failed request waits for the cluster's metadata afterwards (``Connection.call``).
@@ -44,19 +44,8 @@ _BOOTSTRAP_TRY_S = 5.0
 _BOOTSTRAP_MIN_TRY_S = 0.5
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
-# TOPIC_/CLUSTER_AUTHORIZATION_FAILED
-REFUSED = frozenset({29, 31})
 _EARLIEST = -2
 _LATEST = -1
-
-
-def error_name(code: int) -> str:
-    """The name Kafka gives an error code (``NOT_LEADER_OR_FOLLOWER`` as kafka-python's class)."""
-    return str(for_code(code).__name__)
-
-
-def error_description(code: int) -> str:
-    return str(for_code(code).description)
 
 
 class Connection:
@@ -89,14 +78,15 @@ class Connection:
         broker that accepts connections but never answers (frozen, or stuck in a long pause) holds a
         try until it times out, which would otherwise be the whole wait."""
         deadline = time.monotonic() + TIMEOUT_S
-        while True:
-            left = deadline - time.monotonic()
+
+        def attempt() -> None:
+            left = max(deadline - time.monotonic(), _BOOTSTRAP_MIN_TRY_S)
             try:
                 self.client._manager.bootstrap(int(min(_BOOTSTRAP_TRY_S, left) * 1000))
-                return
-            except Exception:
-                if time.monotonic() >= deadline - _BOOTSTRAP_MIN_TRY_S:
-                    raise
+            except Exception as exc:
+                raise Again(repr(exc)) from exc
+
+        retried(attempt, "bootstrap", timeout_s=TIMEOUT_S - _BOOTSTRAP_MIN_TRY_S, backoff_s=0)
 
     def refresh(self, timeout_s: float = TIMEOUT_S) -> None:
         """The cluster's metadata read now, waiting at most ``timeout_s``."""
@@ -241,27 +231,25 @@ def _list_offsets(
 ) -> dict[TP, int]:
     offsets: dict[TP, int] = {}
     wanted = list(tps)
-    deadline = time.monotonic() + TIMEOUT_S
-    silent: list[TransientError] = []
-    while wanted:
+
+    def round_trip() -> dict[TP, int]:
+        nonlocal wanted
+        silent: list[TransientError] = []
         again = []
         for tp, offset in _list_offsets_once(connection, wanted, timestamp, isolation, what, silent):
             if offset is None:
                 again.append(tp)
             else:
                 offsets[tp] = offset
-        if again and time.monotonic() > deadline:
-            t, p = again[0]
-            cause = f"; last: {silent[-1]}" if silent else ""
-            raise TransientError(
-                f"the {connection.side} cluster gave no {what} of {t}-{p} in {TIMEOUT_S:.0f} s "
-                f"(its leader kept moving, or it is not ready{cause})"
-            )
+        wanted = again
         if again:
             connection.request_update()
-            time.sleep(0.1)
-        wanted = again
-    return offsets
+            t, p = again[0]
+            cause = f": {silent[-1]}" if silent else ""
+            raise Again(f"no {what} of {t}-{p} yet (its leader is moving, or it is not ready{cause})")
+        return offsets
+
+    return retried(round_trip, f"reading {what}s on the {connection.side} cluster")
 
 
 def _list_offsets_once(
@@ -302,7 +290,7 @@ def _list_offsets_once(
         for t in answer.topics:
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
-                if p.error_code and for_code(p.error_code).retriable:
+                if p.error_code and verdict(p.error_code) is Verdict.PASSING:
                     found.append((tp, None))
                 elif p.error_code:
                     raise TransientError(

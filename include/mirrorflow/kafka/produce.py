@@ -20,7 +20,8 @@ from typing import Any
 from kafka.protocol.producer import ProduceRequest
 
 from mirrorflow.errors import AuthorizationError
-from mirrorflow.kafka.connection import TIMEOUT_S, TP, Connection
+from mirrorflow.kafka.connection import TP, Connection
+from mirrorflow.kafka.faults import TIMEOUT_S
 
 
 class ProduceCall:

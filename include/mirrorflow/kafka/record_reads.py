@@ -16,7 +16,6 @@ Invariants:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,18 +30,15 @@ from mirrorflow.kafka.connection import (
     FETCH_MAX_BYTES,
     READ_COMMITTED,
     READ_UNCOMMITTED,
-    REFUSED,
-    TIMEOUT_S,
     TP,
     Connection,
     end_offsets,
-    error_name,
     log_start_offsets,
 )
+from mirrorflow.kafka.faults import Again, Verdict, error_name, retried, verdict
 from mirrorflow.kafka.fetched_batches import Fetched, SourceBatch, SourceRecord, committed_batches
 
 _PARTITION_FETCH_BYTES = 10_485_760
-_OUT_OF_RANGE = 1
 
 
 @dataclass
@@ -109,12 +105,13 @@ def fetch(connection: Connection, positions: Mapping[TP, int], isolation: int) -
 def _fetched_error(connection: Connection, tp: TP, position: int, code: int) -> MirrorError:
     """The error of a partition's part of a fetch, if a retry would meet it again; transient ones
     are raised."""
-    if code == _OUT_OF_RANGE:
+    rule = verdict(code)
+    if rule is Verdict.DATA_LOST:
         return SourceDataLostError(
             f"offset {position} of {tp[0]}-{tp[1]} is no longer on the {connection.side} cluster (deleted "
             "by retention, or the topic was recreated)"
         )
-    if code in REFUSED:
+    if rule is Verdict.REFUSED:
         return AuthorizationError(
             f"the {connection.side} cluster refused the mirror's login reading {tp[0]}-{tp[1]}: "
             f"{error_name(code)}. Grant it READ on the mirrored topics (README: Secured clusters); "
@@ -219,16 +216,17 @@ def _batches(connection: Connection, tp: TP, start: int, end: int, isolation: in
     """The committed batches holding the records of ``[start, end)``, in order; a partition error
     is raised, and so is a fetch that brings nothing for ``TIMEOUT_S``."""
     position = start
-    deadline = time.monotonic() + TIMEOUT_S
-    while position < end:
+
+    def read() -> Fetch:
         got = fetch(connection, {tp: position}, isolation)[tp]
         if got.error is not None:
             raise got.error
-        yield from got.batches
         if got.next_offset is None:
-            if time.monotonic() > deadline:
-                raise TransientError(
-                    f"{connection.side} partition {tp[0]}-{tp[1]}: nothing to read at {position}"
-                )
-            continue
-        position, deadline = got.next_offset, time.monotonic() + TIMEOUT_S
+            raise Again(f"{connection.side} partition {tp[0]}-{tp[1]}: nothing to read at {position}")
+        return got
+
+    while position < end:
+        got = retried(read, f"reading {tp[0]}-{tp[1]} on the {connection.side} cluster", backoff_s=0)
+        yield from got.batches
+        assert got.next_offset is not None  # read() returns only a fetch that moved
+        position = got.next_offset

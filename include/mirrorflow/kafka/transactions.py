@@ -25,7 +25,6 @@ Invariants:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -33,28 +32,11 @@ from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
 from kafka.protocol.producer import AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest
 
 from mirrorflow.core.plan import Writer
-from mirrorflow.errors import (
-    AuthorizationError,
-    ConfigError,
-    TargetStateError,
-    TransientError,
-    WriterFencedError,
-)
-from mirrorflow.kafka.connection import REFUSED, TIMEOUT_S, TP, Connection, error_name
+from mirrorflow.errors import AuthorizationError, ConfigError, TransientError, WriterFencedError
+from mirrorflow.kafka.connection import TP, Connection
+from mirrorflow.kafka.faults import Again, Verdict, error_name, retried, verdict
 from mirrorflow.kafka.produce import refused_write
 
-_LOADING, _NO_COORDINATOR, _NOT_COORDINATOR = 14, 15, 16
-_MOVED = frozenset({_LOADING, _NO_COORDINATOR, _NOT_COORDINATOR})
-# The coordinator is still ending a transaction (writing its markers), or aborting an older epoch's.
-_CONCURRENT = 51
-# INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED: a newer epoch took over.
-_FENCED = frozenset({47, 49, 90})
-_INVALID_STATE = 48
-_TXN_ID_REFUSED = 53
-# The transaction timeout asked for is above the brokers' transaction.max.timeout.ms.
-_BAD_TIMEOUT = 50
-# Kafka's answer for the partitions it left alone because another one of the request failed.
-_NOT_ATTEMPTED = 55
 # Ending a transaction takes the coordinator a few ms (its markers written): Kafka's own producer asks
 # again after 20 ms too.
 _BACKOFF_S = 0.02
@@ -73,37 +55,36 @@ _END_MAX = 3
 def coordinator(conn: Connection, transactional_id: str) -> int:
     """The node id of the broker coordinating ``transactional_id``'s transactions, known to the
     connection's client (its metadata names it)."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
+
+    def find() -> int:
         node = conn.client.least_loaded_node(bootstrap_fallback=True)
         request = FindCoordinatorRequest(
             key=transactional_id, key_type=CoordinatorType.TRANSACTION, **_FIND_VERSIONS
         )
         try:
-            code = (answer := conn.call(node, request)).error_code
-        except TransientError:
-            # A broker that went away: another one names the coordinator.
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(_BACKOFF_S)
-            continue
+            answer = conn.call(node, request)
+        except TransientError as away:
+            raise Again(str(away)) from away  # a broker that went away: another one names it
+        code = answer.error_code
         if not code:
             found = int(answer.node_id)
             if conn.client.cluster.broker_metadata(found) is None:
                 conn.refresh()  # a broker the metadata read at bootstrap did not know yet
             if conn.client.cluster.broker_metadata(found) is not None:
                 return found
-            code = _NO_COORDINATOR
-        if code == _TXN_ID_REFUSED or code in REFUSED:
+            raise Again(f"the coordinator named, broker {found}, is not in the cluster's metadata")
+        rule = verdict(code)
+        if rule is Verdict.REFUSED:
             raise _refused(transactional_id, code)
-        if code not in _MOVED:
+        if rule is not Verdict.MOVED:
             raise _failed(transactional_id, "find its transaction coordinator", code)
-        if time.monotonic() > deadline:
-            raise TransientError(
-                f"the target cluster named no transaction coordinator for transactional id "
-                f"{transactional_id!r} in {TIMEOUT_S:.0f} s: {error_name(code)}"
-            )
-        time.sleep(_BACKOFF_S)
+        raise Again(error_name(code))
+
+    return retried(
+        find,
+        f"finding the transaction coordinator of transactional id {transactional_id!r} on the target cluster",
+        backoff_s=_BACKOFF_S,
+    )
 
 
 def fence(conn: Connection, transactional_id: str, transaction_timeout_ms: int) -> Writer:
@@ -120,10 +101,10 @@ def fence(conn: Connection, transactional_id: str, transaction_timeout_ms: int) 
         )
 
     answer = _ask(conn, transactional_id, "fence its older writers", request, lambda a: [a.error_code])
-    if answer.error_code == _BAD_TIMEOUT:
+    if answer.error_code and verdict(answer.error_code) is Verdict.BAD_TIMEOUT:
         raise ConfigError(
             f"the target cluster refuses transactions that may stay open {transaction_timeout_ms} ms "
-            f"({error_name(_BAD_TIMEOUT)}): its brokers' transaction.max.timeout.ms is lower. Set the "
+            f"({error_name(answer.error_code)}): its brokers' transaction.max.timeout.ms is lower. Set the "
             "target's producer transaction.timeout.ms (`<target alias>.producer.transaction.timeout.ms`) "
             "at or below it; nothing was written",
             key="transaction.timeout.ms",
@@ -165,11 +146,11 @@ def add_partitions(conn: Connection, transactional_id: str, writer: Writer, tps:
         (f"{t.name}-{p.partition_index}", p.partition_error_code)
         for t in answer.results_by_topic_v3_and_below
         for p in t.results_by_partition
-        if p.partition_error_code not in (0, _NOT_ATTEMPTED)
+        if p.partition_error_code and verdict(p.partition_error_code) is not Verdict.NOT_ATTEMPTED
     ]
     if refused:
         where, code = refused[0]
-        if code in REFUSED:
+        if verdict(code) is Verdict.REFUSED:
             raise refused_write(f"{where}: {error_name(code)}")  # the remote topic's grant
         raise _refusal(transactional_id, what, code)
 
@@ -203,9 +184,10 @@ def _ask(
 ) -> Any:
     """The coordinator's answer to ``request()``, asked again (of the coordinator found again where
     it moved or did not answer) while it is busy or away, until ``TIMEOUT_S``."""
-    deadline = time.monotonic() + TIMEOUT_S
     node: int | None = None
-    while True:
+
+    def ask() -> Any:
+        nonlocal node
         if node is None:
             node = coordinator(conn, transactional_id)
         try:
@@ -214,43 +196,41 @@ def _ask(
             # A lost answer may hide a request the coordinator carried out: asking again is safe, as
             # AddPartitionsToTxn and EndTxn repeated answer as the first did, and InitProducerId
             # repeated bumps the epoch once more.
-            if time.monotonic() > deadline:
-                raise TransientError(
-                    f"the target cluster's transaction coordinator did not answer to {what} for "
-                    f"transactional id {transactional_id!r}: {silent}"
-                ) from silent
             node = None
-            time.sleep(_BACKOFF_S)
-            continue
-        busy = {c for c in codes(answer) if c not in (0, _NOT_ATTEMPTED)}
-        if not busy or not busy <= _MOVED | {_CONCURRENT}:
+            raise Again(f"no answer: {silent}") from silent
+        rules = {verdict(c): c for c in codes(answer) if c}
+        waiting = rules.keys() - {Verdict.NOT_ATTEMPTED}
+        if not waiting or not waiting <= {Verdict.MOVED, Verdict.BUSY}:
             return answer
-        if time.monotonic() > deadline:
-            code = min(busy)
-            raise TransientError(
-                f"the target cluster's transaction coordinator could not {what} for transactional id "
-                f"{transactional_id!r} in {TIMEOUT_S:.0f} s: {error_name(code)}"
-            )
-        if busy & _MOVED:
+        if Verdict.MOVED in waiting:
             node = None
-        time.sleep(_BACKOFF_S)
+        raise Again(error_name(min(rules[w] for w in waiting)))
+
+    return retried(
+        ask,
+        f"the target cluster's transaction coordinator, asked to {what} for transactional id "
+        f"{transactional_id!r},",
+        backoff_s=_BACKOFF_S,
+    )
 
 
 def _refusal(transactional_id: str, what: str, code: int) -> Exception:
-    if code in _FENCED:
+    """The error a coordinator's refusal is, by its verdict."""
+    rule = verdict(code)
+    if rule is Verdict.FENCED:
         return WriterFencedError(
             f"a newer copy of the flow took over its writer (transactional id {transactional_id!r}) "
             f"when this one tried to {what} ({error_name(code)}): nothing of its transaction is committed. "
             "If another run of the flow is running, nothing is to be done; else run the flow again."
         )
-    if code == _INVALID_STATE:
-        return TargetStateError(
+    if rule is Verdict.STATE_LOST:
+        return TransientError(
             f"the target cluster's transaction coordinator refused to {what} for transactional id "
             f"{transactional_id!r} ({error_name(code)}): the writer has no transaction open that it "
-            "can end so (none was begun, or it already ended the other way). Run the flow again: its "
-            "next copy fences this writer and reads back what the target holds."
+            "can end so (none was begun, or it already ended the other way). The next attempt fences "
+            "this writer and reads back what the target holds."
         )
-    if code == _TXN_ID_REFUSED or code in REFUSED:
+    if rule is Verdict.REFUSED:
         return _refused(transactional_id, code)
     return _failed(transactional_id, what, code)
 

@@ -17,7 +17,7 @@ from mirrorflow.errors import (
     WriterFencedError,
     error_class,
 )
-from mirrorflow.kafka import transactions
+from mirrorflow.kafka import faults, transactions
 from mirrorflow.kafka.connection import Connection
 
 TID = "primary->backup"
@@ -126,12 +126,12 @@ def test_a_fenced_writer_is_told_a_newer_copy_took_over(code: int) -> None:
     assert isinstance(WriterFencedError.from_message(message), TargetStateError)
 
 
-def test_ending_a_transaction_the_coordinator_holds_no_longer_open_is_a_target_state_error() -> None:
+def test_ending_a_transaction_the_coordinator_holds_no_longer_open_is_a_passing_fault() -> None:
+    # INVALID_TXN_STATE: the writer's state is lost; the next attempt fences anew, no person needed.
     target = ScriptedTarget(FindCoordinator=[_found()], EndTxn=[_code(48)])
-    with pytest.raises(TargetStateError) as refused:
+    with pytest.raises(TransientError, match="refused to abort its transaction") as refused:
         transactions.end_transaction(_connection(target), TID, WRITER, commit=False)
-    assert not isinstance(refused.value, WriterFencedError)
-    assert "refused to abort its transaction" in str(refused.value)
+    assert "fences this writer" in str(refused.value)
 
 
 def test_an_end_whose_answer_was_lost_is_asked_again_of_the_coordinator_found_again() -> None:
@@ -151,10 +151,14 @@ def test_an_end_whose_answer_was_lost_is_asked_again_of_the_coordinator_found_ag
 def test_a_coordinator_busy_past_the_deadline_is_a_transient_error_naming_the_transactional_id(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(transactions, "TIMEOUT_S", 0.05)
+    monkeypatch.setattr(faults, "TIMEOUT_S", 0.05)
     busy = ScriptedTarget(FindCoordinator=[_found()], EndTxn=[_code(51)] * 100)
-    with pytest.raises(TransientError, match=f"transactional id {TID!r} in 0 s: ConcurrentTransactionsError"):
+    with pytest.raises(
+        TransientError, match=f"transactional id {TID!r}, failed for 0 s: ConcurrentTransactionsError"
+    ):
         transactions.end_transaction(_connection(busy), TID, WRITER, commit=True)
     loading = ScriptedTarget(FindCoordinator=[_found(code=14)] * 100)
-    with pytest.raises(TransientError, match=f"no transaction coordinator for transactional id {TID!r}"):
+    with pytest.raises(
+        TransientError, match=f"transaction coordinator of transactional id {TID!r} .* CoordinatorLoad"
+    ):
         transactions.coordinator(_connection(loading), TID)
