@@ -154,16 +154,16 @@ class LocalAirflow:
                 self._token = str(json.loads(response.read())["access_token"])
         return self._token
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM to the whole process group, SIGKILL for what is left after ``timeout``; the same,
-        by PID, to every process under it then, since a task's supervisor runs the task in a process
-        group of its own (a DR window's Spark driver would otherwise mirror on, orphaned, until its
-        window's end)."""
+    def stop(self, timeout: float = 30.0, *, whole_tree: bool = True) -> None:
+        """SIGTERM to the whole process group, SIGKILL for what is left after ``timeout``, as a
+        service manager stops a service; with ``whole_tree``, the same, by PID, to every process under
+        it then, since a task's supervisor runs the task in a process group of its own (what a
+        service manager's stop leaves of a DR window ends itself: ``app.window_lease.watch_parent``)."""
         process, self._process = self._process, None
         if process is None:
             return
         try:
-            tree = psutil.Process(process.pid).children(recursive=True)
+            tree = psutil.Process(process.pid).children(recursive=True) if whole_tree else []
         except psutil.NoSuchProcess:
             tree = []
         self._stop_group(process, timeout)

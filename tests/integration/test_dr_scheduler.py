@@ -1,6 +1,7 @@
 """DR sync as users deploy it: a DR flow's DAG unpaused under Airflow's real scheduler (`airflow
-standalone`), its windows handing the flow over to the next one while records arrive, and a window
-killed on the way, with real spark-submit and real brokers."""
+standalone`), its windows handing the flow over to the next one while records arrive, a window
+killed on the way, and Airflow stopped as a service manager stops it, with real spark-submit and
+real brokers."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from arrivals import Arrivals, Producing
 from mirror_helpers import (
+    assert_all_gone,
     assert_same_records,
     create_topic,
     live_processes,
@@ -21,7 +23,9 @@ from mirror_helpers import (
     wait_for_dag,
 )
 
+from mirrorflow.app.window_lease import LEASE_SECONDS
 from mirrorflow.config.model import MirrorConfig
+from mirrorflow.core.progress import run_of
 from mirrorflow.core.window import WindowSummary
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import describe, read_document
@@ -70,9 +74,11 @@ class Holders:
             time.sleep(0.2)
 
 
-def _kill_window(run_id: str) -> int:
-    """SIGKILL the Python driver of ``run_id``'s window (found by its arguments), as a worker dies."""
-    (driver,) = [p for p in live_processes() if "mirror_dr.py" in p.cmdline and run_id in p.cmdline
+def _kill_window(holder: str) -> int:
+    """SIGKILL the Python driver of the window holding the lock as ``holder`` (found by its run's id
+    among its arguments), as a worker dies."""
+    run_id = run_of(holder)
+    (driver,) = [p for p in live_processes() if "mirror_dr.py" in p.cmdline and run_id in p.cmdline.split()
                  and "python" in p.cmdline.split()[0]]  # fmt: skip
     os.kill(driver.pid, signal.SIGKILL)
     return driver.pid
@@ -115,6 +121,11 @@ def test_dr_windows_under_the_scheduler_hand_over_without_a_gap_and_survive_a_ki
             time.sleep(5)
         # The window running catches up with everything produced, the killed window's share too.
         arrivals.wait_for_all(producing)
+        # Airflow stopped as a service manager stops it (SIGTERM to its process group, then SIGKILL):
+        # no window mirrors on out of its sight; the last one ends itself.
+        airflow.stop(timeout=10, whole_tree=False)
+        assert_all_gone(lambda p: "mirror_dr.py" in p.cmdline and str(config.path) in p.cmdline,
+                        "DR windows of the stopped Airflow", timeout=LEASE_SECONDS)  # fmt: skip
 
     assert holders.runs()[3] != killed
     assert len(handovers) == 2, holders.changes  # handed over, never released in between
@@ -125,7 +136,7 @@ def test_dr_windows_under_the_scheduler_hand_over_without_a_gap_and_survive_a_ki
     # The first two windows handed the flow over to the window after them, each at a micro-batch
     # boundary (not lost to a lease running out).
     for before, after in zip(holders.runs()[:2], holders.runs()[1:3], strict=True):
-        assert _summary(store, before).successor == after
+        assert _summary(store, run_of(before)).successor == after
     # No handover left the target without a record the source had for 2 s or more.
     for at in handovers:
         assert arrivals.longest_wait(producing, at - 5, at + 5) < 2.0, holders.changes

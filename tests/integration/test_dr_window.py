@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -10,17 +14,18 @@ from datetime import UTC, datetime
 
 import pytest
 from arrivals import Arrivals, Producing
-from mirror_helpers import assert_same_records, commit_group, create_topic, delete_records
+from mirror_helpers import assert_same_records, commit_group, create_topic, delete_records, written_end
 from pyspark.sql import SparkSession
 
 from mirrorflow.app import dr_window, runner
 from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.model import MirrorConfig
+from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
 from mirrorflow.copy.spark_copy import StandingCopy
 from mirrorflow.core.plan import CopyResult, Grant, Plan
-from mirrorflow.core.progress import PartitionProgress
+from mirrorflow.core.progress import PartitionProgress, is_holder_of
 from mirrorflow.core.window import WindowSummary
-from mirrorflow.errors import FlowLockedError
+from mirrorflow.errors import FlowLockedError, TransientError
 from mirrorflow.store.checkpoint_log import checkpoints
 from mirrorflow.store.handover import successor_of
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -304,7 +309,8 @@ def test_the_next_window_takes_over_at_a_micro_batch_boundary_without_a_gap(
     each = producing.count
 
     one, two = summaries["window-1"], summaries["window-2"]
-    assert (one.error, one.successor, two.error, two.successor) == (None, "window-2", None, None)
+    assert (one.error, two.error, two.successor) == (None, None, None)
+    assert one.successor is not None and is_holder_of(one.successor, "window-2")
     for run_id in ("window-1", "window-2"):
         runner.release_run(config, FLOW, run_id)
     # Every record once, in order, both windows' share of them committed: the second planned from
@@ -359,3 +365,94 @@ def test_a_window_leaves_a_failed_partition_out_mirrors_the_others_and_fails_at_
     assert [(f.topic, f.partition, f.run_id) for f in failed_partitions(store, FLOW)] == [
         (topic, 1, "window-1#0")
     ]
+
+
+# A DR window in a process of its own, copying without Spark (the same copy code its Spark tasks run).
+# Its lease keeper only says so when it finds the lock another's, instead of ending the process: what
+# is tested is that the window's own steps, woken up, never fence the flow's writer back.
+WINDOW_PROCESS = """
+import sys
+from mirrorflow.app import dr_window
+from mirrorflow.config.model import load_config
+from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
+config = load_config(sys.argv[1])
+settings = CopySettings.of(config.flow(sys.argv[2]))
+def copy(plan, grant):
+    return copy_result(plan, copy_partitions(plan.partitions, settings, grant, plan.schema_ids))
+def say(why):
+    print(why, flush=True)
+summary = dr_window.run_window(config, sys.argv[2], sys.argv[3], copy, on_lost=say)
+print("ended by", summary.error, flush=True)
+"""
+
+
+def test_a_window_frozen_mid_transaction_and_woken_while_the_next_one_mirrors_leaves_it_unharmed(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    unique_name: str,
+) -> None:
+    """A window stopped (SIGSTOP) in the middle of a micro-batch's writes loses the flow; the next
+    window takes it over and mirrors. Woken up (SIGCONT) while the next one is in its micro-batches,
+    the old one finds its writer fenced: it ends, and never fences back (which would abort the live
+    window's transaction and end it)."""
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote = unique_name, f"primary.{unique_name}"
+    create_topic(primary.bootstrap, topic, 1)
+    # A backlog of one batch per record: the old window's first micro-batch writes for seconds.
+    producer = sample_data.producer(primary.bootstrap, {"batch.num.messages": "1", "linger.ms": "0"})
+    sample_data.produce(producer, topic, 0, (sample_data.sample_record(topic, 0, i) for i in range(3000)))
+    config = _dr_config(write_config, topic, window_s=300)
+    assert config.path is not None
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    old = subprocess.Popen(
+        [sys.executable, "-c", WINDOW_PROCESS, str(config.path), FLOW, "window-1"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while written_end(config, FLOW, remote) < 200:
+            assert old.poll() is None, f"the old window ended before it was stopped: {old.communicate()}"
+            assert time.monotonic() < deadline, "the old window wrote nothing"
+            time.sleep(0.01)
+        # Stopped mid-write, as a frozen worker (outside an offsets-database transaction, which would
+        # hold every other writer back), its lock taken from it as its lease lapsing would.
+        store = OffsetsStore(config.offsets_db_url, busy_timeout_seconds=0.5)
+        while True:
+            os.killpg(old.pid, signal.SIGSTOP)
+            try:
+                taken = store.force_release_lock(FLOW)
+                break
+            except TransientError:
+                os.killpg(old.pid, signal.SIGCONT)
+                time.sleep(0.01)
+        assert taken is not None and is_holder_of(taken.run_id, "window-1")
+        assert written_end(config, FLOW, remote) < 3000
+
+        newer = _dr_config(write_config, topic, window_s=20)
+        settings = CopySettings.of(newer.flow(FLOW))
+        summaries: list[WindowSummary] = []
+
+        def copy(plan: Plan, grant: Grant) -> CopyResult:
+            return copy_result(plan, copy_partitions(plan.partitions, settings, grant, plan.schema_ids))
+
+        window = threading.Thread(
+            target=lambda: summaries.append(dr_window.run_window(newer, FLOW, "window-2", copy))
+        )
+        with Producing(primary.bootstrap, topic, 1) as producing:
+            window.start()
+            while len({b.run_id for b in store.batches(FLOW)}) < 3:
+                assert window.is_alive() and time.monotonic() < deadline, "the next window mirrors nothing"
+                time.sleep(0.05)
+            os.killpg(old.pid, signal.SIGCONT)
+            out, _ = old.communicate(timeout=120)
+            time.sleep(1)  # the live window's micro-batches go on past the old one's end
+        window.join(60)
+    finally:
+        os.killpg(old.pid, signal.SIGCONT)
+        old.kill()
+    assert "ended by" in out and "ended by None" not in out, out[-3000:]
+    (summary,) = summaries
+    assert summary.error is None, summary.error
+    assert (
+        assert_same_records(primary.bootstrap, topic, backup.bootstrap, remote, 1) == 3000 + producing.count
+    )

@@ -18,6 +18,7 @@ then is none of the source registry's synced schemas, and fails as in a batch ru
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -28,12 +29,13 @@ from mirrorflow.app.flow_session import FlowSession
 from mirrorflow.app.freshness import staleness
 from mirrorflow.app.remote_topics import RemoteTopics
 from mirrorflow.app.schemas import sync_schemas
-from mirrorflow.app.window_lease import LEASE_SECONDS, Lease, await_turn, stop_process
+from mirrorflow.app.window_lease import LEASE_SECONDS, Lease, await_turn, stop_process, watch_parent
 from mirrorflow.config.dr import DrSettings
 from mirrorflow.config.keys import DR_HANDOVER_WAIT, MODE
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS
 from mirrorflow.core.plan import CopyResult, Grant, Plan
+from mirrorflow.core.progress import attempt_holder
 from mirrorflow.core.recovery import mirrored_as_of
 from mirrorflow.core.report import (
     FailedPartition,
@@ -457,10 +459,10 @@ class _Window:
             self.timers.ran("overrun", self.clock())
         return False
 
-    def summary(self, started: datetime, error: MirrorError | None) -> WindowSummary:
+    def summary(self, run_id: str, started: datetime, error: MirrorError | None) -> WindowSummary:
         return WindowSummary(
             flow=self.flow.name,
-            run_id=self.run_id,
+            run_id=run_id,
             started_at=started.isoformat(timespec="seconds"),
             ended_at=datetime.now(UTC).isoformat(timespec="seconds"),
             micro_batches=self.micro_batches,
@@ -497,7 +499,11 @@ def run_window(
     flow = config.flow(flow_name)
     dr = dr_settings_of(flow)
     started = datetime.now(UTC)
-    with FlowSession(config, flow_name, run_id) as session:
+    watch_parent(on_lost)
+    # The window holds the flow as this attempt of its run: a retry of it started beside it is
+    # another holder, which waits its turn instead of sharing the lock.
+    holder = attempt_holder(run_id, secrets.token_hex(3))
+    with FlowSession(config, flow_name, holder) as session:
         # Everything at the start: an unreachable cluster fails the job (Airflow retries it), and a
         # window taking over starts its first micro-batch with its connections open.
         session.connect()
@@ -507,19 +513,19 @@ def run_window(
             window.prepare()
             # The window before may have started up to a whole window and its wait earlier.
             await_turn(
-                session.store, flow.name, run_id, dr.window_seconds + dr.handover_wait_seconds + LEASE_SECONDS
+                session.store, flow.name, holder, dr.window_seconds + dr.handover_wait_seconds + LEASE_SECONDS
             )
         except MirrorError as locked:
             error = locked
         else:
             session.locked = True
-            with Lease(config.offsets_db_url, flow.name, run_id, on_lost) as lease:
+            with Lease(config.offsets_db_url, flow.name, holder, on_lost) as lease:
                 error = window.loop(clock() + dr.window_seconds, lease, sleep)
             # A window that failed only some partitions ran to its end like a clean one; a window
             # that handed over settled before it did.
             if window.successor is None and (error is None or isinstance(error, PartitionsFailedError)):
                 window.settle()
-        summary = window.summary(started, error)
+        summary = window.summary(run_id, started, error)
         save_document(session.store, flow.name, run_id, "window", summary.to_json())
     log.info(
         "flow %s window %s: %d micro-batches (%d copied in Spark), %d records, %d checkpoints%s%s",

@@ -33,7 +33,14 @@ from mirrorflow.core.planner import lost_data_choice
 from mirrorflow.core.report import RunReport, partitions_failed
 from mirrorflow.core.transforms import Chain
 from mirrorflow.core.turn import EarlierRun, Turn, turn
-from mirrorflow.errors import MirrorError, PlanError, SourceDataLostError, TransientError, error_class
+from mirrorflow.errors import (
+    MirrorError,
+    PlanError,
+    SourceDataLostError,
+    TransientError,
+    WriterFencedError,
+    error_class,
+)
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import describe, find_document, read_document, save_document
 
@@ -151,10 +158,12 @@ def _copy_and_save(store: OffsetsStore, flow: FlowConfig, plan: Plan, copy: Call
     """An error a retry would meet again (planned source records deleted, someone else's records on
     the target, a refused login) is saved as a note instead of a result, and the step itself
     succeeds, so that Airflow does not retry it; the commit task fails the run with the error, which
-    Airflow does not retry either. Transient errors propagate, to be retried."""
+    Airflow does not retry either. Transient errors propagate, to be retried. So does a fence: a newer
+    attempt of the run's copy took over, and this one's outcome must not replace that one's result
+    (an attempt that is still the task's own is retried, and fences anew)."""
     try:
         result = copy()
-    except TransientError:
+    except (TransientError, WriterFencedError):
         raise
     except MirrorError as failed:
         note = json.dumps({"error": type(failed).__name__, "message": str(failed)})

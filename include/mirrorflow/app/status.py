@@ -46,7 +46,7 @@ from mirrorflow.app.status_values import (
 )
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.core.plan import Plan
-from mirrorflow.core.progress import as_utc
+from mirrorflow.core.progress import as_utc, is_holder_of
 from mirrorflow.core.recovery import RecoveryPoint
 from mirrorflow.errors import MirrorError
 from mirrorflow.kafka.heartbeats import freshness_seconds
@@ -333,7 +333,7 @@ def _merge_runs(
 def _derived_state(
     run_id: str, plan: _Planned | None, done: RunTotals | None, lock_holder: str | None
 ) -> str:
-    if run_id == lock_holder:
+    if lock_holder is not None and is_holder_of(lock_holder, run_id):
         return "running"
     if done is not None:
         return "committed"

@@ -49,6 +49,26 @@ def stop_process(why: str) -> None:
     os._exit(EXIT_CODE)
 
 
+def watch_parent(on_lost: Callable[[str], None], every_s: float = 1.0) -> None:
+    """Call ``on_lost`` once this process's parent is gone (it was handed to another parent): a
+    window's driver whose spark-submit, and the Airflow task above it, ended (a scheduler stopped, a
+    worker killed) must not mirror on out of its scheduler's sight, holding the flow. In cluster
+    deploy mode the driver's parent is Spark's, which outlives the task: there the task's kill
+    (``SparkSubmitOperator.on_kill``) ends the driver."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        on_lost(
+            f"DR window stopped: the process that started it (pid {parent}: its spark-submit, under its "
+            "Airflow task) is gone, so nobody would see or end it; the flow's next window takes over once "
+            "its lease runs out"
+        )
+
+    threading.Thread(target=watch, name="parent watch", daemon=True).start()
+
+
 def await_turn(
     store: OffsetsStore,
     flow: str,

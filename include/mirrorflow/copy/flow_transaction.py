@@ -164,8 +164,9 @@ class FlowTransactions:
         """End the open transaction of a copy that failed with ``failed``, and return the error the
         copy fails with. The transaction is aborted with EndTxn under this attempt's own epoch (never
         a fence: a newer epoch's transaction stays untouched), best effort; the next ``begin`` fences
-        anew. A fence that ended the copy is judged (``_judged``): it ends the attempt, or, met after
-        the transaction's timeout, is a passing fault."""
+        anew. A fence, met by the copy or by the abort, is judged (``_judged``): it ends the attempt
+        (a newer one took over, so whatever else this one met is moot and must not be reported as the
+        run's outcome), or, met after the transaction's timeout, is a passing fault."""
         writer, opened = self._writer, self._open
         self._writer, self._open = None, None
         if isinstance(failed, WriterFencedError):
@@ -174,7 +175,8 @@ class FlowTransactions:
             try:
                 end_transaction(self._target, self.transactional_id, writer, commit=False)
             except WriterFencedError as fenced:
-                self._judged(fenced)
+                if self._judged(fenced) is fenced:
+                    return fenced
             except MirrorError:
                 pass  # the next fence, or the coordinator's timeout, aborts it
         return failed

@@ -177,6 +177,26 @@ def as_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+# How a DR window's attempt holds its flow's lock (``attempt_holder``): an Airflow retry of a window,
+# started beside its first attempt still alive, is another holder, and waits its turn.
+_ATTEMPT = " attempt "
+
+
+def attempt_holder(run_id: str, attempt: str) -> str:
+    """The lock holder that attempt ``attempt`` of run ``run_id`` is."""
+    return f"{run_id}{_ATTEMPT}{attempt}"
+
+
+def is_holder_of(holder: str, run_id: str) -> bool:
+    """Whether lock holder ``holder`` is run ``run_id`` or one of its attempts."""
+    return holder == run_id or holder.startswith(f"{run_id}{_ATTEMPT}")
+
+
+def run_of(holder: str) -> str:
+    """The run whose attempt lock holder ``holder`` is (a batch run holds the lock as itself)."""
+    return holder.rpartition(_ATTEMPT)[0] or holder
+
+
 @dataclass(frozen=True)
 class LockInfo:
     """A flow's lock: held by run ``run_id`` since ``acquired_at``. Another run may take it over once

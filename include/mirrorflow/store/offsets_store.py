@@ -61,6 +61,7 @@ from mirrorflow.core.progress import (
     TopicIdentity,
     as_utc,
     format_time,
+    is_holder_of,
 )
 from mirrorflow.core.recovery import HISTORY_RETENTION
 from mirrorflow.core.report import FailedPartition, PartitionReport
@@ -223,10 +224,14 @@ class OffsetsStore:
         raise TransientError(f"flow {flow}: the lock kept changing hands while run {run_id} tried to take it")
 
     def release_lock(self, flow: str, run_id: str) -> bool:
-        """Release ``flow``'s lock if ``run_id`` holds it; ``False`` if it does not."""
+        """Release ``flow``'s lock if ``run_id`` (or an attempt of it: ``core.progress.attempt_holder``)
+        holds it; ``False`` if it does not."""
         with self._transaction(write=True) as conn:
+            holder = self._lock_row(conn, flow, for_update=True)
+            if holder is None or not is_holder_of(holder.run_id, run_id):
+                return False
             result = conn.execute(
-                delete(locks_table).where(locks_table.c.flow == flow, locks_table.c.run_id == run_id)
+                delete(locks_table).where(locks_table.c.flow == flow, locks_table.c.run_id == holder.run_id)
             )
             return result.rowcount == 1
 
