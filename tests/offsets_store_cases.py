@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, event, inspect, select, text
+from sqlalchemy import Engine, create_engine, delete, event, insert, inspect, select, text
 
 from mirrorflow.core.metrics import CheckpointMetrics, Stats
 from mirrorflow.core.plan import PartitionFailure, SourceGap
@@ -37,7 +37,7 @@ from mirrorflow.store.run_documents import (
     recent_documents,
     save_document,
 )
-from mirrorflow.store.schema import metadata
+from mirrorflow.store.schema import gaps_table, metadata, pruned_table
 from mirrorflow.store.status_reads import failed_partitions, recovery_history, recovery_point, totals
 
 FLOW = "primary->backup"
@@ -619,6 +619,137 @@ def test_a_commit_prunes_the_older_batch_log_below_the_source_log_start_keeping_
     assert totals(store, FLOW)[("orders", 1)] == (7, 2000)
     store.release_lock(FLOW, "run-3")
     assert store.forget_topic(FLOW, "orders") == 7  # 2 progress, 3 batch log, 2 pruned rows
+
+
+def _log(store: OffsetsStore, partition: int) -> list[tuple[int, int]]:
+    """The source ranges of a partition's batch log and gaps, in order."""
+    rows: list[Batch | SourceGap] = [
+        *store.batches(FLOW, partition=partition),
+        *store.gaps(FLOW, partition=partition),
+    ]
+    return sorted((r.source_start, r.source_end) for r in rows)
+
+
+def _translator(store: OffsetsStore, partition: int) -> OffsetTranslator:
+    """The partition's translator over its batch log and gaps (refused unless they tile)."""
+    return OffsetTranslator(
+        [b.as_batch() for b in store.batches(FLOW, partition=partition)],
+        store.gaps(FLOW, partition=partition),
+    )
+
+
+def test_a_dr_merge_that_prunes_a_gap_after_a_partitions_newest_batch_leaves_no_hole(
+    store: OffsetsStore,
+) -> None:
+    _anchored(store, "window")
+    store.commit(FLOW, "window#0", [_batch()], holder="window")
+    # Source offsets [20, 30) expired before the window read them: skipped, up to the log start.
+    store.commit(FLOW, "window#1", [], gaps=[SourceGap("orders", 0, 20, 30, 108, 108)], holder="window")
+    store.coalesce_batches(FLOW, "window", {("orders", 0): 30})
+    store.commit(
+        FLOW, "window#2", [_batch(source=(30, 40), target=(108, 118), sync_points=())], holder="window"
+    )
+
+    # A dormant group still positioned in the batch below the log start, or at its end, translates
+    # before the next merge, exactly.
+    translator = _translator(store, 0)
+    assert [translator.translate(u) for u in (10, 15, 19, 20, 29, 30, 39, 40)] == [
+        100, 104, 108, 108, 108, 108, 117, 118,
+    ]  # fmt: skip
+    # Once a newer batch is logged, the merge cuts the batch below the log start and the gap.
+    store.coalesce_batches(FLOW, "window", {("orders", 0): 30})
+    assert _log(store, 0) == [(30, 40)]
+    assert store.pruned_from(FLOW) == {("orders", 0): 10}
+
+
+# orders-0: a batch [10, 20), then offsets [20, 25) and [25, 30) lost (gaps of two micro-batches; an
+# interrupted attempt had copied two records of the first); orders-1: nothing but offsets lost, [0, 10)
+# and [10, 25) (two copies too).
+@pytest.mark.parametrize(
+    ("log_start", "kept_0", "kept_1"),
+    [
+        # The newest rows lie past the log start: the rows below it go, the ones spanning it are cut.
+        (15, [(15, 20), (20, 25), (25, 30)], [(15, 25)]),
+        # A gap spans the log start after orders-0's newest batch: that batch stays, with every row
+        # after it, whole.
+        (22, [(10, 20), (20, 25), (25, 30)], [(22, 25)]),
+        # The newest gap ends at or before the log start: it stays, and so does orders-0's newest
+        # batch, the gaps after it merged into one.
+        (30, [(10, 20), (20, 30)], [(10, 25)]),
+        (40, [(10, 20), (20, 30)], [(10, 25)]),
+    ],
+)
+def test_pruning_keeps_each_partitions_log_contiguous_from_what_it_keeps_to_its_end(
+    store: OffsetsStore, log_start: int, kept_0: list[tuple[int, int]], kept_1: list[tuple[int, int]]
+) -> None:
+    _anchored(store, "window")
+    store.commit(FLOW, "window#0", [_batch()], gaps=[SourceGap("orders", 1, 0, 10, 50, 50)], holder="window")
+    store.commit(
+        FLOW,
+        "window#1",
+        [],
+        gaps=[SourceGap("orders", 0, 20, 25, 108, 110), SourceGap("orders", 1, 10, 25, 50, 52)],
+        holder="window",
+    )
+    store.commit(FLOW, "window#2", [], gaps=[SourceGap("orders", 0, 25, 30, 110, 110)], holder="window")
+    before = [_translator(store, p) for p in (0, 1)]
+    log_starts = {("orders", 0): log_start, ("orders", 1): log_start}
+
+    store.coalesce_batches(FLOW, "window", log_starts)
+
+    assert [_log(store, 0), _log(store, 1)] == [kept_0, kept_1]
+    # Translation from the log start on reads as it did.
+    for p in (0, 1):
+        after = _translator(store, p)
+        assert [after.translate(u) for u in range(log_start, 42)] == [
+            before[p].translate(u) for u in range(log_start, 42)
+        ]
+
+    # A newer batch supersedes what lies below the log start: the next merge cuts it all there.
+    store.commit(
+        FLOW,
+        "window#3",
+        [
+            _batch(source=(30, 40), target=(110, 120), sync_points=()),
+            _batch(partition=1, source=(25, 30), target=(52, 57), sync_points=()),
+        ],
+        holder="window",
+    )
+    store.coalesce_batches(FLOW, "window", log_starts)
+    assert [_log(store, 0)[0][0], _log(store, 1)[0][0]] == [min(log_start, 30), min(log_start, 25)]
+    for p in (0, 1):
+        _translator(store, p)  # the rows kept tile, on both clusters
+
+
+def test_a_hole_pruning_left_after_a_partitions_newest_batch_goes_at_the_next_prune(
+    store: OffsetsStore, db_url: str
+) -> None:
+    _anchored(store, "window")
+    store.commit(FLOW, "window#0", [_batch()], holder="window")
+    store.commit(FLOW, "window#1", [], gaps=[SourceGap("orders", 0, 20, 30, 108, 108)], holder="window")
+    store.commit(
+        FLOW, "window#2", [_batch(source=(30, 40), target=(108, 118), sync_points=())], holder="window"
+    )
+    # What a merge at log start 30 left before the batch past the gap came, when pruning kept a
+    # partition's newest batch however far below the log start it lay: the batch, without the gap.
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(delete(gaps_table))
+            conn.execute(
+                insert(pruned_table).values(
+                    flow=FLOW, topic="orders", partition=0, source_start=20, records=0, bytes=0, pruned_at=T0
+                )
+            )
+    finally:
+        engine.dispose()
+
+    store.coalesce_batches(FLOW, "window", {("orders", 0): 30})
+
+    assert _log(store, 0) == [(30, 40)]
+    # The pruned range now begins where the cut batch did: a group positioned there translates.
+    assert store.pruned_from(FLOW) == {("orders", 0): 10}
+    assert totals(store, FLOW)[("orders", 0)] == (18, 2000)
 
 
 def test_the_recovery_point_moves_forward_only_with_a_minute_of_history_each(

@@ -23,6 +23,7 @@ which is how "forward" is judged.
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,8 +34,8 @@ from mirrorflow.config.model import ClusterConfig
 from mirrorflow.core.group_positions import Translation, next_positions, offsets_to_sync
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch, GroupPosition
-from mirrorflow.core.translation import OffsetTranslator
-from mirrorflow.errors import CommitConflictError
+from mirrorflow.core.translation import OffsetTranslator, pruning_hole
+from mirrorflow.errors import CommitConflictError, CorruptStateError, PlanError
 from mirrorflow.kafka.admin import TP
 from mirrorflow.kafka.record_reads import control_plane_read, first_committed
 from mirrorflow.mm2.records import Checkpoint
@@ -110,7 +111,9 @@ def _translators(
     ``on_target`` target offsets of remote partitions): the rows that end past it, and the gaps from
     the first of them on. Where the log was pruned below the source's log start, the pruned offsets
     count as a gap: a group still positioned there (the source resets it to the log start) maps to
-    where the first record kept lands."""
+    where the first record kept lands; so does a hole pruning left after the log's first row
+    (``core.translation.pruning_hole``). A log with any other hole is refused, naming the flow and
+    the partition (``CorruptStateError``)."""
     if lowest is None:
         batches = store.batches(flow)
     else:
@@ -124,6 +127,9 @@ def _translators(
         if logged and (lowest is None or _past(g, logged[0], lowest, on_target)):
             gaps.setdefault((g.topic, g.partition), []).append(g)
     for (topic, partition), began in store.pruned_from(flow).items():
+        hole = pruning_hole(by_tp.get((topic, partition), ()), gaps.get((topic, partition), ()))
+        if hole is not None:
+            gaps.setdefault((topic, partition), []).append(hole)
         logged = [*by_tp.get((topic, partition), ()), *gaps.get((topic, partition), ())]
         first = min(logged, key=lambda s: s.source_start, default=None)
         if first is None or first.source_start <= began:
@@ -135,7 +141,23 @@ def _translators(
                 topic, partition, began, first.source_start, first.target_start, first.target_start
             )
             gaps.setdefault((topic, partition), []).append(cut)
-    return {tp: (bs[0].remote_topic, OffsetTranslator(bs, gaps.get(tp, ()))) for tp, bs in by_tp.items()}
+    return {tp: (bs[0].remote_topic, _translator(flow, bs, gaps.get(tp, ()))) for tp, bs in by_tp.items()}
+
+
+def _translator(flow: str, batches: list[Batch], gaps: Iterable[SourceGap]) -> OffsetTranslator:
+    """The partition's translator; a log that does not tile is a damaged database, with its repair."""
+    try:
+        return OffsetTranslator(batches, gaps)
+    except PlanError as broken:
+        flag = f"--flow {shlex.quote(flow)}"
+        raise CorruptStateError(
+            f"flow {flow}: {broken}. mirrorflow leaves no such hole in a partition's log: the offsets "
+            "database was edited by hand or is damaged, and no offset of the partition translates until "
+            f"it is repaired. See its rows with `python -m mirrorflow.store show {flag}`; restore the "
+            "database from a backup, or forget the flow's state of the topic while no run is going "
+            f"(`python -m mirrorflow.store forget-topic {flag} --topic {shlex.quote(batches[0].topic)}`): "
+            "the next run then mirrors it anew, after what its remote topic holds."
+        ) from broken
 
 
 def _past(gap: SourceGap, first: Batch, lowest: Mapping[TP, int], on_target: bool) -> bool:

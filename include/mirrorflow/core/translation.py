@@ -168,6 +168,32 @@ def trimmed(batch: Batch, log_start: int) -> Batch | None:
     )
 
 
+def pruning_hole(batches: Iterable[Batch], gaps: Iterable[SourceGap] = ()) -> SourceGap | None:
+    """The gap across the hole pruning left in a partition's log (``batches`` and ``gaps``, read
+    from its first row on), if it has one. Pruning once kept a partition's newest batch however far
+    below the source's log start it lay, but cut the gaps after it up to the log start: a batch
+    logged past them then followed a hole (``store.batch_log.prune_step`` now keeps the log
+    contiguous, and cuts such a batch once a newer one is logged). Such a hole comes right after the
+    log's first row, a batch, and starts no earlier on the target than that batch ends; its source
+    offsets were lost to the mirror (the cut gaps said so), so it translates as one gap, as they did:
+    to the first record after it. ``None`` when the first rows tile, or the hole is of another kind
+    (``OffsetTranslator`` refuses it)."""
+    segments: list[Batch | SourceGap] = sorted([*batches, *gaps], key=lambda s: s.source_start)
+    if len(segments) < 2 or not isinstance(segments[0], Batch):
+        return None
+    first, after = segments[:2]
+    if first.source_end >= after.source_start or first.target_end > after.target_start:
+        return None
+    return SourceGap(
+        first.topic,
+        first.partition,
+        first.source_end,
+        after.source_start,
+        first.target_end,
+        after.target_start,
+    )
+
+
 def offset_syncs(batch: Batch) -> list[OffsetSync]:
     """MM2 offset syncs for a batch: one per run, so MM2's own rule (newest sync at or below U, then
     +1) never skips a record either."""
@@ -183,7 +209,8 @@ class OffsetTranslator:
             if (before.source_end, before.target_end) != (after.source_start, after.target_start):
                 raise PlanError(
                     f"batch log of {after.topic}-{after.partition} is not contiguous at source offset "
-                    f"{before.source_end}: inspect it with `python -m mirrorflow.store show`"
+                    f"{before.source_end} (target {before.target_end}): the next row starts at source "
+                    f"offset {after.source_start} (target {after.target_start})"
                 )
         self._starts = [b.source_start for b in self._segments]
         self._target_starts = [b.target_start for b in self._segments]

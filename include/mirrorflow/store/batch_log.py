@@ -9,7 +9,20 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Table, delete, exc, func, insert, select, tuple_, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    Table,
+    case,
+    delete,
+    exc,
+    func,
+    insert,
+    select,
+    tuple_,
+    update,
+)
 
 from mirrorflow.core.progress import CommittedBatch, as_utc, format_time
 from mirrorflow.core.translation import coalesce, trimmed
@@ -157,106 +170,164 @@ def prune_step(
     keep_run: str | None,
     now: datetime,
 ) -> int:
-    """Cut each partition's batch log and gaps at its source log start (``log_starts``): rows
-    that end at or before it go, one that spans it is trimmed (``core.translation.trimmed``), and
-    ``mirror_pruned`` keeps where the log began and the records and bytes the cut rows counted. A
-    consumer position below the log start can only be reset on the source (to the log start), so
-    translation keeps what a group can ask for (``app.checkpoints`` maps a position in the pruned
-    range where the log start maps), and a source that adds a sync point per transaction no longer
-    grows the log without bound. A partition's newest batch is trimmed but never goes (it says
-    where the next record lands); the rows of ``keep_run`` (the commit this step runs in) stay as
-    written, for a retried commit to find. Two reads find the partitions with anything to cut.
-    Returns how many rows went."""
+    """Cut each partition's batch log and gaps at its source log start (``log_starts``), or below it
+    where that would break the log: rows that end at or before the cut go, one that spans it is
+    trimmed (``core.translation.trimmed``), and ``mirror_pruned`` keeps where the log began and the
+    records and bytes the cut rows counted. A consumer position below the log start can only be reset
+    on the source (to the log start), so translation keeps what a group can ask for
+    (``app.checkpoints`` maps a position in the pruned range where the first row kept maps), and a
+    source that adds a sync point per transaction no longer grows the log without bound.
+
+    The cut is the log start lowered (``_cut``) so that a partition's newest row (batch or gap, by
+    source offset) and its newest batch stay, trimmed at most, however far below the log start they
+    lie: the batch says where the next record lands and what a group positioned in the log resumes
+    at, and what follows it are gaps up to where progress is. Those gaps, where they lie wholly below
+    the log start, merge into one row (they translate as one: to the first record after them), so
+    the log does not grow with runs that find a partition's records lost and none to copy. The rows
+    of ``keep_run`` (the commit this step runs in) stay as written, for a retried commit to find: the
+    cut goes no further than the first of them.
+
+    Invariant: one cut per partition, so what stays is the log's tail from the cut on, as contiguous
+    as the log was, to its end. Once a newer batch is logged, the older one goes with the gaps after
+    it; so does a hole that an earlier version's pruning left after a partition's newest batch, where
+    it cut the gaps but kept the batch (``core.translation.pruning_hole`` translates across it
+    meanwhile). Two reads find the partitions with anything to cut or merge. Returns how many rows
+    went."""
     removed = 0
-    for (topic, partition), newest in _due(conn, flow, log_starts).items():
-        removed += _prune_partition(
-            conn, (flow, topic, partition), log_starts[(topic, partition)], newest, keep_run, now
-        )
+    for (topic, partition), cut in _due(conn, flow, log_starts).items():
+        key = (flow, topic, partition)
+        removed += _prune_partition(conn, key, log_starts[(topic, partition)], cut, keep_run, now)
     return removed
+
+
+# A row's source range, [start, end).
+_Range = tuple[int, int]
+
+
+def _cut(log_start: int, newest: _Range, newest_batch: _Range | None) -> int:
+    """Where a partition's log is cut at ``log_start``: there, or at the start of its newest row
+    (batch or gap) when that ends at or before it, or lower at the start of its newest batch when
+    that one does: each of them stays whole, with every row after it."""
+    cut = newest[0] if newest[1] <= log_start else log_start
+    if newest_batch is not None and newest_batch[1] <= cut:
+        cut = newest_batch[0]
+    return cut
 
 
 def _due(
     conn: Connection, flow: str, log_starts: Mapping[tuple[str, int], int]
 ) -> dict[tuple[str, int], int]:
-    """The partitions with rows to cut below their log start, with their newest batch's start."""
-    b, g = batches_table, gaps_table
-    due: dict[tuple[str, int], int] = {}
-    newest: dict[tuple[str, int], int] = {}
-    for topic, partition, first, last, last_end in conn.execute(
-        select(
-            b.c.topic,
-            b.c.partition,
-            func.min(b.c.source_start),
-            func.max(b.c.source_start),
-            func.max(b.c.source_end),
-        )
-        .where(b.c.flow == flow)
-        .group_by(b.c.topic, b.c.partition)
-    ).all():
-        newest[(topic, partition)] = last
-        log_start = log_starts.get((topic, partition))
-        # Nothing to cut when the newest batch is all the log below the log start and ends there.
-        if log_start is not None and first < log_start and not (first == last and last_end <= log_start):
-            due[(topic, partition)] = last
-    for topic, partition, first in conn.execute(
-        select(g.c.topic, g.c.partition, func.min(g.c.source_start))
-        .where(g.c.flow == flow)
-        .group_by(g.c.topic, g.c.partition)
-    ).all():
-        log_start = log_starts.get((topic, partition))
-        if log_start is not None and first < log_start:
-            due[(topic, partition)] = newest.get((topic, partition), -1)
-    return due
+    """The partitions with rows to cut (or gaps to merge, maybe: two or more, and a cut below the log
+    start), with their cut (``_cut``)."""
+    first: dict[tuple[str, int], int] = {}
+    newest: dict[tuple[str, int], _Range] = {}
+    newest_batch: dict[tuple[str, int], _Range] = {}
+    gaps: dict[tuple[str, int], int] = {}
+    for table in (batches_table, gaps_table):
+        c = table.c
+        for topic, partition, low, last, last_end, rows in conn.execute(
+            select(
+                c.topic,
+                c.partition,
+                func.min(c.source_start),
+                func.max(c.source_start),
+                func.max(c.source_end),
+                func.count(),
+            )
+            .where(c.flow == flow)
+            .group_by(c.topic, c.partition)
+        ).all():
+            key = (topic, partition)
+            if key not in log_starts:
+                continue
+            first[key] = min(low, first.get(key, low))
+            if key not in newest or last > newest[key][0]:
+                newest[key] = (last, last_end)
+            if table is batches_table:
+                newest_batch[key] = (last, last_end)
+            else:
+                gaps[key] = rows
+    cuts = {key: _cut(log_starts[key], newest[key], newest_batch.get(key)) for key in first}
+    return {
+        key: cut
+        for key, cut in cuts.items()
+        if first[key] < cut or (cut < log_starts[key] and gaps.get(key, 0) > 1)
+    }
 
 
 def _prune_partition(
-    conn: Connection,
-    key: tuple[str, str, int],
-    log_start: int,
-    newest: int,
-    keep_run: str | None,
-    now: datetime,
+    conn: Connection, key: tuple[str, str, int], log_start: int, cut: int, keep_run: str | None, now: datetime
 ) -> int:
     b, g = batches_table, gaps_table
     flow = key[0]
 
-    def below(table: Table) -> tuple[ColumnElement[bool], ...]:
-        """``table``'s rows of the partition that start below the log start, but ``keep_run``'s."""
+    def below(table: Table, offset: int) -> tuple[ColumnElement[bool], ...]:
         c = table.c
-        return (
-            tuple_(c.flow, c.topic, c.partition) == key,
-            c.source_start < log_start,
-            c.run_id != (keep_run or ""),
-        )
+        return tuple_(c.flow, c.topic, c.partition) == key, c.source_start < offset
 
-    rows = conn.execute(select(b).where(*below(b))).all()
-    gaps = conn.execute(select(g.c.id, g.c.source_start, g.c.source_end).where(*below(g))).all()
+    rows = conn.execute(select(b).where(*below(b, cut))).all()
+    gaps = conn.execute(select(g).where(*below(g, log_start)).order_by(g.c.source_start)).all()
+    # The commit's own rows stay as written, and so does every row after them.
+    cut = min([cut, *(r.source_start for r in [*rows, *gaps] if r.run_id == keep_run)])
     removed = records = size = 0
     began: list[int] = []
     for row in rows:
-        batch = committed_batch(row._mapping).as_batch()
-        cut = trimmed(batch, log_start)
-        if cut is None and row.source_start == newest:
+        if row.source_start >= cut:
             continue
-        if cut is None:
+        batch = committed_batch(row._mapping).as_batch()
+        kept = trimmed(batch, cut)
+        if kept is None:
             conn.execute(delete(b).where(b.c.id == row.id))
             removed += 1
         else:
             conn.execute(
-                update(b).where(b.c.id == row.id).values(**batch_row(flow, row.run_id, cut, row.committed_at))
+                update(b)
+                .where(b.c.id == row.id)
+                .values(**batch_row(flow, row.run_id, kept, row.committed_at))
             )
-        records += batch.records - (cut.records if cut else 0)
-        size += batch.bytes - (cut.bytes if cut else 0)
+        records += batch.records - (kept.records if kept else 0)
+        size += batch.bytes - (kept.bytes if kept else 0)
         began.append(batch.source_start)
     for gap in gaps:
-        if gap.source_end <= log_start:
+        if gap.source_start >= cut:
+            continue
+        if gap.source_end <= cut:
             conn.execute(delete(g).where(g.c.id == gap.id))
             removed += 1
         else:
-            conn.execute(update(g).where(g.c.id == gap.id).values(source_start=log_start))
+            conn.execute(update(g).where(g.c.id == gap.id).values(source_start=cut))
         began.append(gap.source_start)
     if began:
         _count_pruned(conn, key, min(began), records, size, now)
+    below_log_start = [
+        gap
+        for gap in gaps
+        if gap.source_start >= cut and gap.source_end <= log_start and gap.run_id != keep_run
+    ]
+    return removed + _merge_gaps(conn, below_log_start)
+
+
+def _merge_gaps(conn: Connection, gaps: list[Row[Any]]) -> int:
+    """Each stretch of ``gaps`` (rows of one partition, in order) that tile merged into its first row;
+    returns how many rows went."""
+    g = gaps_table
+    stretches: list[list[Row[Any]]] = []
+    for gap in gaps:
+        last = stretches[-1][-1] if stretches else None
+        if last is not None and (last.source_end, last.target_end) == (gap.source_start, gap.target_start):
+            stretches[-1].append(gap)
+        else:
+            stretches.append([gap])
+    removed = 0
+    for first, *rest in stretches:
+        if rest:
+            conn.execute(
+                update(g)
+                .where(g.c.id == first.id)
+                .values(source_end=rest[-1].source_end, target_end=rest[-1].target_end)
+            )
+            conn.execute(delete(g).where(g.c.id.in_([gap.id for gap in rest])))
+            removed += len(rest)
     return removed
 
 
@@ -282,5 +353,11 @@ def _count_pruned(
         conn.execute(
             update(p)
             .where(*where)
-            .values(records=p.c.records + records, bytes=p.c.bytes + size, pruned_at=now)
+            .values(
+                # A log an earlier version pruned may have kept a batch below where it began.
+                source_start=case((p.c.source_start > began, began), else_=p.c.source_start),
+                records=p.c.records + records,
+                bytes=p.c.bytes + size,
+                pruned_at=now,
+            )
         )

@@ -1,6 +1,7 @@
 """Exact offset translation from the batch log, MM2's offset-sync record, coalescing a partition's
 contiguous batches (the batch log of a DR window's micro-batches shrinks to one row per unbroken
-stretch, translating every offset as before), and trimming a batch at the source's log start."""
+stretch, translating every offset as before), trimming a batch at the source's log start, and the
+hole pruning once left after a partition's newest batch."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch
-from mirrorflow.core.translation import OffsetTranslator, coalesce, offset_syncs, trimmed
+from mirrorflow.core.translation import OffsetTranslator, coalesce, offset_syncs, pruning_hole, trimmed
 from mirrorflow.errors import PlanError, WireFormatError
 from mirrorflow.mm2.records import OffsetSync
 
@@ -273,3 +274,42 @@ def test_a_batch_below_the_log_start_goes_and_one_above_it_stays_as_it_is() -> N
     assert trimmed(below, 11) is None
     assert trimmed(above, 10) is above
     assert trimmed(above, 3) is above
+
+
+# ------------------------------------------------------------------------------------ pruning_hole
+
+
+def test_a_hole_right_after_the_first_row_a_batch_is_the_gap_pruning_cut() -> None:
+    kept, after = batch((10, 20), (100, 110)), batch((30, 35), (112, 117))
+    cut = [SourceGap("orders", 0, 20, 25, 110, 112), SourceGap("orders", 0, 25, 30, 112, 112)]
+
+    hole = pruning_hole([after, kept])
+
+    assert hole == SourceGap("orders", 0, 20, 30, 110, 112)
+    # It translates as the gaps it stands for did, both ways: to the first record after it.
+    bridged, original = OffsetTranslator([kept, after], [hole]), OffsetTranslator([kept, after], cut)
+    assert translate_all(bridged, range(8, 38)) == translate_all(original, range(8, 38))
+    assert [bridged.reverse(d) for d in range(100, 118)] == [
+        *range(10, 20), 30, 30, *range(30, 35), 35,
+    ]  # fmt: skip
+    # A gap pruning trimmed at the log start (kept) ends the hole where it starts.
+    assert pruning_hole([kept], [SourceGap("orders", 0, 26, 30, 110, 112)]) == SourceGap(
+        "orders", 0, 20, 26, 110, 110
+    )
+
+
+@pytest.mark.parametrize(
+    ("batches", "gaps"),
+    [
+        ([batch((10, 20), (100, 110)), batch((20, 25), (110, 115))], []),  # tiles
+        ([batch((10, 20), (100, 110))], [SourceGap("orders", 0, 20, 30, 110, 110)]),  # tiles
+        ([batch((10, 20), (100, 110))], []),  # one row
+        ([], [SourceGap("orders", 0, 0, 5, 0, 0)]),  # gaps only
+        ([batch((30, 35), (110, 115))], [SourceGap("orders", 0, 0, 10, 110, 110)]),  # a gap first
+        ([batch((10, 20), (100, 110)), batch((30, 35), (108, 113))], []),  # back on the target
+        ([batch((0, 10), (90, 100)), batch((10, 20), (100, 110)), batch((30, 35), (110, 115))], []),
+    ],
+    ids=["batches", "gap", "one-row", "gaps-only", "gap-first", "target-overlap", "second-row"],
+)
+def test_no_other_log_has_a_hole_pruning_left(batches: list[Batch], gaps: list[SourceGap]) -> None:
+    assert pruning_hole(batches, gaps) is None
