@@ -45,7 +45,7 @@ from typing import Any
 from mirrorflow.config.model import FlowConfig
 from mirrorflow.config.transforms import TransformConfig
 from mirrorflow.copy.partition_copy import PartitionCopy
-from mirrorflow.copy.produce_loop import ProduceLoop
+from mirrorflow.copy.produce_loop import ProduceLoop, other_writer
 from mirrorflow.copy.source_reader import BUFFER_BYTES, Budget, SourceReader, transformed
 from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, PartitionResult, Plan
 from mirrorflow.core.schema_ids import SchemaIdMap
@@ -163,8 +163,7 @@ class BatchCopy:
                         f"remote partition {plan.remote_topic}-{plan.partition} offset {target.offset} holds "
                         f"another record where this flow wrote the record of source offset {source.offset} "
                         f"of {plan.topic}-{plan.partition}: something else writes to the remote topic. "
-                        "Nothing was committed; stop the other writer, then reset the flow's progress for "
-                        "that topic to mirror it again."
+                        f"{other_writer(plan.topic)}"
                     )
             part.count([r.offset for r in want], [r.offset for r in got])
             found += len(got)
@@ -185,8 +184,7 @@ class BatchCopy:
         if end != expected:
             raise TargetStateError(
                 f"remote partition {plan.remote_topic}-{plan.partition} ends at {end}, expected {expected} "
-                "after this copy: something else writes to the remote topic. Nothing was committed; stop "
-                "the other writer."
+                f"after this copy: something else writes to the remote topic. {other_writer(plan.topic)}"
             )
 
 
@@ -202,7 +200,7 @@ def _too_many(plan: PartitionPlan, found: int, planned: int) -> TargetStateError
     return TargetStateError(
         f"remote partition {plan.remote_topic}-{plan.partition} holds more records past the planned "
         f"start {plan.target_start} (at least {found}) than the {planned} planned: something else "
-        "writes to the remote topic. Nothing was committed; stop the other writer."
+        f"writes to the remote topic. {other_writer(plan.topic)}"
     )
 
 
