@@ -18,8 +18,11 @@ that keeps it:
   writing, the committed records between the planned target start and the partition's end (an
   earlier attempt's, committed before the offsets table moved) are read back and compared with the
   planned ones (key, value, headers, timestamp): records written by anything else are never taken
-  for ours; ours are skipped, never written twice (this module). This attempt's records follow from
-  the partition's end, and every acknowledgement must place them there (``produce_loop``).
+  for ours; ours are skipped, never written twice (this module). On a source that compacts, the
+  cleaner may have removed records the earlier attempt copied: when they no longer compare as a
+  prefix, they are matched as ``core.compaction`` explains them, or refused as someone else's. This
+  attempt's records follow from the partition's end, and every acknowledgement must place them
+  there (``produce_loop``).
 - A flow with transforms (``core.transforms``) copies every batch record by record: each planned
   record goes through the chain, and what it returns is re-encoded; a dropped record is an offset
   gap, a sync point of the result (``partition_copy``). Flows without transforms keep the batches
@@ -37,7 +40,7 @@ that keeps it:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,13 +48,16 @@ from typing import Any
 from mirrorflow.config.model import FlowConfig
 from mirrorflow.config.transforms import TransformConfig
 from mirrorflow.copy.partition_copy import PartitionCopy
-from mirrorflow.copy.produce_loop import ProduceLoop
+from mirrorflow.copy.produce_loop import ProduceLoop, other_writer
 from mirrorflow.copy.source_reader import BUFFER_BYTES, Budget, SourceReader, transformed
+from mirrorflow.core.compaction import Held, copied_sources
+from mirrorflow.core.digest import record_digest
 from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, PartitionResult, Plan
 from mirrorflow.core.schema_ids import SchemaIdMap
 from mirrorflow.core.transforms import Chain, Encodable
+from mirrorflow.core.verify_plan import CLEANUP_POLICY, compacts
 from mirrorflow.errors import MirrorError, TargetStateError
-from mirrorflow.kafka.connection import READ_COMMITTED, READ_UNCOMMITTED, end_offsets, kept_open
+from mirrorflow.kafka.connection import READ_COMMITTED, READ_UNCOMMITTED, end_offsets, kept_open, topic_config
 from mirrorflow.kafka.faults import TIMEOUT_S, FaultPolicy
 from mirrorflow.kafka.fetched_batches import SourceRecord
 from mirrorflow.kafka.record_reads import first_committed, records_of
@@ -137,7 +143,26 @@ class BatchCopy:
         earlier attempt's, whose transaction committed before the offsets table moved) must be the
         first planned records: they are counted where they are, and the source position moves past
         them. The rest of that stretch holds no record a committed read sees (transaction markers,
-        aborted attempts' records). Both sides are read a batch at a time, as far as compared."""
+        aborted attempts' records). On a source that compacts, records the cleaner removed since may
+        be among them (``_match_compacted``)."""
+        try:
+            self._compare_written(part, end)
+        except TargetStateError:
+            # Only once the stream compare failed: an unbroken prefix needs no more than it.
+            if not (self._source_compacts(part) and self._match_compacted(part, end)):
+                raise
+
+    def _source_compacts(self, part: PartitionCopy) -> bool:
+        """Whether the partition's source topic compacts (its ``cleanup.policy`` now). Only such a
+        topic loses records from the middle of its log; on any other, records that no longer compare
+        are someone else's, whatever offsets the source leaves free (its transaction markers' would
+        otherwise make room for someone else's records to pass as removed ones)."""
+        policy = topic_config(self.source, part.tp, CLEANUP_POLICY)
+        return policy is not None and compacts({CLEANUP_POLICY: policy})
+
+    def _compare_written(self, part: PartitionCopy, end: int) -> None:
+        """The committed records past the planned target start, compared with the planned records one
+        by one; both sides read a batch at a time, as far as compared."""
         plan = part.plan
         planned = self._planned_records(part)
         wanted: deque[Encodable] = deque()
@@ -156,13 +181,53 @@ class BatchCopy:
                         f"remote partition {plan.remote_topic}-{plan.partition} offset {target.offset} holds "
                         f"another record where this flow wrote the record of source offset {source.offset} "
                         f"of {plan.topic}-{plan.partition}: something else writes to the remote topic. "
-                        "Nothing was committed; stop the other writer, then reset the flow's progress for "
-                        "that topic to mirror it again."
+                        f"{other_writer(plan.topic)}"
                     )
             part.count([r.offset for r in want], [r.offset for r in got])
             found += len(got)
             part.position = want[-1].offset + 1
         part.already_written = found
+
+    def _match_compacted(self, part: PartitionCopy, end: int) -> bool:
+        """Whether the committed records past the planned target start are what an earlier attempt
+        wrote, some of them copies of records the source's cleaner removed since (``core.compaction``);
+        if so, counted. Each is counted at the source offset it copies; a removed record's at one
+        of the free offsets right before the next record the source kept, so the batch log stays
+        contiguous, translates every offset the source still holds exactly, and a consumer at a
+        removed record's offset resumes at or before the first copy it had not read. Both sides are
+        read whole (a plan's records at most: ``mirrorflow.max.records.per.partition``), and the
+        source past the plan's end only for keys nothing else explains, until each is found."""
+        plan = part.plan
+        part.uncount()
+        written: list[Held] = []
+        stamped = False
+        for got in records_of(self.target, part.remote, plan.target_start, end, READ_COMMITTED):
+            for r in got:
+                stamped |= r.appended
+                written.append(_held(r, r.appended))
+        planned = [_held(r, stamped) for records in self._planned_records(part) for r in records]
+        sources = copied_sources(
+            written, planned, plan.source_start, plan.source_end, lambda keys: self._held_later(part, keys)
+        )
+        if sources is None:
+            return False
+        part.count(sources, [w.offset for w in written])
+        part.already_written = len(written)
+        # Past the last record counted: the next planned record, or the plan's end.
+        part.position = sources[-1] + 1 if sources else plan.source_start
+        return True
+
+    def _held_later(self, part: PartitionCopy, keys: frozenset[Hashable]) -> set[Hashable]:
+        """Which of ``keys`` the source holds past the plan's end (records as the transforms make
+        them), up to its end now, read until each is found."""
+        tp = part.tp
+        end = end_offsets(self.source, [tp], READ_COMMITTED)[tp]
+        found: set[Hashable] = set()
+        for read in records_of(self.source, tp, part.plan.source_end, end, READ_COMMITTED):
+            found.update(r.key for r in transformed(self.chain, tp, read) if r.key in keys)
+            if len(found) == len(keys):
+                break
+        return found
 
     def _planned_records(self, part: PartitionCopy) -> Iterator[Sequence[Encodable]]:
         """The records the plan writes for the partition (after the transforms), a batch at a time."""
@@ -178,9 +243,16 @@ class BatchCopy:
         if end != expected:
             raise TargetStateError(
                 f"remote partition {plan.remote_topic}-{plan.partition} ends at {end}, expected {expected} "
-                "after this copy: something else writes to the remote topic. Nothing was committed; stop "
-                "the other writer."
+                f"after this copy: something else writes to the remote topic. {other_writer(plan.topic)}"
             )
+
+
+def _held(record: Encodable, stamped: bool) -> Held:
+    """``record`` as ``core.compaction`` matches it: equal to its copy as ``_same`` has it (without its
+    timestamp where the target's broker stamps its own)."""
+    timestamp = -1 if stamped else record.timestamp
+    same = record_digest((record.key, record.value, record.headers, timestamp))
+    return Held(record.offset, same, record.key, record.value is None)
 
 
 def _same(target: SourceRecord, source: Encodable) -> bool:
@@ -195,7 +267,7 @@ def _too_many(plan: PartitionPlan, found: int, planned: int) -> TargetStateError
     return TargetStateError(
         f"remote partition {plan.remote_topic}-{plan.partition} holds more records past the planned "
         f"start {plan.target_start} (at least {found}) than the {planned} planned: something else "
-        "writes to the remote topic. Nothing was committed; stop the other writer."
+        f"writes to the remote topic. {other_writer(plan.topic)}"
     )
 
 

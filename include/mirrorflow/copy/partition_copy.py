@@ -105,6 +105,12 @@ class PartitionCopy:
                     start = i
         self.records += len(offsets)
 
+    def uncount(self) -> None:
+        """Forget the records counted and found already written: a read-back that found them not to
+        be the first planned records starts again."""
+        self.records, self.already_written, self.position = 0, 0, self.plan.source_start
+        self.runs.clear()
+
     def _extend(self, source: int, target: int, n: int) -> None:
         if self.runs:
             s, t, k = self.runs[-1]

@@ -21,6 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Sequence
 
@@ -41,6 +42,19 @@ from mirrorflow.kafka.faults import (
 )
 from mirrorflow.kafka.fetched_batches import SourceBatch
 from mirrorflow.kafka.produce import ProduceCall, produce, refused_write
+
+
+def other_writer(topic: str) -> str:
+    """What to do once someone else's records are on the remote topic of source ``topic``. Not to
+    forget the flow's state of the topic alone: the next run would then copy the whole topic again
+    after what the remote topic holds."""
+    return (
+        "Nothing was committed; stop the other writer, then delete the remote topic and forget the "
+        f"flow's state of {topic} while no run of the flow is going (python -m mirrorflow.store "
+        f"forget-topic --flow <flow> --topic {shlex.quote(topic)}): the next run creates the remote "
+        "topic again and mirrors the topic anew. Kept, the remote topic would get the whole topic "
+        "again after what it holds."
+    )
 
 
 class ProduceLoop:
@@ -148,8 +162,7 @@ class ProduceLoop:
             raise TargetStateError(
                 f"the target appended this copy's batch for {where} at offset {base_offset}, where this copy "
                 f"expected it at {expected}: something else wrote to the remote partition meanwhile. "
-                "Nothing was committed; stop the other writer, then reset the flow's progress for that "
-                "topic to mirror it again."
+                f"{other_writer(part.plan.topic)}"
             )
 
     def _acked(self, part: PartitionCopy, now: int) -> None:

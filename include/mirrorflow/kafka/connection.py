@@ -1,6 +1,8 @@
 """One cluster's connections for record traffic (kafka-python's ``KafkaNetClient``): partition
 leaders, requests to them, and partitions' offsets (ListOffsets: the one reader of log start, end
-and by-time offsets, for the copy and the control plane alike).
+and by-time offsets, for the copy and the control plane alike); the one topic config the copy asks
+for itself (``topic_config``: whether a source topic compacts, when what an earlier attempt wrote no
+longer matches it).
 
 The copy opens one per cluster in each Spark task and drives it from the thread that sends
 (``poll``), so that a request is one more message on a connection already open; the range reads
@@ -26,10 +28,11 @@ from typing import Any
 
 from kafka.errors import UnknownTopicOrPartitionError
 from kafka.net.compat import KafkaNetClient
+from kafka.protocol.admin.configs import DescribeConfigsRequest
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.structs import TopicPartition
 
-from mirrorflow.errors import TransientError
+from mirrorflow.errors import AuthorizationError, TransientError
 from mirrorflow.kafka.faults import TIMEOUT_S, Again, Verdict, error_name, retried, verdict
 from mirrorflow.kafka.oauth_tokens import python_client_config
 
@@ -46,6 +49,7 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 _EARLIEST = -2
 _LATEST = -1
+_TOPIC_RESOURCE = 2
 
 
 class Connection:
@@ -224,6 +228,31 @@ def offsets_at(connection: Connection, tps: Iterable[TP], timestamp_ms: int) -> 
     None where there is no such record."""
     found = _list_offsets(connection, tps, timestamp_ms, READ_UNCOMMITTED, "offset by time")
     return {tp: offset if offset >= 0 else None for tp, offset in found.items()}
+
+
+def topic_config(connection: Connection, tp: TP, name: str) -> str | None:
+    """The value in effect of config ``name`` of partition ``tp``'s topic (set on the topic, on its
+    broker, or Kafka's default), as the partition's leader describes it; None when it has none."""
+    topic = tp[0]
+    resource = DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=_TOPIC_RESOURCE, resource_name=topic, configuration_keys=[name]
+    )
+    request = DescribeConfigsRequest(
+        resources=[resource], include_synonyms=False, include_documentation=False
+    )
+    (result,) = connection.call(connection.leader(tp), request).results
+    if result.error_code and verdict(result.error_code) is Verdict.REFUSED:
+        raise AuthorizationError(
+            f"the {connection.side} cluster refused to describe the configs of {topic} to the mirror's "
+            f"login: {error_name(result.error_code)}. Grant it DESCRIBE_CONFIGS on the mirrored topics "
+            "(README: Secured clusters); nothing was committed."
+        )
+    if result.error_code:
+        raise TransientError(
+            f"cannot describe the configs of {topic} on the {connection.side} cluster: "
+            f"{error_name(result.error_code)}"
+        )
+    return next((c.value for c in result.configs if c.name == name), None)
 
 
 def _list_offsets(
