@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from mirror_helpers import Process, assert_all_gone, create_topic, live_processes, local_clusters, run_flow
@@ -144,13 +145,15 @@ class _Targets:
         self._consumer.close()
 
 
-def _spark_submit(config: MirrorConfig, run_id: str, log: Path) -> subprocess.Popen[bytes]:
+def _spark_submit(
+    config: MirrorConfig, run_id: str, log: Path, master: str = "local[2]"
+) -> subprocess.Popen[bytes]:
     """The copy task's command, as SparkSubmitOperator builds it from the DAG's spec."""
     spec = flow_dag_spec(config, config.flow(FLOW), run_id).copy
     conf = [arg for k, v in spec.conf.items() for arg in ("--conf", f"{k}={v}")]
     cmd = [
         str(Path(sys.executable).parent / "spark-submit"),
-        "--master", "local[2]", *conf, "--conf", "spark.driver.host=127.0.0.1",
+        "--master", master, *conf, "--conf", "spark.driver.host=127.0.0.1",
         "--name", spec.name, spec.application, *spec.application_args,
     ]  # fmt: skip
     mark = uuid.uuid4().hex
@@ -291,6 +294,54 @@ def test_a_killed_copy_or_commit_then_carrying_on_leaves_every_record_exactly_on
             ranges = [(b.source_start, b.source_end) for b in store.batches(FLOW, topic, p)]
             assert ranges[0][0] == 0 and ranges[-1][1] == total
             assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges)), ranges
+
+
+def test_a_copy_task_killed_once_is_run_again_by_spark_and_the_job_succeeds(
+    kafka_clusters: Clusters,
+    write_config: Callable[[str], MirrorConfig],
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    """The copy job's Python workers SIGKILLed in the middle of their writes, once: Spark runs each
+    task again (``local[2,2]``: spark.task.maxFailures = 2), in the job's same open transaction; the
+    new run finds what the dead one appended there, goes on after it with the next sequence, and the
+    job succeeds, every record once."""
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    topic, remote = unique_name, f"primary.{unique_name}"
+    create_topic(primary.bootstrap, topic, PARTITIONS)
+    _produce(primary.bootstrap, topic, 0, RECORDS)
+    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n")
+    targets = _Targets(backup.bootstrap, remote)
+    log = tmp_path / "spark-submit.log"
+    try:
+        plan = runner.plan_run(config, FLOW, "run-1")
+        planned = sum(p.source_end - p.source_start for p in plan.partitions)
+        proc = _spark_submit(config, "run-1", log, master="local[2,2]")
+        try:
+            deadline = time.monotonic() + 300
+            while (written := targets.written()) < planned // 3:
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-5000:]
+                time.sleep(0.02)
+            assert _kill_workers(proc) and written < planned
+            assert proc.wait(timeout=300) == 0, log.read_text()[-5000:]
+        finally:
+            _kill_group(proc)
+        assert "Python worker exited unexpectedly" in log.read_text()
+        runner.commit_run(config, FLOW, "run-1")
+    finally:
+        runner.release_run(config, FLOW, "run-1")
+        targets.close()
+    _assert_exactly_once(primary, topic, backup, remote, RECORDS)
+
+
+def _kill_workers(proc: subprocess.Popen[bytes]) -> list[int]:
+    """SIGKILL the job's PySpark workers (the processes its PySpark daemon forked for its tasks), as
+    a worker dies; their PIDs."""
+    daemon = [p.pid for p in live_processes() if _of_job(p, proc) and "pyspark.daemon" in p.cmdline]
+    workers = [c.pid for pid in daemon for c in psutil.Process(pid).children() if c.pid not in daemon]
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    return workers
 
 
 # ------------------------------------------------------------------------------ broker faults

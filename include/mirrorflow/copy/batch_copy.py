@@ -20,9 +20,12 @@ that keeps it:
   planned ones (key, value, headers, timestamp): records written by anything else are never taken
   for ours; ours are skipped, never written twice (this module). On a source that compacts, the
   cleaner may have removed records the earlier attempt copied: when they no longer compare as a
-  prefix, they are matched as ``core.compaction`` explains them, or refused as someone else's. This
-  attempt's records follow from the partition's end, and every acknowledgement must place them
-  there (``produce_loop``).
+  prefix, they are matched as ``core.compaction`` explains them, or refused as someone else's. A
+  task Spark runs again after it failed finds what its failed run appended in the same transaction
+  (the partition's open transaction, past its last stable offset: the writer's own batches, their
+  sequences in turn), counts it as its own and goes on after it with the next sequence (this
+  module). This attempt's records follow from the partition's end, and every acknowledgement must
+  place them there (``produce_loop``).
 - A flow with transforms (``core.transforms``) copies every batch record by record: each planned
   record goes through the chain, and what it returns is re-encoded; a dropped record is an offset
   gap, a sync point of the result (``partition_copy``). Flows without transforms keep the batches
@@ -56,11 +59,11 @@ from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, PartitionResu
 from mirrorflow.core.schema_ids import SchemaIdMap
 from mirrorflow.core.transforms import Chain, Encodable
 from mirrorflow.core.verify_plan import CLEANUP_POLICY, compacts
-from mirrorflow.errors import MirrorError, TargetStateError
+from mirrorflow.errors import MirrorError, TargetStateError, TransientError
 from mirrorflow.kafka.connection import READ_COMMITTED, READ_UNCOMMITTED, end_offsets, kept_open, topic_config
 from mirrorflow.kafka.faults import TIMEOUT_S, FaultPolicy
 from mirrorflow.kafka.fetched_batches import SourceRecord
-from mirrorflow.kafka.record_reads import first_committed, records_of
+from mirrorflow.kafka.record_reads import batches_of, committed_from, records_of
 
 
 class BatchCopy:
@@ -103,23 +106,29 @@ class BatchCopy:
                     f"{plan.target_start}: it was truncated or recreated since the plan was made"
                 )
         # Most often only the commit marker of the flow's last transaction lies past the planned
-        # start: one fetch round over every partition shows it, sparing a read per partition.
+        # start: one fetch round over every partition shows it (and whether a transaction is open
+        # there), sparing a read per partition.
         behind = {
             (p.remote_topic, p.partition): p.target_start
             for p in self.plans
             if ends[(p.remote_topic, p.partition)] > p.target_start
         }
-        committed_from = first_committed(self.target, behind)
+        found = committed_from(self.target, behind)
         parts = []
         for plan in self.plans:
             remote = (plan.remote_topic, plan.partition)
+            end = ends[remote]
             first = self.grant.first_sequence(*remote)
-            part = PartitionCopy(plan, 0, plan.source_start, first_sequence=first, first_new=ends[remote])
-            if committed_from.get(remote, ends[remote]) < ends[remote]:
-                try:
-                    self._check_written(part, ends[remote])
-                except MirrorError as exc:
-                    part.give_up(exc, self.policy)
+            part = PartitionCopy(plan, 0, plan.source_start, first_sequence=first, first_new=end)
+            read = found.get(remote)
+            stable = end if read is None or read.stable_end is None else min(read.stable_end, end)
+            try:
+                if read is not None and read.first < stable:
+                    self._check_written(part, stable)
+                if stable < end:
+                    self._take_own_writes(part, stable, end)
+            except MirrorError as exc:
+                part.give_up(exc, self.policy)
             parts.append(part)
         reader = SourceReader(self.source, parts, self.budget, self.chain, self.policy, self.grant.deadline)
         reader.start()
@@ -162,12 +171,49 @@ class BatchCopy:
 
     def _compare_written(self, part: PartitionCopy, end: int) -> None:
         """The committed records past the planned target start, compared with the planned records one
-        by one; both sides read a batch at a time, as far as compared."""
+        by one (``_compare``)."""
+        plan = part.plan
+        reads = records_of(self.target, part.remote, plan.target_start, end, READ_COMMITTED)
+        part.already_written = self._compare(part, reads)
+
+    def _take_own_writes(self, part: PartitionCopy, start: int, end: int) -> None:
+        """The partition's open transaction (``[start, end)``: its last stable offset to its end) holds
+        what an earlier run of this very task appended in this transaction before it failed (Spark runs
+        a failed task again, with the same grant): those records are the next planned ones (compared
+        as committed ones are), count as this attempt's own, and its batches go on from the sequence
+        after them. Anything else open there is someone else's."""
+        part.in_transaction = self._compare(part, self._own_records(part, start, end))
+
+    def _own_records(self, part: PartitionCopy, start: int, end: int) -> Iterator[list[SourceRecord]]:
+        """The records of ``[start, end)``, a batch at a time, each batch checked to be this
+        transaction's: its writer's producer id and epoch, its sequence the next one."""
+        plan, writer = part.plan, self.grant.writer
+        where = f"remote partition {plan.remote_topic}-{plan.partition}"
+        sequence = part.first_sequence
+        for batch in batches_of(self.target, part.remote, start, end, READ_UNCOMMITTED):
+            if (batch.producer_id, batch.producer_epoch) != (writer.producer_id, writer.producer_epoch):
+                raise TargetStateError(
+                    f"{where} offset {batch.base_offset} holds records of another writer's open "
+                    f"transaction: something else writes to the remote topic. {other_writer(plan.topic)}"
+                )
+            if batch.base_sequence != sequence:
+                raise TransientError(
+                    f"{where} offset {batch.base_offset}: this copy's transaction holds a batch of sequence "
+                    f"{batch.base_sequence} where {sequence} was next; nothing was committed, and the next "
+                    "attempt fences the writer anew and reads back what is there"
+                )
+            sequence = (sequence + batch.count) % (1 << 31)
+            yield [r for r in batch.records() if start <= r.offset < end]
+
+    def _compare(self, part: PartitionCopy, reads: Iterable[list[SourceRecord]]) -> int:
+        """``reads`` (records a batch at a time) compared one by one with the planned records from
+        the partition's position on, each counted where it is; how many there were. Both sides are
+        read a batch at a time, as far as compared."""
         plan = part.plan
         planned = self._planned_records(part)
         wanted: deque[Encodable] = deque()
         found = 0
-        for got in records_of(self.target, part.remote, plan.target_start, end, READ_COMMITTED):
+        for got in reads:
             if not got:
                 continue
             while len(wanted) < len(got) and (more := next(planned, None)) is not None:
@@ -186,7 +232,7 @@ class BatchCopy:
             part.count([r.offset for r in want], [r.offset for r in got])
             found += len(got)
             part.position = want[-1].offset + 1
-        part.already_written = found
+        return found
 
     def _match_compacted(self, part: PartitionCopy, end: int) -> bool:
         """Whether the committed records past the planned target start are what an earlier attempt
@@ -230,16 +276,17 @@ class BatchCopy:
         return found
 
     def _planned_records(self, part: PartitionCopy) -> Iterator[Sequence[Encodable]]:
-        """The records the plan writes for the partition (after the transforms), a batch at a time."""
+        """The records the plan writes for the partition from its position on (after the
+        transforms), a batch at a time."""
         plan = part.plan
-        for read in records_of(self.source, part.tp, plan.source_start, plan.source_end, READ_COMMITTED):
+        for read in records_of(self.source, part.tp, part.position, plan.source_end, READ_COMMITTED):
             yield transformed(self.chain, part.tp, read)
 
     def _check_result(self, part: PartitionCopy, end: int) -> None:
         plan = part.plan
         if part.already_written > part.records:
             raise _too_many(plan, part.already_written, part.records)
-        expected = part.first_new + part.records - part.already_written
+        expected = part.landing
         if end != expected:
             raise TargetStateError(
                 f"remote partition {plan.remote_topic}-{plan.partition} ends at {end}, expected {expected} "

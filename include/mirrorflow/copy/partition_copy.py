@@ -39,6 +39,9 @@ class PartitionCopy:
     # Records an earlier attempt committed on the target, found there and skipped.
     already_written: int
     position: int
+    # Records an earlier run of this very task appended in the same open transaction (Spark ran the
+    # task again), found there and counted where they are: this attempt's batches go on after them.
+    in_transaction: int = 0
     # The first sequence of this attempt's batches for the partition (``Grant.first_sequence``).
     first_sequence: int = 0
     records: int = 0
@@ -74,15 +77,21 @@ class PartitionCopy:
         return self.first_new + self.acked
 
     @property
+    def appended(self) -> int:
+        """The records the writer appended to the remote partition in this transaction."""
+        return self.in_transaction + self.acked
+
+    @property
     def next_sequence(self) -> int:
         """The next batch's base sequence (the broker's arithmetic wraps at 2^31)."""
-        return (self.first_sequence + self.acked) % (1 << 31)
+        return (self.first_sequence + self.appended) % (1 << 31)
 
     @property
     def landing(self) -> int:
         """Where the next record counted lands, by default: after the new records counted so far
-        (the records found already written are counted where they are)."""
-        return self.first_new + self.records - self.already_written
+        (the records found already written, committed or in this transaction, are counted where
+        they are); once the copy ends, where the remote partition must end."""
+        return self.first_new + self.records - self.already_written - self.in_transaction
 
     @property
     def remote(self) -> TP:
@@ -138,7 +147,7 @@ class PartitionCopy:
                 0,
                 self.plan.target_start,
                 failure=failure,
-                appended=self.acked,
+                appended=self.appended,
             )
         layout = Layout.of(self.plan.source_start, self.plan.target_start, self.runs)
         return PartitionResult(
@@ -155,7 +164,7 @@ class PartitionCopy:
             write_ms=max(self.last_acked_ms - self.first_received_ms, 0),
             # Short of the plan only when the reader stopped at the transaction's deadline.
             source_end=self.position if self.position < self.plan.source_end else None,
-            appended=self.acked,
+            appended=self.appended,
         )
 
 

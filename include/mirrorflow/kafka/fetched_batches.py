@@ -66,6 +66,8 @@ class SourceBatch:
     first_timestamp: int = 0
     max_timestamp: int = 0
     producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
 
     @classmethod
     def parse(cls, data: memoryview) -> SourceBatch:
@@ -73,10 +75,10 @@ class SourceBatch:
             legacy = next(iter(MemoryRecords(bytes(data))))
             records = list(legacy)
             return cls(data, records[0].offset, records[-1].offset, data[16], count=len(records))
-        base, _, _, magic, _, attributes, delta, first_ts, max_ts, pid, _, _, count = _HEADER.unpack_from(
-            data
+        base, _, _, magic, _, attributes, delta, first_ts, max_ts, pid, epoch, sequence, count = (
+            _HEADER.unpack_from(data)
         )
-        return cls(data, base, base + delta, magic, attributes, count, first_ts, max_ts, pid)
+        return cls(data, base, base + delta, magic, attributes, count, first_ts, max_ts, pid, epoch, sequence)
 
     @property
     def codec(self) -> int:

@@ -140,7 +140,7 @@ def records_of(
 ) -> Iterator[list[SourceRecord]]:
     """The records of ``[start, end)``, decoded, a batch at a time, read as far as they are taken:
     what a copy reads back after an attempt that committed, however many."""
-    for batch in _batches(connection, tp, start, end, isolation):
+    for batch in batches_of(connection, tp, start, end, isolation):
         yield [r for r in batch.records() if start <= r.offset < end]
 
 
@@ -150,7 +150,7 @@ def written_records(props: Mapping[str, str], tp: TP, start: int, end: int) -> I
     the copy wrote, also where a LogAppendTime remote topic shows its consumers another time."""
     connection = Connection(props, "target", [tp[0]])
     try:
-        for batch in _batches(connection, tp, start, end, READ_COMMITTED):
+        for batch in batches_of(connection, tp, start, end, READ_COMMITTED):
             yield [r for r in batch.written_records() if start <= r.offset < end]
     finally:
         connection.close()
@@ -167,19 +167,36 @@ def record_digests(
     return [(r.offset, record_digest((r.key, r.value, r.headers, r.timestamp))) for r in records]
 
 
-def first_committed(connection: Connection, starts: Mapping[TP, int]) -> dict[TP, int]:
-    """Per partition, the offset of its first committed record at or after its start, as far as one
-    read_committed fetch round shows; when it shows none, where the round stopped reading (past the
-    markers and aborted records it skipped; the start itself when it read nothing, as before an open
-    transaction or at the end, or when the partition's read failed)."""
+@dataclass(frozen=True)
+class CommittedFrom:
+    """Where a partition's committed records go on from a start, as one read_committed fetch round
+    shows: ``first``, the offset of its first committed record at or after the start (when the round
+    shows none, where it stopped reading: past the markers and aborted records it skipped; the start
+    itself when it read nothing, as before an open transaction or at the end, or when the read
+    failed); ``stable_end``, the partition's last stable offset then, past which only records of a
+    transaction still open lie (None when the read failed)."""
+
+    first: int
+    stable_end: int | None
+
+
+def committed_from(connection: Connection, starts: Mapping[TP, int]) -> dict[TP, CommittedFrom]:
+    """``CommittedFrom`` of each partition from its start, in one fetch round."""
     if not starts:
         return {}
-    found = dict(starts)
+    found = {tp: CommittedFrom(start, None) for tp, start in starts.items()}
     for tp, got in fetch(connection, starts, READ_COMMITTED).items():
         if got.error is None:
             offsets = (r.offset for b in got.batches for r in b.records() if r.offset >= starts[tp])
-            found[tp] = next(offsets, starts[tp] if got.next_offset is None else got.next_offset)
+            first = next(offsets, starts[tp] if got.next_offset is None else got.next_offset)
+            found[tp] = CommittedFrom(first, got.stable_end)
     return found
+
+
+def first_committed(connection: Connection, starts: Mapping[TP, int]) -> dict[TP, int]:
+    """Per partition, the offset of its first committed record at or after its start
+    (``CommittedFrom.first``)."""
+    return {tp: found.first for tp, found in committed_from(connection, starts).items()}
 
 
 def read_partition(
@@ -193,7 +210,7 @@ def read_partition(
         end = end_offsets(connection, [tp], READ_UNCOMMITTED)[tp]
         return [
             r
-            for batch in _batches(connection, tp, start, end, READ_COMMITTED)
+            for batch in batches_of(connection, tp, start, end, READ_COMMITTED)
             for r in batch.records()
             if start <= r.offset < end
         ]
@@ -212,9 +229,9 @@ def control_plane_read(props: Mapping[str, str], cluster: str, *topics: str) -> 
         connection.close()
 
 
-def _batches(connection: Connection, tp: TP, start: int, end: int, isolation: int) -> Iterator[SourceBatch]:
-    """The committed batches holding the records of ``[start, end)``, in order; a partition error
-    is raised, and so is a fetch that brings nothing for ``TIMEOUT_S``."""
+def batches_of(connection: Connection, tp: TP, start: int, end: int, isolation: int) -> Iterator[SourceBatch]:
+    """The batches holding the records of ``[start, end)`` (read_committed: the committed ones), in
+    order; a partition error is raised, and so is a fetch that brings nothing for ``TIMEOUT_S``."""
     position = start
 
     def read() -> Fetch:
