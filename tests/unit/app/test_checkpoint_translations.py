@@ -1,7 +1,8 @@
 """A checkpoint pass reads only the batch-log rows its groups' positions need: translations built
 from each partition's lowest position on answer every offset at or past it exactly as the whole log
 does, forward and back, across rows of several windows, a source gap, and a log pruned at the
-source's log start. Over a real SQLite offsets table filled through its public API."""
+source's log start. Over a real SQLite offsets table filled through its public API; no group is at
+the log's end, where the remote partition would be read (tests/integration/test_checkpoints.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from mirrorflow.store.offsets_store import OffsetsStore
 
 FLOW = "primary->backup"
 TP, REMOTE = ("orders", 0), ("primary.orders", 0)
-# Never reached: a group past the log's end would be read there, and no case puts one there.
+# Never reached: a group at or past the log's end would be read there, and no case puts one there.
 UNREACHABLE = ClusterConfig.__new__(ClusterConfig)
+SOURCE_END = 70
 
 
 def _micro_batch(source: int, target: int, records: int, marker: bool) -> Batch:
@@ -69,10 +71,11 @@ def store(tmp_path: Path, request: pytest.FixtureRequest) -> OffsetsStore:
 def test_translations_from_the_lowest_position_equal_the_whole_logs_at_and_past_it(
     store: OffsetsStore,
 ) -> None:
-    whole = forward_translations(store, FLOW)[TP].translate
+    whole = forward_translations(store, FLOW, {TP: (0, 0)}, UNREACHABLE)[TP].translate
     assert len(store.batches(FLOW)) == 9  # the first window merged; 8 micro-batches
-    for lowest in range(0, 75):
-        part = forward_translations(store, FLOW, {TP: lowest})[TP].translate
+    assert store.progress(FLOW)[TP].next_source_offset == SOURCE_END
+    for lowest in range(0, SOURCE_END):
+        part = forward_translations(store, FLOW, {TP: (lowest, lowest)}, UNREACHABLE)[TP].translate
         assert [part(u) for u in range(lowest, 75)] == [whole(u) for u in range(lowest, 75)], lowest
 
 
