@@ -231,6 +231,22 @@ def wait_end(bootstrap: str, topic: str, partition: int, end: int) -> None:
         c.close()
 
 
+def committed_end(bootstrap: str, topic: str, partition: int) -> int:
+    """Where a read_committed consumer at the partition's end stands: its last stable offset, past
+    the markers of committed transactions (a consumer's lag is this minus its committed offset)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "mirrorflow-test-ends",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1])
+    finally:
+        consumer.close()
+
+
 def transactional_producer(bootstrap: str, txn_id: str) -> Producer:
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": "5"})
     p.init_transactions(30)
@@ -541,7 +557,7 @@ JAVA_CHECK = Path(__file__).resolve().parent / "java" / "MirrorClientCheck.java"
 def mirror_client(cluster: LocalCluster, source: str, group: str, *hops: str) -> list[str]:
     """MM2's MirrorClient and RemoteClusterUtils, run as a single-file Java program on ``cluster``:
     its upstream clusters, the hops to each of ``hops``, and ``group``'s offsets translated from
-    ``source`` ("-": none)."""
+    ``source`` ("-": none), each with its lag (a read_committed consumer's end offset minus it)."""
     classpath = os.pathsep.join(str(j) for j in sorted(paths.kafka_libs().glob("*.jar")))
     # A one-shot program: the JIT's first tier only, as the local brokers run.
     java = ["java", kafka_home.QUICK_JIT, "-cp", classpath, str(JAVA_CHECK)]
@@ -550,7 +566,8 @@ def mirror_client(cluster: LocalCluster, source: str, group: str, *hops: str) ->
         capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    return [line for line in done.stdout.splitlines() if line.split(" ")[0] in ("upstream", "hops", "offset")]
+    facts = ("upstream", "hops", "offset", "lag")
+    return [line for line in done.stdout.splitlines() if line.split(" ")[0] in facts]
 
 
 # --- Airflow

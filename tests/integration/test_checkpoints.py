@@ -3,7 +3,8 @@
 A group commits on the source, the flow runs, the checkpoint task emits; the records in
 ``primary.checkpoints.internal`` are decoded field by field, and a consumer that fails over to the
 target at the checkpoint's downstream offset reads exactly the record after the last one it
-consumed on the source: nothing re-read, nothing skipped.
+consumed on the source: nothing re-read, nothing skipped. A group that read a partition to its end
+fails over to the remote partition's end, past the copy's commit marker: its lag there is 0.
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, Message
-from mirror_helpers import commit_group, create_topic, run_flow, transactional_producer, wait_end
+from mirror_helpers import (
+    commit_group,
+    committed_end,
+    create_topic,
+    run_flow,
+    transactional_producer,
+    wait_end,
+)
 from pyspark.sql import SparkSession
 
 from mirrorflow.app.checkpoints import emit_checkpoints
@@ -62,12 +70,15 @@ def test_a_failed_over_consumer_resumes_exactly_at_the_next_record(
 
     report = checkpoint_run(config, FLOW, "checkpoints")
 
+    # Partition 1 was read to its end: the group stands past the copy's commit marker at 30, at the
+    # remote partition's end, as a read_committed consumer that read it all does.
     assert sorted(
         (c.partition, c.upstream_offset, c.downstream_offset) for c in _checkpoints(backup, group)
     ) == [
         (0, 12, 12),
-        (1, 30, 30),
+        (1, 30, 31),
     ]
+    assert committed_end(backup.bootstrap, remote, 1) == 31
     (cp0,) = [c for c in _checkpoints(backup, group) if c.partition == 0]
     assert (cp0.group, cp0.topic, cp0.metadata) == (group, remote, "")
     assert _first_record_at(backup, remote, 0, cp0.downstream_offset) == sample_record(topic, 0, 12)
@@ -139,10 +150,27 @@ def test_transaction_markers_and_aborted_records_are_neither_re_read_nor_skipped
         name: _checkpoints(backup, f"{unique_name}-{name}")[-1].downstream_offset for name in positions
     }
     # The next committed record after source offset 3, 5 or 7 is source 7 = target 3; after 8 it
-    # is source 8 = target 4; at the end there is none yet (target end 5).
-    assert translated == {"after-first-txn": 3, "on-aborted": 3, "after-abort": 3, "mid-last": 4, "at-end": 5}
+    # is source 8 = target 4; at the end there is none: past the copy's commit marker at 5, where
+    # the remote partition ends.
+    assert translated == {"after-first-txn": 3, "on-aborted": 3, "after-abort": 3, "mid-last": 4, "at-end": 6}
     assert _first_record_at(backup, remote, 0, 3) == committed[3]
-    assert _first_record_at(backup, remote, 0, 5) is None
+    assert committed_end(backup.bootstrap, remote, 0) == 6
+
+    # A transaction open on the remote partition (as a copy's in flight): the group at the end stays
+    # before its records, which a commit would make visible. Once it aborts, the group stands past
+    # its records and its marker.
+    open_tx = transactional_producer(backup.bootstrap, f"{unique_name}-open")
+    open_tx.begin_transaction()
+    sample_data.produce(open_tx, remote, 0, aborted)
+    open_tx.flush(30)
+    wait_end(backup.bootstrap, remote, 0, 8)
+    assert [c.partition for c in checkpoint_run(config, FLOW, "checkpoints").emitted] == []
+    open_tx.abort_transaction(30)
+    open_tx.close()
+    wait_end(backup.bootstrap, remote, 0, 9)
+    (past,) = checkpoint_run(config, FLOW, "checkpoints").emitted
+    assert (past.group_id, past.downstream_offset) == (f"{unique_name}-at-end", 9)
+    assert committed_end(backup.bootstrap, remote, 0) == 9
 
 
 def _consumer(cluster: LocalCluster, group: str) -> Consumer:
@@ -176,7 +204,7 @@ def test_group_offset_sync_lets_the_same_group_resume_on_the_target_and_spares_a
     )
     run_flow(config, FLOW, "run-1", spark)
     commit_group(primary.bootstrap, idle, {(topic, 0): 7})
-    commit_group(primary.bootstrap, busy, {(topic, 0): 9})
+    commit_group(primary.bootstrap, busy, {(topic, 0): 20})  # read to the end
     # The busy group is already consuming on the target.
     active = _consumer(backup, busy)
     active.subscribe([remote])
@@ -206,7 +234,9 @@ def test_group_offset_sync_lets_the_same_group_resume_on_the_target_and_spares_a
     while (report := checkpoint_run(config, FLOW, "checkpoints")).active:
         assert time.monotonic() < deadline, "the busy group never became empty"
         time.sleep(0.5)
-    assert report.synced == {busy: {(remote, 0): 9}}
+    # Past the copy's commit marker at 20: at the remote partition's end, lag 0.
+    assert report.synced == {busy: {(remote, 0): 21}}
+    assert committed_end(backup.bootstrap, remote, 0) == 21
 
 
 @pytest.mark.parametrize(

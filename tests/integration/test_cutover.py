@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mirror_helpers import airflow, assert_same_records, commit_group, create_topic, migrated_airflow
+from mirror_helpers import (
+    airflow,
+    assert_same_records,
+    commit_group,
+    committed_end,
+    create_topic,
+    migrated_airflow,
+)
 
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.kafka.admin import ClusterAdmin
@@ -69,8 +76,9 @@ def test_a_cutover_drains_verifies_and_moves_groups_exactly(
     with ClusterAdmin(config.flow("primary->backup").target) as target:
         assert target.group_offsets([audit, app]) == {app: {}, audit: {}}
 
-    # Records produced until the cutover are drained by it.
+    # Records produced until the cutover are drained by it; audit read all of partition 1 meanwhile.
     sample_data.produce_samples(primary.bootstrap, topic, 2, 30, 5)
+    commit_group(primary.bootstrap, audit, {(topic, 0): 5, (topic, 1): 35})
 
     # The cutover: both groups resume on the target exactly where they stopped on the source.
     done, done_md = _cutover(env, tmp_path, config, {})
@@ -84,18 +92,20 @@ def test_a_cutover_drains_verifies_and_moves_groups_exactly(
         (35, 35, True),
     ]
     # billing's source offset 30 was the end, now the record produced since: its copy is at 31, past
-    # the commit marker of the dry run's drain.
+    # the commit marker of the dry run's drain. audit's 35 is the end: past the drain's commit marker
+    # at 36, where the target partition ends (no lag).
     assert done["steps"]["groups"]["result"]["committed"] == {
         app: {f"{topic}-0": 10, f"{topic}-1": 31},
-        audit: {f"{topic}-0": 5},
+        audit: {f"{topic}-0": 5, f"{topic}-1": 37},
     }
+    assert committed_end(backup.bootstrap, topic, 1) == 37
     with ClusterAdmin(config.flow("primary->backup").target) as target:
         assert {
             g: {tp: o for tp, (o, _) in offs.items()}
             for g, offs in target.group_offsets([app, audit]).items()
         } == {
             app: {(topic, 0): 10, (topic, 1): 31},
-            audit: {(topic, 0): 5},
+            audit: {(topic, 0): 5, (topic, 1): 37},
         }
     assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, topic, 2) == 70
     # Kept as a test artifact: docs/cutover-report-example.md is one.

@@ -10,6 +10,8 @@ the README's failback steps run, the last one (`mirror_backup_to_primary_failove
 exactly where it stopped on `backup`: at the source record whose copy it had not consumed, or at the
 source's end when it read every copy, so it re-reads nothing and skips nothing; MM2's own
 `RemoteClusterUtils.translateOffsets` run on `primary` for alias `backup` returns the same positions.
+A group that read a partition to its end is set at the other side's end, past the copies' commit
+markers, both ways: its lag there is 0.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from mirror_helpers import (
     airflow,
     assert_same_records,
     commit_group,
+    committed_end,
     create_topic,
     first_records,
     group_offsets,
@@ -58,14 +60,6 @@ def _transactions(bootstrap: str, topic: str, partitions: int, txn_id: str) -> N
         producer.commit_transaction(30)
 
 
-def _end(cluster: LocalCluster, topic: str, partition: int) -> int:
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "mirrorflow-test-ends"})
-    try:
-        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1])
-    finally:
-        consumer.close()
-
-
 def _resume_at(config: MirrorConfig, primary: LocalCluster, topic: str, partition: int, position: int) -> int:
     """Where a group at ``position`` of ``primary.<topic>`` on ``backup`` resumes on ``primary``, read
     off both clusters: the offset of the source record whose copy is at ``position``, or the
@@ -77,7 +71,7 @@ def _resume_at(config: MirrorConfig, primary: LocalCluster, topic: str, partitio
     if position in copied_at:
         return source[copied_at.index(position)].offset
     assert position > copied_at[-1], f"{position} is not a position of the remote partition"
-    return _end(primary, topic, partition)
+    return committed_end(primary.bootstrap, topic, partition)
 
 
 def test_failback_puts_each_group_on_primary_exactly_where_it_stopped_on_backup(
@@ -107,8 +101,8 @@ def test_failback_puts_each_group_on_primary_exactly_where_it_stopped_on_backup(
     run_flow(config, THERE, "there-1", spark)
     run_flow(config, BACK, "back-1", spark)
     commit_group(primary.bootstrap, billing, {(topic, 0): 12, (topic, 1): 28})
-    commit_group(primary.bootstrap, shipping, {(topic, 0): 5})
-    assert len(checkpoint_run(config, THERE, "checkpoints").emitted) == 3
+    commit_group(primary.bootstrap, shipping, {(topic, 0): 5, (topic, 1): 38})  # partition 1: all
+    assert len(checkpoint_run(config, THERE, "checkpoints").emitted) == 4
     # Records that reach primary but not backup before primary's broker stops.
     sample_data.produce_samples(primary.bootstrap, topic, 2, 20, 4)
     local_kafka.stop_cluster(primary)
@@ -118,12 +112,17 @@ def test_failback_puts_each_group_on_primary_exactly_where_it_stopped_on_backup(
         failover = run_failover(config, THERE, FailoverOptions())
         assert failover.groups_set == {
             billing: {(there, 0): 12, (there, 1): 27},  # source offset 28 follows one marker
-            shipping: {(there, 0): 5},
+            # Past the last copy's commit marker at 35: at the end, lag 0.
+            shipping: {(there, 0): 5, (there, 1): 36},
         }
-        # On backup: new records on its own topic; the groups read on, shipping also partition 1.
+        assert committed_end(backup.bootstrap, there, 1) == 36
+        # On backup: new records on its own topic; the groups read on (billing all of its
+        # partition 1).
         sample_data.produce_samples(backup.bootstrap, topic, 2, 0, 10)
-        commit_group(backup.bootstrap, billing, {(there, 0): 26, (there, 1): 31, (topic, 0): 4})
-        commit_group(backup.bootstrap, shipping, {(there, 0): 30, (there, 1): 2})
+        commit_group(
+            backup.bootstrap, billing, {(there, 0): 26, (there, 1): 31, (topic, 0): 4, (topic, 1): 10}
+        )
+        commit_group(backup.bootstrap, shipping, {(there, 0): 30})
     finally:
         # primary is back, on the same port and data (the session's clusters stop it by this PID).
         primary = kafka_clusters["primary"] = local_kafka.start_cluster(
@@ -133,12 +132,13 @@ def test_failback_puts_each_group_on_primary_exactly_where_it_stopped_on_backup(
     # Failback (README steps 1-4).
     run_flow(config, THERE, "there-2", spark)  # the 4 records per partition primary held back
     # Read to the end, those included: past the last copy and its transaction's commit marker.
-    shipping_end = _end(backup, there, 0)
+    shipping_end = committed_end(backup.bootstrap, there, 0)
     commit_group(backup.bootstrap, shipping, {(there, 0): shipping_end})
     run_flow(config, BACK, "back-2", spark)
     emitted = checkpoint_run(config, BACK, "checkpoints").emitted
     assert {(p.group_id, p.topic, p.partition, p.remote_topic) for p in emitted} == {
-        (billing, topic, 0, back),  # backup's own topic: a checkpoint
+        (billing, topic, 0, back),  # backup's own topic: checkpoints
+        (billing, topic, 1, back),
         (billing, there, 0, topic),  # primary's topic: reverse checkpoints
         (billing, there, 1, topic),
         (shipping, there, 0, topic),
@@ -157,22 +157,30 @@ def test_failback_puts_each_group_on_primary_exactly_where_it_stopped_on_backup(
             (topic, 0): _resume_at(config, primary, topic, 0, 26),
             (topic, 1): _resume_at(config, primary, topic, 1, 31),
             (back, 0): 4,
+            (back, 1): committed_end(primary.bootstrap, back, 1),
         },
         shipping: {
             (topic, 0): _resume_at(config, primary, topic, 0, shipping_end),
-            (topic, 1): _resume_at(config, primary, topic, 1, 2),
+            (topic, 1): _resume_at(config, primary, topic, 1, 36),
         },
     }
-    # Markers move source offsets ahead of the copies; shipping read everything on partition 0.
+    # Markers move source offsets ahead of the copies; shipping read everything on partition 0,
+    # billing all of backup's partition 1: past the copy's commit marker at 10.
     assert expected == {
-        billing: {(topic, 0): 27, (topic, 1): 33, (back, 0): 4},
-        shipping: {(topic, 0): 42, (topic, 1): 2},
+        billing: {(topic, 0): 27, (topic, 1): 33, (back, 0): 4, (back, 1): 11},
+        shipping: {(topic, 0): 42, (topic, 1): 38},
     }
     assert {g: group_offsets(primary.bootstrap, g) for g in (billing, shipping)} == expected
-    # MM2's own client on primary reads the same positions from backup's checkpoints.
+    # MM2's own client on primary reads the same positions from backup's checkpoints; a
+    # read_committed consumer there finds no lag where the group had read everything.
     for group, offsets in expected.items():
-        translated = [line for line in mirror_client(primary, "backup", group) if line.startswith("offset")]
-        assert translated == [f"offset {t}-{p} {o}" for (t, p), o in sorted(offsets.items())]
+        facts = mirror_client(primary, "backup", group)
+        assert [f for f in facts if f.startswith("offset")] == [
+            f"offset {t}-{p} {o}" for (t, p), o in sorted(offsets.items())
+        ]
+        lags = dict(f.split(" ")[1:] for f in facts if f.startswith("lag"))
+        caught_up = {billing: [f"{back}-1"], shipping: [f"{topic}-0"]}[group]
+        assert [lags[tp] for tp in caught_up] == ["0"]
     # A consumer of billing on primary resumes with the record after the last one it read on backup.
     first = first_records(primary.bootstrap, billing, topic, 2)
     copies = {p: sample_data.read_partition(backup.bootstrap, there, p) for p in (0, 1)}

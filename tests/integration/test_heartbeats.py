@@ -136,7 +136,9 @@ def test_mm2s_own_client_reads_our_topology_and_translates_our_checkpoints(
         "hops west 1",
         "hops north -1",
         f"offset west.{topic}-0 4",
-        f"offset west.{topic}-1 10",
+        f"offset west.{topic}-1 11",  # read to the end: past the copy's commit marker at 10
+        f"lag west.{topic}-0 7",  # 6 records and the marker
+        f"lag west.{topic}-1 0",
     ]
     assert mirror_client(north, "-", "-", "west", "east") == [
         "upstream east,west",

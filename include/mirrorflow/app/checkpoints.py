@@ -2,7 +2,10 @@
 
 For each consumer group on the source that passes the flow's GroupFilter, its committed offsets on
 the flow's mirrored partitions are translated exactly (``OffsetTranslator`` over the batch log) and
-emitted as MM2 ``Checkpoint`` records to ``<source><sep>checkpoints<sep>internal`` on the target.
+emitted as MM2 ``Checkpoint`` records to ``<source><sep>checkpoints<sep>internal`` on the target. A
+group that read everything mirrored of a partition is translated past the commit marker the last
+copy left on the remote partition, to where a read_committed consumer at its end stands (no lag):
+the first committed record past the log's end, read off the target in one fetch per broker.
 
 With ``mirrorflow.reverse.checkpoints.enabled`` (off by default) a flow ``B->A`` whose opposite
 flow ``A->B`` is enabled also emits reverse checkpoints: a group's committed offset on a remote topic
@@ -55,13 +58,27 @@ class CheckpointReport:
 
 
 def forward_translations(
-    store: OffsetsStore, flow: str, lowest: Mapping[TP, int] | None = None
+    store: OffsetsStore, flow: str, spans: Mapping[TP, tuple[int, int]], target: ClusterConfig
 ) -> dict[TP, Translation]:
-    """Each mirrored partition's remote topic name and exact translation (from the batch log and its
-    gaps); with ``lowest``, only those partitions, for offsets at or past their lowest there. A
-    partition with gaps but no batch yet has nothing mirrored to point at: it has none."""
+    """Each mirrored partition a group has a position on (``spans``: the groups' lowest and highest
+    there, ``group_spans``) with its remote topic's name and exact translation, from the rows of its
+    batch log and gaps that translate offsets at or past the lowest. A group that read everything
+    mirrored stands past the commit marker of the last copy, where a read_committed consumer at the
+    remote partition's end does: where the first committed record past the log's end is, is read off
+    ``target`` (the flow's) for partitions whose highest position translates to the end (one fetch
+    per broker). A partition with gaps but no batch yet has nothing mirrored to point at: it has
+    none."""
+    mirrored = store.progress(flow)
+    translators = _translators(store, flow, {tp: low for tp, (low, _) in spans.items() if tp in mirrored})
+    at_end = {
+        (remote, partition): end
+        for (topic, partition), (remote, t) in translators.items()
+        if (end := t.target_end) is not None and t.translate(spans[(topic, partition)][1]) == end
+    }
+    committed_from = _committed_past_end(target, at_end)
     return {
-        tp: Translation(remote, t.translate) for tp, (remote, t) in _translators(store, flow, lowest).items()
+        tp: Translation(remote, partial(t.translate, committed_from=committed_from.get((remote, tp[1]))))
+        for tp, (remote, t) in translators.items()
     }
 
 
@@ -72,7 +89,7 @@ def reverse_translations(
     position on (``spans``: the groups' lowest and highest there, keyed by its name on ``cluster``,
     that flow's target), translated back to its upstream topic. A group that read every copy sits
     past the commit marker of the last one, which no batch covers yet: where the first committed
-    record past the log's end is, is read off ``cluster`` for such positions (one fetch)."""
+    record past the log's end is, is read off ``cluster`` for such positions (one fetch per broker)."""
     translators = {
         (remote, partition): (topic, t)
         for (topic, partition), (remote, t) in _translators(
@@ -83,17 +100,26 @@ def reverse_translations(
     past_end = {
         tp: end for tp, (_, high) in spans.items() if (end := ends.get(tp)) is not None and high > end
     }
-    committed_from: dict[TP, int] = {}
-    if past_end:
-        with control_plane_read(cluster.consumer, cluster.alias, *{t for t, _ in past_end}) as connection:
-            committed_from = first_committed(connection, past_end)
+    committed_from = _committed_past_end(cluster, past_end)
     return {
         tp: Translation(topic, partial(t.reverse, committed_from=committed_from.get(tp)))
         for tp, (topic, t) in translators.items()
     }
 
 
-def _spans(committed: Mapping[str, Mapping[TP, tuple[int, str]]]) -> dict[TP, tuple[int, int]]:
+def _committed_past_end(cluster: ClusterConfig, ends: Mapping[TP, int]) -> dict[TP, int]:
+    """Per remote partition of ``ends`` (where the last copy in its log ends on ``cluster``), where
+    its first committed record at or past there is: one read_committed fetch per broker for them
+    all. Before it lie only the markers closing the flow's transactions and records they aborted;
+    the fetch stops at the last stable offset, so it never passes a record an open transaction may
+    still commit (a copy in flight)."""
+    if not ends:
+        return {}
+    with control_plane_read(cluster.consumer, cluster.alias, *{t for t, _ in ends}) as connection:
+        return first_committed(connection, ends)
+
+
+def group_spans(committed: Mapping[str, Mapping[TP, tuple[int, str]]]) -> dict[TP, tuple[int, int]]:
     """Each partition's lowest and highest position among the groups."""
     spans: dict[TP, tuple[int, int]] = {}
     for offsets in committed.values():
@@ -104,27 +130,23 @@ def _spans(committed: Mapping[str, Mapping[TP, tuple[int, str]]]) -> dict[TP, tu
 
 
 def _translators(
-    store: OffsetsStore, flow: str, lowest: Mapping[TP, int] | None = None, *, on_target: bool = False
+    store: OffsetsStore, flow: str, lowest: Mapping[TP, int], *, on_target: bool = False
 ) -> dict[TP, tuple[str, OffsetTranslator]]:
-    """Each partition's translator from its batch log and gaps: the whole log, or with ``lowest`` the
-    part that translates offsets at or past each partition's lowest there (source offsets, or with
-    ``on_target`` target offsets of remote partitions): the rows that end past it, and the gaps from
-    the first of them on. Where the log was pruned below the source's log start, the pruned offsets
-    count as a gap: a group still positioned there (the source resets it to the log start) maps to
-    where the first record kept lands; so does a hole pruning left after the log's first row
+    """The translator of each partition of ``lowest`` from the part of its batch log and gaps that
+    translates offsets at or past its lowest there (source offsets, or with ``on_target`` target
+    offsets of remote partitions): the rows that end past it, and the gaps from the first of them
+    on. Where the log was pruned below the source's log start, the pruned offsets count as a gap: a
+    group still positioned there (the source resets it to the log start) maps to where the first
+    record kept lands; so does a hole pruning left after the log's first row
     (``core.translation.pruning_hole``). A log with any other hole is refused, naming the flow and
     the partition (``CorruptStateError``)."""
-    if lowest is None:
-        batches = store.batches(flow)
-    else:
-        batches = batches_from(store, flow, lowest, on_target=on_target)
     by_tp: dict[TP, list[Batch]] = {}
-    for b in batches:
+    for b in batches_from(store, flow, lowest, on_target=on_target):
         by_tp.setdefault((b.topic, b.partition), []).append(b)
     gaps: dict[TP, list[SourceGap]] = {}
     for g in store.gaps(flow):
         logged = by_tp.get((g.topic, g.partition))
-        if logged and (lowest is None or _past(g, logged[0], lowest, on_target)):
+        if logged and _past(g, logged[0], lowest, on_target):
             gaps.setdefault((g.topic, g.partition), []).append(g)
     for (topic, partition), began in store.pruned_from(flow).items():
         hole = pruning_hole(by_tp.get((topic, partition), ()), gaps.get((topic, partition), ()))
@@ -136,7 +158,7 @@ def _translators(
             continue
         # Read from its lowest on, only a lowest before the first row read needs the cut: it then
         # maps as any gap before that row would.
-        if lowest is None or (not on_target and lowest.get((topic, partition), began) < first.source_start):
+        if not on_target and lowest.get((topic, partition), began) < first.source_start:
             cut = SourceGap(
                 topic, partition, began, first.source_start, first.target_start, first.target_start
             )
@@ -181,11 +203,8 @@ def emit_checkpoints(session: FlowSession) -> CheckpointReport:
     groups = [g for g in source.consumer_groups() if flow.group_filter.should_replicate_group(g)]
     read_at = time.monotonic()
     committed = source.group_offsets(groups)
-    mirrored = store.progress(flow.name)
-    spans = _spans(committed)
-    translations = forward_translations(
-        store, flow.name, {tp: s[0] for tp, s in spans.items() if tp in mirrored}
-    )
+    spans = group_spans(committed)
+    translations = forward_translations(store, flow.name, spans, flow.target)
     if flow.settings.reverse_checkpoints:
         translations |= reverse_translations(store, flow.opposite, spans, flow.source)
     previous = checkpoints(store, flow.name)

@@ -4,7 +4,8 @@ Typically run with ``IdentityReplicationPolicy`` (remote topics keep their names
 the source are stopped. Invariants:
 - The drain is ordinary runs of the flow (same plan, copy, commit; same lock), repeated until one
   leaves no lag on any selected partition: it can neither duplicate nor skip a record.
-- Group positions are translated exactly (``OffsetTranslator`` over the batch log) and committed
+- Group positions are translated exactly (``OffsetTranslator`` over the batch log; a group that
+  read everything at the remote partition's end, past the drain's commit markers) and committed
   with MM2's safety rules: only groups idle on the target, and only forward. A dry run computes the
   same positions and commits none of them.
 - The report says what every step did and names every step that failed; it is written whatever
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mirrorflow.app import runner
-from mirrorflow.app.checkpoints import forward_translations
+from mirrorflow.app.checkpoints import forward_translations, group_spans
 from mirrorflow.app.flow_session import check_topic_subset
 from mirrorflow.app.remote_topics import remote_topic_changes
 from mirrorflow.app.run_folder import CUTOVER_REPORT, RunFolder, flow_runs, write_atomically
@@ -195,9 +196,9 @@ def translate_groups(config: MirrorConfig, flow_name: str, options: CutoverOptio
     dry run) committed there for idle groups, only forward."""
     flow = config.flow(flow_name)
     with OffsetsStore(config.offsets_db_url) as store:
-        translations = forward_translations(store, flow.name)
         with ClusterAdmin(flow.source) as source:
             committed = source.group_offsets(_groups(flow, source, options))
+        translations = forward_translations(store, flow.name, group_spans(committed), flow.target)
         positions, untranslated = next_positions(committed, translations, {})
         groups = sorted({p.group_id for p in positions})
         with ClusterAdmin(flow.target) as target:

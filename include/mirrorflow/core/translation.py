@@ -10,13 +10,18 @@ its offset-syncs topic.
 
 Invariants of ``translate``: it never points past a record that is not yet mirrored, and it points at
 the target copy of the first record at or after U, so a consumer that fails over re-reads nothing
-and skips nothing that was mirrored. ``reverse`` goes the other way for a failback: a consumer at
-target offset D resumes on the source at the source offset of the copy at D, the first record it has
-not consumed; at the end of the log, where the mirror's source progress ends. It never answers for a
-target offset the log does not cover (before its start, or past its end: records of a copy not
-committed yet), so a consumer failing back skips nothing it has not read. The one stretch past the
-end it answers for is the commit marker closing the last copy's transaction, which the next copy's
-batch covers: only when told where the first committed record past the end is.
+and skips nothing that was mirrored. With no mirrored record left at or after U, it points where the
+log ends on the target: the commit marker closing the last copy's transaction is there, so when told
+where the first committed record past the end is (read off the remote partition: past that marker
+and any records aborted after it, never past an open transaction's records) it points there, where a
+read_committed consumer that read the remote partition to its end stands, with no lag. ``reverse``
+goes the other way for a failback: a consumer at target offset D resumes on the source at the source
+offset of the copy at D, the first record it has not consumed; at the end of the log, where the
+mirror's source progress ends. It never answers for a target offset the log does not cover (before
+its start, or past its end: records of a copy not committed yet), so a consumer failing back skips
+nothing it has not read. The one stretch past the end it answers for is the commit marker closing the
+last copy's transaction, which the next copy's batch covers: only when told where the first committed
+record past the end is, as ``translate`` points there.
 
 Source gaps (records deleted from the source before they were mirrored, skipped) tile the log with
 the batches: a position inside a gap maps to where the first record after the gap landed, so the
@@ -223,22 +228,28 @@ class OffsetTranslator:
             following.append(r[0][1] if r else following[-1])
         self._next_record = following[::-1]
 
-    def translate(self, upstream: int) -> int | None:
+    def translate(self, upstream: int, committed_from: int | None = None) -> int | None:
         """The target offset a consumer at source offset ``upstream`` resumes at; ``None`` when the
-        offset precedes everything mirrored (MM2 emits no checkpoint then either)."""
+        offset precedes everything mirrored (MM2 emits no checkpoint then either). ``committed_from``,
+        when given, is where the first committed record at or past the log's target end is (read off
+        the remote partition): before it lie only the markers closing the copies' transactions and
+        records they aborted, so a consumer with no mirrored record left to read stands there."""
         if not self._segments or upstream < self._segments[0].source_start:
             return None
+        end = self._segments[-1].target_end
         if upstream >= self._segments[-1].source_end:
             # Not mirrored yet: the records from here on will land at the end of the remote partition.
-            return self._segments[-1].target_end
-        i = bisect.bisect_right(self._starts, upstream) - 1
-        found = self._runs[i]
-        k = bisect.bisect_right(self._run_starts[i], upstream) - 1
-        if k >= 0 and upstream < found[k][0] + found[k][2]:
-            return found[k][1] + (upstream - found[k][0])
-        # Before a run, between runs, or in a source gap (nothing before its end exists): the next
-        # record is the first of the next run, in this segment or a later one.
-        return found[k + 1][1] if k + 1 < len(found) else self._next_record[i + 1]
+            found_at = end
+        else:
+            i = bisect.bisect_right(self._starts, upstream) - 1
+            found = self._runs[i]
+            k = bisect.bisect_right(self._run_starts[i], upstream) - 1
+            if k >= 0 and upstream < found[k][0] + found[k][2]:
+                return found[k][1] + (upstream - found[k][0])
+            # Before a run, between runs, or in a source gap (nothing before its end exists): the next
+            # record is the first of the next run, in this segment or a later one.
+            found_at = found[k + 1][1] if k + 1 < len(found) else self._next_record[i + 1]
+        return committed_from if found_at == end and committed_from is not None else found_at
 
     @property
     def target_end(self) -> int | None:

@@ -1,8 +1,8 @@
 """Records read with Fetch, as Kafka's consumer reads them: the copy's fetch rounds (``fetch``), and
 the records read outside Spark: the copy's read-back (``records_of``), the verification's
 LogAppendTime ranges (``written_records``), the plan's gap check (``record_digests``), the
-failover's checkpoints (``read_partition``) and the reverse checkpoints' look past the last copy's
-commit marker (``first_committed``).
+failover's checkpoints (``read_partition``) and the checkpoints' look past the last copy's commit
+marker (``first_committed``).
 
 Invariants:
 - read_committed returns committed records only: aborted transactions and control batches are

@@ -1,7 +1,8 @@
 """A checkpoint pass reads only the batch-log rows its groups' positions need: translations built
 from each partition's lowest position on answer every offset at or past it exactly as the whole log
 does, forward and back, across rows of several windows, a source gap, and a log pruned at the
-source's log start. Over a real SQLite offsets table filled through its public API."""
+source's log start. Over a real SQLite offsets table filled through its public API; no group is at
+the log's end, where the remote partition would be read (tests/integration/test_checkpoints.py)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from mirrorflow.store.schema import gaps_table, pruned_table
 
 FLOW = "primary->backup"
 TP, REMOTE = ("orders", 0), ("primary.orders", 0)
-# Never reached: a group past the log's end would be read there, and no case puts one there.
+# Never reached: a group at or past the log's end would be read there, and no case puts one there.
 UNREACHABLE = ClusterConfig.__new__(ClusterConfig)
+SOURCE_END = 70
 
 
 def _micro_batch(source: int, target: int, records: int, marker: bool) -> Batch:
@@ -73,10 +75,11 @@ def store(tmp_path: Path, request: pytest.FixtureRequest) -> OffsetsStore:
 def test_translations_from_the_lowest_position_equal_the_whole_logs_at_and_past_it(
     store: OffsetsStore,
 ) -> None:
-    whole = forward_translations(store, FLOW)[TP].translate
+    whole = forward_translations(store, FLOW, {TP: (0, 0)}, UNREACHABLE)[TP].translate
     assert len(store.batches(FLOW)) == 9  # the first window merged; 8 micro-batches
-    for lowest in range(0, 75):
-        part = forward_translations(store, FLOW, {TP: lowest})[TP].translate
+    assert store.progress(FLOW)[TP].next_source_offset == SOURCE_END
+    for lowest in range(0, SOURCE_END):
+        part = forward_translations(store, FLOW, {TP: (lowest, lowest)}, UNREACHABLE)[TP].translate
         assert [part(u) for u in range(lowest, 75)] == [whole(u) for u in range(lowest, 75)], lowest
 
 
@@ -125,9 +128,10 @@ def test_a_hole_pruning_left_after_the_first_row_translates_as_the_gap_it_was(tm
     end = original.target_end
     assert end is not None
 
-    # Forward, from any group's lowest position on, and back: as the log did before the cut.
-    for lowest in range(0, 40):
-        part = forward_translations(store, FLOW, {TP: lowest})[TP].translate
+    # Forward, from any group's lowest position on (none at the log's end: nothing is read off the
+    # target), and back: as the log did before the cut.
+    for lowest in range(0, 35):
+        part = forward_translations(store, FLOW, {TP: (lowest, lowest)}, UNREACHABLE)[TP].translate
         assert [part(u) for u in range(lowest, 40)] == [original.translate(u) for u in range(lowest, 40)]
     for lowest in range(0, end + 1):
         back = reverse_translations(store, FLOW, {REMOTE: (lowest, lowest)}, UNREACHABLE)[REMOTE].translate
@@ -139,7 +143,7 @@ def test_a_hole_pruning_left_after_the_first_row_translates_as_the_gap_it_was(tm
     # a group still positioned below resumes at the first record kept.
     store.coalesce_batches(FLOW, "w", {TP: 30})
     assert [(b.source_start, b.source_end) for b in store.batches(FLOW)] == [(30, 35)]
-    whole = forward_translations(store, FLOW)[TP].translate
+    whole = forward_translations(store, FLOW, {TP: (0, 0)}, UNREACHABLE)[TP].translate
     assert [whole(u) for u in range(30, 40)] == [original.translate(u) for u in range(30, 40)]
     assert {whole(u) for u in range(0, 31)} == {original.translate(30)}
 
@@ -150,7 +154,7 @@ def test_a_hole_pruning_cannot_have_left_is_refused_naming_the_flow_and_the_part
     store, _ = _lost_between_batches(tmp_path, 2)  # two rows before the hole
 
     with pytest.raises(CorruptStateError) as caught:
-        forward_translations(store, FLOW)
+        forward_translations(store, FLOW, {TP: (0, 0)}, UNREACHABLE)
 
     assert str(caught.value).startswith(
         "flow primary->backup: batch log of orders-0 is not contiguous at source offset 10 (target 11): "

@@ -88,6 +88,23 @@ def test_reverse_past_the_end_answers_only_up_to_the_first_committed_record_read
     assert t.reverse(11, committed_from=10) is None
 
 
+def test_with_nothing_mirrored_left_a_position_stands_at_the_first_committed_record_past_the_end() -> None:
+    # Records 0-9, then source markers 10-11; the copy's records end at target offset 10, its commit
+    # marker is at 10.
+    t = OffsetTranslator([batch((0, 12), (0, 10))])
+
+    assert [t.translate(u) for u in (9, 10, 11, 12, 20)] == [9, 10, 10, 10, 10]
+    # Nothing committed up to 11 (the marker only): a consumer that read every copy stands at the
+    # remote partition's end, past the marker, as a read_committed consumer there does.
+    assert [t.translate(u, committed_from=11) for u in (0, 9, 10, 11, 12, 20)] == [0, 9, 11, 11, 11, 11]
+    # Records an earlier attempt aborted and their marker lie past it too.
+    assert t.translate(12, committed_from=14) == 14
+    # A committed record at 10 (a copy not in the log yet): the position stays at it.
+    assert t.translate(12, committed_from=10) == 10
+    # A failback and a failover of a group that read everything go back and forth to the same place.
+    assert t.translate(t.reverse(11, committed_from=11) or 0, committed_from=11) == 11
+
+
 def test_mm2s_rule_on_our_offset_syncs_never_skips_but_re_reads() -> None:
     batches = [batch((0, 12), (40, 45), (3, 40), (10, 43)), batch((12, 30), (45, 60), (15, 48))]
     syncs = [s for b in batches for s in offset_syncs(b)]
