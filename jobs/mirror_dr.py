@@ -7,7 +7,8 @@ Once its Spark application is up, the window waits its turn: it takes the flow's
 or when the window before hands it over at a micro-batch boundary; it then plans, copies and commits
 micro-batches for ``mirrorflow.dr.window.seconds`` and until the next window takes over, and writes
 the window's summary, which the report task turns into the run's counts or its error. The job ends
-itself as soon as it may no longer write (``app.window_lease``).
+itself as soon as it may no longer write, or the spark-submit that started it is gone
+(``app.window_lease``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from pyspark import SparkConf, SparkContext
 
 from mirrorflow.app.dag_spec import job_arguments
 from mirrorflow.app.dr_window import run_window
+from mirrorflow.app.window_lease import stop_process, watch_parent
 from mirrorflow.copy.spark_copy import StandingCopy
 
 
 def main(argv: list[str] | None = None) -> None:
+    # From its very start, whether its Spark application comes up or its window waits its turn.
+    watch_parent(stop_process)
     # The window's progress lines reach the task's log through spark-submit's output.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per gateway connection otherwise

@@ -29,7 +29,7 @@ from mirrorflow.app.flow_session import FlowSession
 from mirrorflow.app.freshness import staleness
 from mirrorflow.app.remote_topics import RemoteTopics
 from mirrorflow.app.schemas import sync_schemas
-from mirrorflow.app.window_lease import LEASE_SECONDS, Lease, await_turn, stop_process, watch_parent
+from mirrorflow.app.window_lease import LEASE_SECONDS, Lease, await_turn, stop_process
 from mirrorflow.config.dr import DrSettings
 from mirrorflow.config.keys import DR_HANDOVER_WAIT, MODE
 from mirrorflow.config.model import FlowConfig, MirrorConfig
@@ -499,7 +499,6 @@ def run_window(
     flow = config.flow(flow_name)
     dr = dr_settings_of(flow)
     started = datetime.now(UTC)
-    watch_parent(on_lost)
     # The window holds the flow as this attempt of its run: a retry of it started beside it is
     # another holder, which waits its turn instead of sharing the lock.
     holder = attempt_holder(run_id, secrets.token_hex(3))
