@@ -297,7 +297,7 @@ class FlowSession:
 
     def copy_in_transaction(self, plan: Plan, copy: Callable[[Grant], CopyResult]) -> CopyResult:
         """``copy`` of ``plan`` in one transaction of the flow's writer, committed once it returns; a
-        failed one is aborted (the writer fenced again)."""
+        failed one is aborted (``FlowTransactions.aborted``: the next one fences anew)."""
         transactions = self.transactions
         grant = transactions.begin(plan.partitions)
         with transactions.aborting():
