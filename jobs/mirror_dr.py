@@ -17,9 +17,10 @@ import logging
 
 from pyspark import SparkConf, SparkContext
 
+from mirrorflow.app.copy_guard import stop_process
 from mirrorflow.app.dag_spec import job_arguments
 from mirrorflow.app.dr_window import run_window
-from mirrorflow.app.window_lease import stop_process, watch_parent
+from mirrorflow.app.window_lease import watch_parent
 from mirrorflow.copy.spark_copy import StandingCopy
 
 

@@ -8,6 +8,7 @@ process shortly before the lock's expiry: no copy writes after its run's lock ex
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -39,16 +40,20 @@ def deadline_in(store: OffsetsStore, flow: str, run_id: str) -> datetime:
     return lock.expires_at - MARGIN
 
 
+def stop_process(why: str) -> None:
+    """End this process at once, saying ``why`` where it still can: the process that read its output
+    may be gone (a window whose spark-submit ended), which must not keep it alive."""
+    with contextlib.suppress(OSError):
+        print(why, file=sys.stderr)
+        sys.stderr.flush()
+    os._exit(EXIT_CODE)
+
+
 def exit_at(deadline: datetime, what: str) -> threading.Timer:
     """End this process at ``deadline`` whatever it is doing (a daemon timer)."""
-
-    def stop() -> None:
-        print(f"{what}: stopped at {deadline.isoformat()}, before its run's lock expires", file=sys.stderr)
-        sys.stderr.flush()
-        os._exit(EXIT_CODE)
-
+    why = f"{what}: stopped at {deadline.isoformat()}, before its run's lock expires"
     seconds = max((deadline - datetime.now(UTC)).total_seconds(), 0.0)
-    timer = threading.Timer(seconds, stop)
+    timer = threading.Timer(seconds, stop_process, (why,))
     timer.daemon = True
     timer.start()
     return timer

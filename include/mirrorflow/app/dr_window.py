@@ -25,11 +25,12 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from mirrorflow.app.checkpoints import emit_checkpoints
+from mirrorflow.app.copy_guard import stop_process
 from mirrorflow.app.flow_session import FlowSession
 from mirrorflow.app.freshness import staleness
 from mirrorflow.app.remote_topics import RemoteTopics
 from mirrorflow.app.schemas import sync_schemas
-from mirrorflow.app.window_lease import LEASE_SECONDS, Lease, await_turn, stop_process
+from mirrorflow.app.window_lease import LEASE_SECONDS, Lease, await_turn
 from mirrorflow.config.dr import DrSettings
 from mirrorflow.config.keys import DR_HANDOVER_WAIT, MODE
 from mirrorflow.config.model import FlowConfig, MirrorConfig

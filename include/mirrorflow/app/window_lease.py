@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
 
-from mirrorflow.app.copy_guard import EXIT_CODE
+from mirrorflow.app.copy_guard import stop_process
 from mirrorflow.errors import CommitConflictError, FlowLockedError, TransientError
 from mirrorflow.store.handover import hand_over, offer_successor, renew_lock, withdraw_offer
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -40,13 +39,6 @@ MARGIN_S = 5.0
 # How often a waiting window looks whether the lock is its, and renews its offer.
 LOOK_EVERY_S = 0.05
 OFFER_EVERY_S = 1.0
-
-
-def stop_process(why: str) -> None:
-    """Ends this process at once (a window that may no longer write must not finish a micro-batch)."""
-    print(why, file=sys.stderr)
-    sys.stderr.flush()
-    os._exit(EXIT_CODE)
 
 
 def watch_parent(on_lost: Callable[[str], None], every_s: float = 1.0) -> None:
