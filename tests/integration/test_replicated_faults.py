@@ -45,7 +45,10 @@ from windows import WindowThread
 
 from mirrorflow.app import runner
 from mirrorflow.config.model import MirrorConfig
+from mirrorflow.core.plan import transactional_id
 from mirrorflow.core.window import WindowSummary
+from mirrorflow.kafka.connection import kept_open
+from mirrorflow.kafka.transactions import coordinator
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import local_kafka, sample_data
 from mirrorflow_dev.paths import REPO_ROOT
@@ -327,18 +330,27 @@ def test_a_copy_frozen_past_the_brokers_expiry_check_and_resumed_appends_nothing
 
 
 def _window_through(
-    clusters: Clusters, config: MirrorConfig, topic: str, spark: SparkSession, fault: Callable[[], None]
+    clusters: Clusters,
+    config: MirrorConfig,
+    topic: str,
+    spark: SparkSession,
+    fault: Callable[[], None],
+    producing_s: float = 30,
 ) -> None:
-    """A 40 s DR window while records arrive on three partitions for its first 30 s; 10 s in,
-    ``fault``. The window must end without an error, every record mirrored once and in order, its
-    micro-batches' batch log one row per partition."""
+    """A DR window (``_dr_config``) while records arrive on three partitions for its first
+    ``producing_s``, and at least as long as ``fault`` takes; 10 s in, ``fault``. The window must end
+    without an error, every record mirrored once and in order, its micro-batches' batch log one row
+    per partition."""
     primary, backup = clusters["primary"], clusters["backup"]
-    with WindowThread(spark, config, FLOW) as window, Producing(primary.bootstrap, topic, 3) as producing:
+    with (
+        WindowThread(spark, config, FLOW, timeout=300) as window,
+        Producing(primary.bootstrap, topic, 3) as producing,
+    ):
         window.start()
         started = time.monotonic()
         time.sleep(10)
         fault()
-        time.sleep(max(0.0, started + 30 - time.monotonic()))
+        time.sleep(max(0.0, started + producing_s - time.monotonic()))
 
     (summary,) = window.summaries
     assert isinstance(summary, WindowSummary) and summary.error is None, summary
@@ -352,13 +364,69 @@ def _window_through(
         ]
 
 
-def _dr_config(write: Callable[[str], MirrorConfig], clusters: Clusters, topic: str) -> MirrorConfig:
+def _dr_config(
+    write: Callable[[str], MirrorConfig], clusters: Clusters, topic: str, window_s: int = 40
+) -> MirrorConfig:
     create_topic(clusters["primary"].bootstrap, topic, 3, replication_factor=3)
     return write(
         f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n{FLOW}.mirrorflow.mode = dr\n"
-        f"{FLOW}.mirrorflow.dr.window.seconds = 40\n{FLOW}.mirrorflow.dr.idle.wait.ms = 100\n"
+        f"{FLOW}.mirrorflow.dr.window.seconds = {window_s}\n{FLOW}.mirrorflow.dr.idle.wait.ms = 100\n"
         f"{FLOW}.mirrorflow.dr.handover.wait.seconds = 0\n"
     )
+
+
+def _frozen(node: local_kafka.LocalCluster, seconds: float) -> None:
+    """``node``'s broker SIGSTOPped for ``seconds``: its connections hang, nothing is refused, and the
+    controller moves its leaderships once it stops heartbeating."""
+    os.kill(node.pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(node.pid, signal.SIGCONT)
+
+
+def test_the_target_leader_frozen_70_s_mid_dr_window_is_waited_out(
+    replicated_clusters: Clusters,
+    write_replicated_config: Callable[[str], MirrorConfig],
+    restored: None,
+    spark: SparkSession,
+    unique_name: str,
+) -> None:
+    """Longer than a micro-batch's transaction may stay open (60 s): its coordinator aborts it, and
+    the window's writer finds itself fenced. That is its coordinator's abort, not a newer writer: the
+    window waits it out, fences anew and mirrors on, losing and duplicating nothing."""
+    backup, remote = replicated_clusters["backup"], f"primary.{unique_name}"
+    config = _dr_config(write_replicated_config, replicated_clusters, unique_name, window_s=120)
+
+    def freeze_leader() -> None:
+        _frozen(backup.node(_leader(backup, remote)), 70)
+
+    _window_through(replicated_clusters, config, unique_name, spark, freeze_leader, producing_s=100)
+
+
+def test_the_transaction_coordinator_frozen_mid_dr_window_is_waited_out(
+    replicated_clusters: Clusters,
+    write_replicated_config: Callable[[str], MirrorConfig],
+    restored: None,
+    spark: SparkSession,
+    unique_name: str,
+) -> None:
+    """The broker coordinating the flow's transactions frozen for 45 s while the window begins and
+    commits micro-batches: requests to it go unanswered (an EndTxn among them, when it lands there)
+    until the coordinator moves; the window waits it out and mirrors on."""
+    backup = replicated_clusters["backup"]
+    config = _dr_config(write_replicated_config, replicated_clusters, unique_name, window_s=90)
+
+    def freeze_coordinator() -> None:
+        _frozen(backup.node(_coordinator(backup, transactional_id(FLOW))), 45)
+
+    _window_through(replicated_clusters, config, unique_name, spark, freeze_coordinator, producing_s=70)
+
+
+def _coordinator(cluster: ReplicatedCluster, txn_id: str) -> int:
+    """The node coordinating ``txn_id``'s transactions."""
+    with kept_open({"bootstrap.servers": cluster.bootstrap}, "target", ()) as connection:
+        return coordinator(connection, txn_id)
 
 
 def test_the_target_leader_killed_mid_dr_window_loses_and_duplicates_nothing(
