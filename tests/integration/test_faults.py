@@ -337,8 +337,8 @@ def test_a_copy_task_killed_once_is_run_again_by_spark_and_the_job_succeeds(
 def _kill_workers(proc: subprocess.Popen[bytes]) -> list[int]:
     """SIGKILL the job's PySpark workers (the processes its PySpark daemon forked for its tasks), as
     a worker dies; their PIDs."""
-    daemon = [p.pid for p in live_processes() if _of_job(p, proc) and "pyspark.daemon" in p.cmdline]
-    workers = [c.pid for pid in daemon for c in psutil.Process(pid).children() if c.pid not in daemon]
+    pyspark = {p.pid for p in live_processes() if _of_job(p, proc) and "pyspark.daemon" in p.cmdline}
+    workers = [pid for pid in pyspark if psutil.Process(pid).ppid() in pyspark]
     for pid in workers:
         os.kill(pid, signal.SIGKILL)
     return workers
