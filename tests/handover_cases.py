@@ -12,8 +12,8 @@ from datetime import timedelta
 import pytest
 from offsets_store_cases import FLOW, T0, FakeClock
 
-from mirrorflow.core.progress import SUCCESSOR_FRESH_SECONDS, Successor
-from mirrorflow.errors import CommitConflictError
+from mirrorflow.core.progress import SUCCESSOR_FRESH_SECONDS, Successor, attempt_holder
+from mirrorflow.errors import CommitConflictError, FlowLockedError
 from mirrorflow.store.handover import hand_over, offer_successor, renew_lock, successor_of, withdraw_offer
 from mirrorflow.store.offsets_store import OffsetsStore
 
@@ -79,3 +79,21 @@ def test_a_lease_is_renewed_by_its_holder_and_a_lapsed_one_is_taken_over(
     assert store.lock_holder(FLOW) == "w2"
     with pytest.raises(CommitConflictError, match="run w1 cannot renew its lease"):
         renew_lock(store, FLOW, "w1", LEASE)
+
+
+def test_two_attempts_of_one_window_never_hold_the_lock_together(
+    store: OffsetsStore, clock: FakeClock
+) -> None:
+    # An Airflow retry of a window started beside its first attempt, still alive: another holder,
+    # which waits its turn; the run's release (its teardown) frees the lock whichever attempt holds it.
+    first, retry = attempt_holder("w1", "a"), attempt_holder("w1", "b")
+    store.acquire_lock(FLOW, first, LEASE)
+    lock = store.lock_info(FLOW)
+    assert lock is not None and not lock.free_for(retry, store.now())
+    with pytest.raises(FlowLockedError):
+        store.acquire_lock(FLOW, retry, LEASE)
+    with pytest.raises(CommitConflictError, match="cannot renew its lease"):
+        renew_lock(store, FLOW, retry, LEASE)
+    assert not store.release_lock(FLOW, "w2")
+    assert store.release_lock(FLOW, "w1")
+    assert store.lock_holder(FLOW) is None
