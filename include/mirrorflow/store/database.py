@@ -1,5 +1,6 @@
 """The database under the offsets store, whatever its SQLAlchemy URL: the engine (SQLite: the file's
-folder, a busy timeout, ``BEGIN IMMEDIATE`` for writes; PostgreSQL: a connect timeout), the schema's
+folder, a busy timeout, ``BEGIN IMMEDIATE`` for writes; PostgreSQL: connect, statement, lock-wait and
+TCP timeouts), the schema's
 creation, outages and read-only databases as ``TransientError``, and insert-if-absent.
 
 ``OffsetsStore`` (``mirrorflow.store.offsets_store``) is the only user of the engine; the URL helpers
@@ -38,6 +39,13 @@ from mirrorflow.store.schema import metadata
 
 DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 10
+# PostgreSQL: no statement may hang longer, nor wait longer for a row another transaction holds, nor
+# a connection stay silent longer, than a DR window may go without renewing its lease (30 s, less
+# the 5 s it stops before): a window whose database call hangs finds out and stops in time, instead
+# of mirroring on past a lease another window may take. A URL's own ``options`` win.
+_PG_STATEMENT_TIMEOUT_MS = 20_000
+_PG_LOCK_TIMEOUT_MS = 10_000
+_PG_TCP_USER_TIMEOUT_MS = 20_000
 # A connection's execution option: does its transaction write (SQLite: BEGIN IMMEDIATE)?
 WRITE_OPTION = "mirrorflow_write"
 # Rows per INSERT statement of a bulk insert.
@@ -105,12 +113,14 @@ def create_store_engine(url: str, redacted: str, busy_timeout_seconds: float) ->
                 "create it, writable for this worker, or point mirrorflow.offsets.db.url elsewhere"
             ) from error
         connect_args["timeout"] = busy_timeout_seconds
-    elif (
-        parsed.get_backend_name() == "postgresql"
-        and parsed.get_driver_name() in ("psycopg2", "psycopg")
-        and "connect_timeout" not in parsed.query
-    ):
-        connect_args["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT_SECONDS
+    elif parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in ("psycopg2", "psycopg"):
+        defaults = {
+            "connect_timeout": DEFAULT_CONNECT_TIMEOUT_SECONDS,
+            "tcp_user_timeout": _PG_TCP_USER_TIMEOUT_MS,
+            "options": f"-c statement_timeout={_PG_STATEMENT_TIMEOUT_MS} "
+            f"-c lock_timeout={_PG_LOCK_TIMEOUT_MS}",
+        }
+        connect_args.update({k: v for k, v in defaults.items() if k not in parsed.query})
     try:
         engine = create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
     except (exc.ArgumentError, exc.NoSuchModuleError, ImportError) as error:
