@@ -44,7 +44,7 @@ from mirrorflow.core.translation import OffsetTranslator
 from mirrorflow.kafka.connection import READ_COMMITTED, READ_UNCOMMITTED, end_offsets, kept_open
 from mirrorflow.kafka.record_reads import read_records
 from mirrorflow.store.offsets_store import OffsetsStore
-from mirrorflow_dev import kafka_home, local_kafka, paths, processes, sample_data
+from mirrorflow_dev import class_sharing, local_kafka, paths, processes, sample_data
 from mirrorflow_dev.devenv import airflow_env
 from mirrorflow_dev.kafka_security import SUPER_USER, BrokerSecurity, ScramSecurity
 from mirrorflow_dev.local_airflow import LocalAirflow
@@ -560,7 +560,7 @@ def mirror_client(cluster: LocalCluster, source: str, group: str, *hops: str) ->
     ``source`` ("-": none), each with its lag (a read_committed consumer's end offset minus it)."""
     classpath = os.pathsep.join(str(j) for j in sorted(paths.kafka_libs().glob("*.jar")))
     # A one-shot program: the JIT's first tier only, as the local brokers run.
-    java = ["java", kafka_home.QUICK_JIT, "-cp", classpath, str(JAVA_CHECK)]
+    java = ["java", class_sharing.QUICK_JIT, "-cp", classpath, str(JAVA_CHECK)]
     done = subprocess.run(
         [*java, cluster.bootstrap, source, group, *hops],
         capture_output=True, text=True, timeout=180, check=False,

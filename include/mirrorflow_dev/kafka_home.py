@@ -144,15 +144,11 @@ def random_cluster_id() -> str:
             return text
 
 
-# The JIT's first tier only: see the module's docstring.
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
-
-
 def jvm_options(home: Path, full_jit: bool = False) -> list[str]:
     """Logging into ``home``, the JIT's first tier only unless ``full_jit``, and the brokers' shared
     classes (``class_sharing``)."""
     return [
-        *(() if full_jit else (QUICK_JIT,)),
+        *(() if full_jit else (class_sharing.QUICK_JIT,)),
         *class_sharing.options("kafka"),
         f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
         f"-Dkafka.logs.dir={home / 'logs'}",

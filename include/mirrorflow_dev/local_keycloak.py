@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mirrorflow_dev import paths, servers
+from mirrorflow_dev import class_sharing, paths, servers
 from mirrorflow_dev.java21 import Java21Missing, java21_home
 from mirrorflow_dev.processes import free_port
 
@@ -60,8 +60,6 @@ AUDIENCE = "kafka"  # every access token's ``aud``: what a broker's sasl.oauthbe
 # refuses a scope it does not know.
 SCOPE = "kafka"
 HEAP = "-Xms64m -Xmx512m"
-# The JIT's first tier only (C1), as local_kafka's test brokers: a third less start-up CPU, beside them.
-JIT = "-XX:TieredStopAtLevel=1"
 _COPIED = ("bin/kc.sh", "conf", "providers", "themes", "version.txt", "lib/quarkus-run.jar", "lib/app")
 _JVM_MAIN = "io.quarkus.bootstrap.runner.QuarkusEntryPoint"
 
@@ -185,7 +183,7 @@ def start_keycloak(
         env.update(
             JAVA_HOME=str(java),
             JAVA_OPTS_KC_HEAP=HEAP,
-            JAVA_OPTS_APPEND=JIT,
+            JAVA_OPTS_APPEND=class_sharing.QUICK_JIT,
             KC_BOOTSTRAP_ADMIN_USERNAME=ADMIN,
             KC_BOOTSTRAP_ADMIN_PASSWORD=password,
         )

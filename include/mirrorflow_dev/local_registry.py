@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mirrorflow_dev import paths, servers
+from mirrorflow_dev import class_sharing, paths, servers
 from mirrorflow_dev.java21 import Java21Missing, java21_home
 from mirrorflow_dev.processes import free_ports
 
@@ -39,8 +39,6 @@ log = logging.getLogger(__name__)
 POM = paths.REPO_ROOT / "jvm" / "apicurio" / "pom.xml"
 CCOMPAT = "/apis/ccompat/v7"
 HEAP = ["-Xms64m", "-Xmx384m"]
-# The JIT's first tier only (C1), as the test brokers: less start-up CPU beside them.
-JIT = "-XX:TieredStopAtLevel=1"
 # On the command line, so that a PID's cmdline says which home's server it is.
 _HOME_PROPERTY = "-Dmirrorflow.registry.home="
 
@@ -96,7 +94,7 @@ def start_registry(root: Path, *, timeout: float = 120.0) -> LocalRegistry:
     cmd = [
         str(java),
         *HEAP,
-        JIT,
+        class_sharing.QUICK_JIT,
         f"{_HOME_PROPERTY}{home}",
         f"-Djava.io.tmpdir={home / 'tmp'}",
         "-Dquarkus.http.host=127.0.0.1",
