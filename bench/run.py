@@ -29,8 +29,9 @@
    - mm2-drop-header, ours-drop-header (only when named): mm2 and ours with Connect's DropHeaders of the
             workload's `origin` header as the flow's transforms (ours then copies record by record);
             verified against the source fingerprint without that header;
-   - ours-schemas (only when named, W1A only): ours with both registries named, so the flow syncs the
-            schemas and rewrites each value's schema id (record by record); verified against the source
+   - ours-schemas (only when named, W1A only): ours with both registries named and every topic's values
+            declared framed (keys plain), so the flow syncs the schemas and rewrites each value's schema
+            id (record by record); verified against the source
             fingerprint with the target's ids mapped back to the source's. mm2 and ours copy W1A's
             values as they are (ids unchanged);
    every copy is verified partition by partition against the source fingerprint;

@@ -93,8 +93,10 @@ class TransformError(RecordRefusedError):
 
 
 class SchemaIdError(RecordRefusedError):
-    """A mirrored key or value carries a schema id the flow's schema sync did not map (named with its
-    partition and offset): copied as it is, it would mean another schema, or none, on the target."""
+    """A mirrored key or value carries a schema id (named with its partition and offset) that the
+    flow's schema sync did not map, on a side declared framed, or that the source registry holds, on
+    a side declared neither framed nor plain: copied as it is, it would mean another schema, or none,
+    on the target. The message names the subject holding it and the one thing to do."""
 
 
 class PartitionsFailedError(MirrorError):

@@ -192,7 +192,11 @@ CONFIG_CASES = [
         "mirrorflow.schema.registry.target.ssl.ca.location, "
         "mirrorflow.schema.registry.target.ssl.certificate.location, "
         "mirrorflow.schema.registry.target.ssl.key.location, mirrorflow.schema.registry.subjects.include, "
-        "mirrorflow.schema.registry.subjects.exclude, mirrorflow.state.dir, "
+        "mirrorflow.schema.registry.subjects.exclude, "
+        "mirrorflow.schema.registry.subject.name.strategies, "
+        "mirrorflow.schema.registry.framed.key.topics, mirrorflow.schema.registry.framed.value.topics, "
+        "mirrorflow.schema.registry.plain.key.topics, mirrorflow.schema.registry.plain.value.topics, "
+        "mirrorflow.state.dir, "
         "mirrorflow.offsets.db.url",
     ),
     ConfigCase(

@@ -1,20 +1,29 @@
 """Schemas travel with the data, on real schema registries (Apicurio Registry's Confluent API, one per
-cluster): records produced with Confluent's Avro and Protobuf serializers on the source, a schema
-evolving mid-stream (in a batch run and while a DR window mirrors), a Protobuf schema importing
-another (a schema reference), decode on the target with the target's registry to exactly what was
-produced, although the two registries number the schemas differently; a record whose id the source
-registry does not hold is never copied."""
+cluster): records produced with Confluent's Avro and Protobuf serializers on the source, under each
+subject name strategy, a schema evolving mid-stream (in a batch run and while a DR window mirrors), a
+Protobuf schema importing another (a schema reference), decode on the target with the target's
+registry to exactly what was produced, although the two registries number the schemas differently;
+a record whose id the source registry does not hold is never copied; keys and values of sides not
+declared framed pass byte for byte, or stop their partition where they may carry a source id."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.schema_registry import RegisteredSchema, Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import (
+    RegisteredSchema,
+    Schema,
+    SchemaRegistryClient,
+    record_subject_name_strategy,
+    topic_record_subject_name_strategy,
+)
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -39,6 +48,7 @@ from mirrorflow_dev.local_registry import LocalRegistry
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 FLOW = "primary->backup"
+SR = "mirrorflow.schema.registry."
 ORDER_V1 = {
     "type": "record",
     "name": "Order",
@@ -77,14 +87,19 @@ def _config(
     registries: dict[str, LocalRegistry],
     topic: str,
     extra: str = "",
+    *,
+    framed: str = "key, value",
 ) -> Any:
+    """A flow of ``topic`` (a list of topics) naming both registries, with ``topic``'s ``framed``
+    sides declared framed."""
+    declared = "".join(f"{FLOW}.{SR}framed.{side.strip()}.topics = {topic}\n" for side in framed.split(","))
     return write_mm2(
         tmp_path,
         {"primary": clusters["primary"], "backup": clusters["backup"]},
         1,
         f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n"
-        f"{FLOW}.mirrorflow.schema.registry.source.url = {registries['primary'].url}\n"
-        f"{FLOW}.mirrorflow.schema.registry.target.url = {registries['backup'].url}\n{extra}",
+        f"{FLOW}.{SR}source.url = {registries['primary'].url}\n"
+        f"{FLOW}.{SR}target.url = {registries['backup'].url}\n{declared if framed else ''}{extra}",
     )
 
 
@@ -217,8 +232,9 @@ def test_a_record_whose_schema_id_the_source_registry_lacks_is_never_copied(
     tmp_path: Path,
     on_error: str,
 ) -> None:
-    """Partition 0 holds a value whose id no registry knows, partition 1 only good records: nothing
-    of partition 0 is copied; with ``isolate`` partition 1 is, and the run fails naming partition 0."""
+    """Partition 0 holds a value whose id no registry knows, partition 1 only good records: the record
+    is never copied, and the message, the source registry asked, names no subject to include; with
+    ``isolate`` partition 1 is copied, and the run fails naming partition 0."""
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
     create_topic(primary.bootstrap, unique_name, 2)
     good = [(p, {"id": p, "item": "a"}) for p in (0, 1)]
@@ -237,15 +253,160 @@ def test_a_record_whose_schema_id_the_source_registry_lacks_is_never_copied(
     with pytest.raises((SchemaIdError, PartitionsFailedError)) as caught:
         run_flow(config, FLOW, "dangling", spark)
 
-    assert f"{unique_name}-0 offset 1: the record's value carries schema id 987654" in str(caught.value)
+    # The source registry was asked: no subject holds the id, so no subject is named to include.
+    assert (
+        f"{unique_name}-0 offset 1: its value carries schema id 987654, and no subject of the source "
+        f"registry {registries['primary'].url} holds that id, so no sync can map it"
+    ) in str(caught.value)
+    assert "subjects.include" not in str(caught.value)
     remote = f"primary.{unique_name}"
-    assert sample_data.read_partition(backup.bootstrap, remote, 0) == []
+    # The refused record never reaches the target. Under isolate the copy's transaction commits what
+    # the partition wrote before it, if anything: its next run reads that back and skips it.
+    assert _decoded(backup.bootstrap, registries["backup"].url, remote, 0) in ([], [({"id": 0}, good[0][1])])
     copied = sample_data.read_partition(backup.bootstrap, remote, 1)
     if on_error == "fail":
         assert isinstance(caught.value, SchemaIdError) and copied == []
     else:
         assert isinstance(caught.value, PartitionsFailedError)
         assert _decoded(backup.bootstrap, registries["backup"].url, remote, 1) == [({"id": 1}, good[1][1])]
+
+
+Strategy = Callable[[SerializationContext | None, str | None], str | None]
+Serialize = Callable[[dict[str, Any], SerializationContext], bytes | None]
+
+
+def _avro(
+    client: SchemaRegistryClient, schema: dict[str, Any], strategy: Strategy | None = None
+) -> Serialize:
+    """Confluent's Avro serializer of ``schema`` registering under ``strategy``'s subjects (its
+    default: TopicNameStrategy)."""
+    conf: dict[str, Strategy] = {"subject.name.strategy": strategy} if strategy else {}
+    serialize: Serialize = AvroSerializer(client, json.dumps(schema), conf=conf)
+    return serialize
+
+
+def test_records_of_every_subject_name_strategy_decode_on_the_target_to_what_was_produced(
+    kafka_clusters: dict[str, LocalCluster],
+    registries: dict[str, LocalRegistry],
+    unique_name: str,
+    spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    """Values serialized under TopicNameStrategy, RecordNameStrategy and TopicRecordNameStrategy, keys
+    under TopicRecordNameStrategy: each schema travels under its strategy's subject (a record's keeps
+    its name, the topic's are renamed for the remote topic) and every key and value decodes on the
+    target to what was produced, and verifies. Every value topic is declared framed by a pattern
+    (``.*``)."""
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    source_sr, target_sr = registries["primary"].url, registries["backup"].url
+    namespace = "ns" + re.sub(r"\W", "_", unique_name)  # record subjects are the registry's, not the topic's
+    payment = {**ORDER_V1, "name": "Payment", "namespace": namespace}
+    refund = {**ORDER_V1, "name": "Refund", "namespace": namespace}
+    key = {**KEY, "namespace": namespace}
+    target = registry_client(target_sr)
+    target.register_schema(f"{unique_name}-other-value", Schema(json.dumps({**KEY, "name": "Other"}), "AVRO"))
+    create_topic(primary.bootstrap, unique_name, 1)
+    client = registry_client(source_sr)
+    keys = _avro(client, key, topic_record_subject_name_strategy)
+    values = [
+        (_avro(client, ORDER_V1), {"id": 1, "item": "order"}),
+        (_avro(client, payment, record_subject_name_strategy), {"id": 2, "item": "payment"}),
+        (_avro(client, refund, topic_record_subject_name_strategy), {"id": 3, "item": "refund"}),
+    ]
+    producer = sample_data.producer(primary.bootstrap)
+    for serialize, row in values:
+        producer.produce(
+            unique_name,
+            key=keys({"id": row["id"]}, SerializationContext(unique_name, MessageField.KEY)),
+            value=serialize(row, SerializationContext(unique_name, MessageField.VALUE)),
+        )
+    producer.flush(30)
+    config = _config(
+        tmp_path,
+        kafka_clusters,
+        registries,
+        unique_name,
+        f"{FLOW}.{SR}framed.value.topics = .*\n",
+        framed="key",
+    )
+
+    run_flow(config, FLOW, "strategies", spark)
+
+    remote = f"primary.{unique_name}"
+    produced = _decoded(primary.bootstrap, source_sr, unique_name, 0)
+    assert [v for _, v in produced] == [row for _, row in values]
+    assert _decoded(backup.bootstrap, target_sr, remote, 0) == produced
+    assert {f"{remote}-value", f"{namespace}.Payment", f"{remote}-{namespace}.Refund"} <= set(
+        target.get_subjects()
+    )
+    assert target.get_versions(f"{remote}-{namespace}.OrderKey") == [1]
+    # Spark's verification finds each strategy's subjects on the target, as the copy mapped them.
+    verdicts = verify_ranges(spark, config.flow(FLOW), plan_verification(config, FLOW, "verify")).partitions
+    assert [(v.source.records, v.source == v.target) for v in verdicts] == [(3, True)]
+
+
+def test_plain_and_undeclared_sides_pass_byte_for_byte_and_a_source_id_stops_only_its_partition(
+    kafka_clusters: dict[str, LocalCluster],
+    registries: dict[str, LocalRegistry],
+    unique_name: str,
+    spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    """``<name>-plain``: Avro values (declared framed), int64 keys declared plain, each key's bytes
+    looking framed with the id of the topic's own key subject: every key passes byte for byte.
+    ``<name>-mixed``, values undeclared: on partition 0 an Avro value, whose id the source registry
+    holds (refused: only that partition stops, under isolate); on partition 1 int64 values looking
+    framed with an id no subject holds (passed byte for byte)."""
+    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    source_sr, target_sr = registries["primary"].url, registries["backup"].url
+    plain, mixed = f"{unique_name}-plain", f"{unique_name}-mixed"
+    create_topic(primary.bootstrap, plain, 1)
+    create_topic(primary.bootstrap, mixed, 2)
+    client = registry_client(source_sr)
+    key_id = client.register_schema(f"{plain}-key", Schema(json.dumps(KEY), "AVRO"))
+    int64_keys = [(key_id << 24 | i).to_bytes(8, "big") for i in range(3)]  # 0, key_id, then i
+    assert {schema_id(k) for k in int64_keys} == {key_id}
+    orders = _avro(client, ORDER_V1)
+    producer = sample_data.producer(primary.bootstrap)
+    for i, k in enumerate(int64_keys):
+        row = {"id": i, "item": "plain"}
+        producer.produce(plain, key=k, value=orders(row, SerializationContext(plain, MessageField.VALUE)))
+    framed = orders({"id": 9, "item": "mixed"}, SerializationContext(mixed, MessageField.VALUE))
+    producer.produce(mixed, key=b"framed", value=framed, partition=0)
+    int64_values = [(987_654 << 24 | i).to_bytes(8, "big") for i in range(2)]
+    for v in int64_values:
+        producer.produce(mixed, key=b"int64", value=v, partition=1)
+    producer.flush(30)
+    config = _config(
+        tmp_path,
+        kafka_clusters,
+        registries,
+        f"{plain}, {mixed}",
+        f"{FLOW}.{SR}framed.value.topics = {plain}\n{FLOW}.{SR}plain.key.topics = {plain}\n"
+        f"{FLOW}.mirrorflow.on.partition.error = isolate\n",
+        framed="",
+    )
+
+    with pytest.raises(PartitionsFailedError) as caught:
+        run_flow(config, FLOW, "sides", spark)
+
+    message = str(caught.value)
+    assert "1 partitions failed" in message
+    assert (
+        f"{mixed}-0 offset 0: its value looks like Confluent's wire format, with schema id "
+        f"{schema_id(framed)}, which the source registry's subject {mixed}-value holds, and the flow "
+        f"declares {mixed}'s values neither framed nor plain"
+    ) in message
+    assert f"add {mixed} to {SR}framed.value.topics" in message
+    copied = sample_data.read_partition(backup.bootstrap, f"primary.{plain}", 0)
+    assert [r.key for r in copied] == int64_keys
+    assert [v for _, v in _decoded(backup.bootstrap, target_sr, f"primary.{plain}", 0)] == [
+        {"id": i, "item": "plain"} for i in range(3)
+    ]
+    assert sample_data.read_partition(backup.bootstrap, f"primary.{mixed}", 0) == []
+    assert [
+        r.value for r in sample_data.read_partition(backup.bootstrap, f"primary.{mixed}", 1)
+    ] == int64_values
 
 
 def test_protobuf_records_with_a_referenced_schema_decode_on_the_target_to_what_was_produced(
@@ -255,9 +416,10 @@ def test_protobuf_records_with_a_referenced_schema_decode_on_the_target_to_what_
     unique_name: str,
     tmp_path: Path,
 ) -> None:
-    """Values in Protobuf, keys plain strings (no subject: they pass as they are); Order's second
-    version mid-stream. Every target value's id names, in the target registry, the very schema its
-    source id names in the source's, with the reference renamed nowhere (a file's subject)."""
+    """Values in Protobuf (declared framed), keys plain strings (undeclared: they pass as they are);
+    Order's second version mid-stream. Every target value's id names, in the target registry, the
+    very schema its source id names in the source's, with the reference renamed nowhere (a file's
+    subject)."""
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
     source_sr, target_sr = registries["primary"].url, registries["backup"].url
     create_topic(primary.bootstrap, unique_name, 1)
@@ -276,7 +438,7 @@ def test_protobuf_records_with_a_referenced_schema_decode_on_the_target_to_what_
         value = serializers[type(order)](order, context)
         producer.produce(unique_name, key=f"order-{order.id}".encode(), value=value, partition=0)
     producer.flush(30)
-    run_flow(_config(tmp_path, kafka_clusters, registries, unique_name), FLOW, "proto", spark)
+    run_flow(_config(tmp_path, kafka_clusters, registries, unique_name, framed="value"), FLOW, "proto", spark)
 
     remote = f"primary.{unique_name}"
     target = registry_client(target_sr)

@@ -165,7 +165,7 @@ def drain(
             time.sleep(_LOCK_WAIT_SECONDS)
             continue
         runs += 1
-        subjects.update(plan.schema_ids.subjects())
+        subjects.update(plan.schema_ids.subjects)
         try:
             if plan.partitions and not plan.in_process:
                 copy(plan)

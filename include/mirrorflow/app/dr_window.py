@@ -216,7 +216,7 @@ class _Window:
             return False
         assert self.topics is not None  # set by sync
         with self.steps.timed("schemas"):
-            synced = sync_schemas(self.flow.name, self.flow.schemas, self.topics.remote_names)
+            synced = sync_schemas(self.flow, self.topics.remote_names)
         grew, self.schema_ids = synced.ids != self.schema_ids.ids, synced
         return grew
 

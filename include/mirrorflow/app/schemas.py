@@ -3,12 +3,17 @@ and the map of schema ids its copy applies (``core.schema_ids``).
 
 Invariants:
 - The sync runs after the plan read the source's ends: a record in the planned range was produced
-  after its serializer registered its schema at the source, so its schema is among those synced.
-- Every version of each synced subject is registered on the target, in version order, each after
-  the subject versions it refers to (``core.schema_sync``); registering a schema a subject already
-  holds changes nothing, so a retried plan task syncs again safely.
+  after its serializer registered its schema at the source, so its schema is among those read.
+- It reads every version of each subject that the flow's strategies give a side of a mirrored topic
+  not declared plain (``core.schema_sync``), whatever ``subjects.include``/``.exclude`` say: the map
+  knows every id those subjects hold, synced or left out, so that a record carrying one is refused
+  on a framed side when left out, and on an undeclared side always, never passed on unmapped.
+- Every version of each selected subject is registered on the target, in version order, each after
+  the subject versions it refers to; registering a schema a subject already holds changes nothing,
+  so a retried plan task syncs again safely.
 - A source id maps to exactly one target id; two target ids for one source id is a
   ``TargetStateError`` naming both subjects, never a guess.
+- Heartbeats topics are MM2's, never in the wire format: no side of theirs is listed in the map.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Mapping
 from typing import TypeVar
 
 from mirrorflow.config.model import FlowConfig
-from mirrorflow.config.schemas import SchemaSync
+from mirrorflow.config.schemas import FRAMED, PLAIN, SIDES, UNDECLARED
 from mirrorflow.core.plan import Plan
 from mirrorflow.core.schema_ids import SchemaIdMap
 from mirrorflow.core.schema_sync import Reference, SubjectVersion, registration_order, topic_subjects
@@ -39,31 +44,75 @@ def with_schema_ids(
     topics; as it is when the flow syncs no schemas."""
     if flow.schemas is None:
         return plan
-    ids = sync_schemas(flow.name, flow.schemas, remote_names, only_look=only_look)
-    return dataclasses.replace(plan, schema_ids=ids)
+    return dataclasses.replace(plan, schema_ids=sync_schemas(flow, remote_names, only_look=only_look))
 
 
 def sync_schemas(
-    flow: str, sync: SchemaSync, remote_names: Mapping[str, str], *, only_look: bool = False
+    flow: FlowConfig, remote_names: Mapping[str, str], *, only_look: bool = False
 ) -> SchemaIdMap:
     """Sync the subjects of ``remote_names``' topics (source topic -> remote topic) that the source
-    registry holds and ``sync`` selects; the id map of everything registered. ``only_look``: the
-    map of what the target already holds, registering nothing (a verification's)."""
+    registry holds and the flow's schema sync selects; the id map of everything registered.
+    ``only_look``: the map of what the target already holds, registering nothing, for a
+    verification: it lists no undeclared side (the copy wrote those as they were)."""
+    sync = flow.schemas
+    assert sync is not None, "a flow without registries syncs no schemas"
+    declared = sync.sides(remote_names, flow.replication_policy)
     source, target = Registry(sync.source, "source"), Registry(sync.target, "target")
-    held = source.subjects()
-    renamed = {
-        subject: remote
-        for subject, remote in topic_subjects(remote_names, remote_names.__getitem__, sync.selects).items()
-        if subject in held
-    }
-    versions: dict[tuple[str, int], SubjectVersion] = {}
-    wanted = [(s, v) for s in sorted(renamed) for v in source.versions(s)]
-    pending = list(wanted)
+    read = topic_subjects(
+        source.subjects(),
+        {t: [s for s, how in sides.items() if how != PLAIN] for t, sides in declared.items()},
+        remote_names.__getitem__,
+        sync.strategies,
+    )
+    renamed = {subject: remote for subject, remote in read.items() if sync.selects(subject)}
+    versions = {(s, v): source.version(s, v) for s in sorted(read) for v in source.versions(s)}
+    wanted = [key for key in versions if key[0] in renamed]
+    pending = [(r.subject, r.version) for key in wanted for r in versions[key].references]
     while pending:
         key = pending.pop()
         if key not in versions:
             versions[key] = source.version(*key)
             pending.extend((r.subject, r.version) for r in versions[key].references)
+    ids = _register(flow.name, target, renamed, versions, wanted, only_look=only_look)
+    log.info(
+        "flow %s: %d subjects, %d schemas %s %s",
+        flow.name,
+        len(renamed),
+        len(ids),
+        "found in" if only_look else "synced to",
+        target.url,
+    )
+    holders: dict[int, str] = {}
+    for version in versions.values():
+        holders.setdefault(version.schema_id, version.subject)
+    framed, undeclared = (
+        [tuple(t for t, sides in declared.items() if sides[side] == how) for side in SIDES]
+        for how in (FRAMED, UNDECLARED)
+    )
+    return SchemaIdMap(
+        ids=tuple(sorted(ids.items())),
+        held=tuple(sorted(holders.items())),
+        subjects=tuple(sorted(renamed)),
+        framed_keys=framed[0],
+        framed_values=framed[1],
+        undeclared_keys=() if only_look else undeclared[0],
+        undeclared_values=() if only_look else undeclared[1],
+        registry=sync.source.url,
+        strategies=sync.strategies,
+    )
+
+
+def _register(
+    flow: str,
+    target: Registry,
+    renamed: Mapping[str, str],
+    versions: Mapping[tuple[str, int], SubjectVersion],
+    wanted: list[tuple[str, int]],
+    *,
+    only_look: bool,
+) -> dict[int, int]:
+    """Register (or, ``only_look``, find) on ``target`` the ``wanted`` versions and what they refer
+    to, each under its target subject; source id -> target id of each."""
     ids: dict[int, tuple[int, str]] = {}
     target_versions: dict[tuple[str, int], int] = {}
     for version in registration_order(versions, wanted):
@@ -83,17 +132,4 @@ def sync_schemas(
                 "its records cannot keep one meaning there; make the target registry hold the schema "
                 "once (one id for one schema), then run the flow again"
             )
-    synced = {s for s, _ in wanted}
-    log.info(
-        "flow %s: %d subjects, %d schema versions %s %s",
-        flow,
-        len(synced),
-        len(versions),
-        "found in" if only_look else "synced to",
-        target.url,
-    )
-    return SchemaIdMap(
-        tuple(sorted((s, t) for s, (t, _) in ids.items())),
-        tuple(sorted(t for t in remote_names if f"{t}-key" in synced)),
-        tuple(sorted(t for t in remote_names if f"{t}-value" in synced)),
-    )
+    return {source_id: target_id for source_id, (target_id, _) in ids.items()}

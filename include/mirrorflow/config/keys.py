@@ -621,6 +621,14 @@ SCHEMA_REGISTRY_CLIENT_KEYS = (
 )
 SCHEMA_SUBJECTS_INCLUDE = SCHEMA_REGISTRY + "subjects.include"
 SCHEMA_SUBJECTS_EXCLUDE = SCHEMA_REGISTRY + "subjects.exclude"
+# The subject name strategies the source's serializers use, whose subjects the sync reads.
+SCHEMA_STRATEGIES = SCHEMA_REGISTRY + "subject.name.strategies"
+# The topics (source names) whose keys or values are declared in Confluent's wire format (framed), or
+# declared not (plain).
+SCHEMA_FRAMED_KEYS = SCHEMA_REGISTRY + "framed.key.topics"
+SCHEMA_FRAMED_VALUES = SCHEMA_REGISTRY + "framed.value.topics"
+SCHEMA_PLAIN_KEYS = SCHEMA_REGISTRY + "plain.key.topics"
+SCHEMA_PLAIN_VALUES = SCHEMA_REGISTRY + "plain.value.topics"
 OFFSETS_DB_URL = "mirrorflow.offsets.db.url"
 _PROJECT = "this product's setting (see the table of mirrorflow settings)"
 
@@ -667,6 +675,11 @@ FLOW_SETTINGS: tuple[Key, ...] = (
     ),
     _ours(SCHEMA_SUBJECTS_INCLUDE, ".*"),
     _ours(SCHEMA_SUBJECTS_EXCLUDE),
+    _ours(SCHEMA_STRATEGIES, "TopicNameStrategy, TopicRecordNameStrategy, RecordNameStrategy"),
+    _ours(SCHEMA_FRAMED_KEYS),
+    _ours(SCHEMA_FRAMED_VALUES),
+    _ours(SCHEMA_PLAIN_KEYS),
+    _ours(SCHEMA_PLAIN_VALUES),
 )
 # This product's settings that apply to all flows at once: at top level only.
 TOP_LEVEL_SETTINGS: tuple[Key, ...] = (_ours(STATE_DIR), _ours(OFFSETS_DB_URL))

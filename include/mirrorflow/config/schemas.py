@@ -1,41 +1,69 @@
 """A flow's schema registries: the source cluster's and the target's (Confluent's Schema Registry API),
-and which subjects travel with the data.
+which subjects travel with the data, and which topics' keys and values are in Confluent's wire format.
 
     primary->backup.mirrorflow.schema.registry.source.url = https://registry.primary:8081
     primary->backup.mirrorflow.schema.registry.target.url = https://registry.backup:8081
     primary->backup.mirrorflow.schema.registry.target.basic.auth.user.info = ${file:/etc/sr.properties:backup}
-    primary->backup.mirrorflow.schema.registry.subjects.exclude = .*-key
+    primary->backup.mirrorflow.schema.registry.framed.value.topics = orders, payments-.*
+    primary->backup.mirrorflow.schema.registry.plain.key.topics = orders
 
-The subjects of a mirrored topic are Confluent's TopicNameStrategy's, ``<topic>-key`` and
-``<topic>-value``; on the target they are named after the remote topic, as the replication policy
-names it. ``subjects.include`` / ``subjects.exclude`` (regular expressions, comma-separated, as MM2's
-topic lists) narrow them. Batch runs sync them in each plan task, DR windows at each topic refresh.
+The sync reads the subjects that the subject name strategies the source's serializers use
+(``subject.name.strategies``: Confluent's TopicNameStrategy, TopicRecordNameStrategy and
+RecordNameStrategy) give a mirrored topic (``core.schema_sync``); ``subjects.include`` /
+``subjects.exclude`` (regular expressions, comma-separated, as MM2's topic lists) narrow those that
+travel. Each side of a topic (its keys, its values) is declared framed (``framed.key.topics``,
+``framed.value.topics``: every id mapped, or the record refused), plain (``plain.key.topics``,
+``plain.value.topics``: never looked at), or neither (``core.schema_ids``). Batch runs sync in each plan
+task, DR windows at each topic refresh.
 Invariants: both URLs or neither (one alone is an error naming the other);
 each registry's settings are exactly those Confluent's client takes (``url``,
 ``basic.auth.user.info``, ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``),
-read through the config providers, and a schema key set without the URLs is warned about by name.
+read through the config providers, and a schema key set without the URLs is warned about by name; a
+strategy the sync does not know is refused at load, by name; a side of a topic declared both framed
+and plain is an error naming both keys, never a guess.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from mirrorflow.config.key_values import default
 from mirrorflow.config.keys import (
+    SCHEMA_FRAMED_KEYS,
+    SCHEMA_FRAMED_VALUES,
+    SCHEMA_PLAIN_KEYS,
+    SCHEMA_PLAIN_VALUES,
     SCHEMA_REGISTRY,
     SCHEMA_REGISTRY_CLIENT_KEYS,
     SCHEMA_REGISTRY_SIDES,
+    SCHEMA_STRATEGIES,
     SCHEMA_SUBJECTS_EXCLUDE,
     SCHEMA_SUBJECTS_INCLUDE,
 )
 from mirrorflow.config.property_view import PropertyView
 from mirrorflow.errors import ConfigError
+from mirrorflow.mm2.policy import ReplicationPolicy
 
 log = logging.getLogger(__name__)
 
 SUBJECTS_INCLUDE_DEFAULT = default(SCHEMA_SUBJECTS_INCLUDE)
+# Confluent's subject name strategies, by the names its serializers' settings give them.
+STRATEGIES = ("TopicNameStrategy", "TopicRecordNameStrategy", "RecordNameStrategy")
+TOPIC_NAME, TOPIC_RECORD_NAME, RECORD_NAME = STRATEGIES
+# The Java serializers' class names of the same strategies (``value.subject.name.strategy``).
+_JAVA_PACKAGE = "io.confluent.kafka.serializers.subject."
+SIDES = ("key", "value")
+FRAMED, PLAIN, UNDECLARED = "framed", "plain", "undeclared"
+# The keys declaring each side framed or plain.
+DECLARING = {
+    ("key", FRAMED): SCHEMA_FRAMED_KEYS,
+    ("value", FRAMED): SCHEMA_FRAMED_VALUES,
+    ("key", PLAIN): SCHEMA_PLAIN_KEYS,
+    ("value", PLAIN): SCHEMA_PLAIN_VALUES,
+}
 
 
 @dataclass(frozen=True)
@@ -49,17 +77,50 @@ class RegistryEndpoint:
 
 @dataclass(frozen=True)
 class SchemaSync:
-    """The registries of a flow and its subject patterns (regular expressions matched in full)."""
+    """The registries of a flow, its subject patterns, the subject name strategies whose subjects it
+    reads, and the topic patterns declaring each side framed or plain (``declared``); every pattern
+    a regular expression matched in full."""
 
     source: RegistryEndpoint
     target: RegistryEndpoint
     include: tuple[str, ...] = (SUBJECTS_INCLUDE_DEFAULT,)
     exclude: tuple[str, ...] = ()
+    strategies: tuple[str, ...] = STRATEGIES
+    # Source topic patterns declaring keys or values framed or plain (DECLARING's keys).
+    framed_keys: tuple[str, ...] = ()
+    framed_values: tuple[str, ...] = ()
+    plain_keys: tuple[str, ...] = ()
+    plain_values: tuple[str, ...] = ()
 
     def selects(self, subject: str) -> bool:
         return any(re.fullmatch(p, subject) for p in self.include) and not any(
             re.fullmatch(p, subject) for p in self.exclude
         )
+
+    def declared(self, topic: str, side: str) -> str:
+        """How the flow declares the keys or values (``side``) of source topic ``topic``: ``FRAMED``,
+        ``PLAIN`` or ``UNDECLARED``."""
+        patterns = {
+            FRAMED: self.framed_keys if side == "key" else self.framed_values,
+            PLAIN: self.plain_keys if side == "key" else self.plain_values,
+        }
+        found = {how: next((p for p in ps if re.fullmatch(p, topic)), None) for how, ps in patterns.items()}
+        if found[FRAMED] is not None and found[PLAIN] is not None:
+            raise ConfigError(
+                f"topic {topic}'s {side}s are declared framed ({DECLARING[(side, FRAMED)]}: "
+                f"{found[FRAMED]}) and plain ({DECLARING[(side, PLAIN)]}: {found[PLAIN]}): narrow one "
+                "of them so that it no longer matches the topic"
+            )
+        return next((how for how, p in found.items() if p is not None), UNDECLARED)
+
+    def sides(self, topics: Iterable[str], policy: ReplicationPolicy) -> dict[str, dict[str, str]]:
+        """Source topic -> side -> how it is declared (``declared``), for each of ``topics`` but MM2's
+        heartbeats topics: never in the wire format, whatever a pattern matches."""
+        return {
+            topic: {side: self.declared(topic, side) for side in SIDES}
+            for topic in sorted(topics)
+            if not policy.is_heartbeats_topic(topic)
+        }
 
 
 def schema_sync(props: PropertyView, flow: str) -> SchemaSync | None:
@@ -90,7 +151,32 @@ def schema_sync(props: PropertyView, flow: str) -> SchemaSync | None:
         endpoints["target"],
         _patterns(props, SCHEMA_SUBJECTS_INCLUDE) or (SUBJECTS_INCLUDE_DEFAULT,),
         _patterns(props, SCHEMA_SUBJECTS_EXCLUDE),
+        _strategies(props),
+        framed_keys=_patterns(props, SCHEMA_FRAMED_KEYS),
+        framed_values=_patterns(props, SCHEMA_FRAMED_VALUES),
+        plain_keys=_patterns(props, SCHEMA_PLAIN_KEYS),
+        plain_values=_patterns(props, SCHEMA_PLAIN_VALUES),
     )
+
+
+def _strategies(props: PropertyView) -> tuple[str, ...]:
+    """The strategies named (short or by the Java serializers' class names), in STRATEGIES' order."""
+    written = props.get(SCHEMA_STRATEGIES, default(SCHEMA_STRATEGIES))
+    named = [n.strip() for n in written.split(",") if n.strip()]
+    for name in named:
+        if name.removeprefix(_JAVA_PACKAGE) not in STRATEGIES:
+            raise ConfigError(
+                f"{props.written_as(SCHEMA_STRATEGIES)}: {name} is not a subject name strategy the schema "
+                f"sync knows; it knows {', '.join(STRATEGIES)} (Confluent's): records serialized under "
+                "the subjects of another one are refused, never passed on. Name only those"
+            )
+    short = {n.removeprefix(_JAVA_PACKAGE) for n in named}
+    if not short:
+        raise ConfigError(
+            f"{props.written_as(SCHEMA_STRATEGIES)}: names no strategy; name those the source's serializers "
+            f"use, of {', '.join(STRATEGIES)}"
+        )
+    return tuple(s for s in STRATEGIES if s in short)
 
 
 def _endpoint(props: PropertyView, side: str) -> RegistryEndpoint:

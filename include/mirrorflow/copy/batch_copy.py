@@ -28,8 +28,11 @@ that keeps it:
   place them there (``produce_loop``).
 - A flow with transforms (``core.transforms``) copies every batch record by record: each planned
   record goes through the chain, and what it returns is re-encoded; a dropped record is an offset
-  gap, a sync point of the result (``partition_copy``). Flows without transforms keep the batches
-  as bytes (``source_reader``).
+  gap, a sync point of the result (``partition_copy``). So does a topic whose keys or values are
+  declared framed (their schema ids mapped); one with a side declared neither framed nor plain has
+  its batches decoded and looked at, then passed as bytes; any other keeps its batches as bytes
+  (``source_reader``). A refused record's schema id is looked up in the source registry for its
+  message (``_holders``), only then.
 - Memory is bounded by ``source_reader.BUFFER_BYTES`` per task, whatever the backlog
   (``source_reader``).
 - A failure fails the task with a classified error; the caller commits nothing for it. With
@@ -46,9 +49,11 @@ from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from mirrorflow.config.model import FlowConfig
+from mirrorflow.config.schemas import RegistryEndpoint
 from mirrorflow.config.transforms import TransformConfig
 from mirrorflow.copy.partition_copy import PartitionCopy
 from mirrorflow.copy.produce_loop import ProduceLoop, other_writer
@@ -75,7 +80,10 @@ class BatchCopy:
         self.plans = plans
         self.grant = grant
         self.policy = settings.policy
-        self.chain = Chain(settings.transforms, schema_ids)
+        registry = settings.source_registry
+        self.chain = Chain(
+            settings.transforms, schema_ids, None if registry is None else partial(_holders, registry)
+        )
         self._open = ExitStack()
         try:
             self.target = self._open.enter_context(
@@ -321,18 +329,28 @@ def _too_many(plan: PartitionPlan, found: int, planned: int) -> TargetStateError
 @dataclass(frozen=True)
 class CopySettings:
     """What a copy needs of its flow, as plain values that travel to Spark's executors: the
-    source's consumer and the target's producer settings, the transforms, and the flow's fault
-    policy (whether a partition's own error fails only that partition)."""
+    source's consumer and the target's producer settings, the transforms, the flow's fault policy
+    (whether a partition's own error fails only that partition), and the source schema registry,
+    asked which subjects hold the schema id of a record the copy refuses."""
 
     source: dict[str, str]
     target: dict[str, str]
     transforms: tuple[TransformConfig, ...] = ()
     policy: FaultPolicy = field(default_factory=FaultPolicy)
+    source_registry: RegistryEndpoint | None = None
 
     @classmethod
     def of(cls, flow: FlowConfig) -> CopySettings:
         source, target = dict(flow.source.consumer), dict(flow.target.producer)
-        return cls(source, target, flow.transforms, FaultPolicy.of(flow))
+        registry = None if flow.schemas is None else flow.schemas.source
+        return cls(source, target, flow.transforms, FaultPolicy.of(flow), registry)
+
+
+def _holders(registry: RegistryEndpoint, schema_id: int) -> list[str]:
+    """The subjects of the source ``registry`` holding ``schema_id``: asked only for a refused record."""
+    from mirrorflow.kafka.schema_registry import Registry  # noqa: PLC0415  lazy: 0.4 s to import, paid only here
+
+    return Registry(registry, "source").holders(schema_id)
 
 
 def copy_partitions(

@@ -7,7 +7,10 @@ Invariants:
   re-encoded with only its planned records.
 - A flow with transforms (``core.transforms``) copies every batch record by record: each planned
   record goes through the chain, and what it returns is re-encoded; a dropped record is an offset
-  gap, a sync point of the result. Flows without transforms keep the batches as bytes.
+  gap, a sync point of the result. So does a topic with a side declared framed (its schema ids
+  mapped). A topic with a side the flow declares neither framed nor plain has each batch decoded
+  and looked at (``Chain.inspect``: a record that may carry the source's schema id is refused), and
+  passes as bytes. Any other topic's batches pass as bytes unread.
 - Memory is bounded by ``BUFFER_BYTES`` per task, whatever the backlog: bytes read and not yet
   acknowledged by the target are taken from the ``Budget``, and the reader waits while it is spent.
 - Past its ``deadline`` the reader fetches no more: each partition's position then ends what it
@@ -142,13 +145,18 @@ class SourceReader(threading.Thread):
             return
         if not part.first_received_ms:
             part.first_received_ms = received
-        if not self.chain.changes(part.tp[0]) and passes(batch, start, end):
+        changes = self.chain.changes(part.tp[0])
+        planned: list[SourceRecord] | None = None
+        if not changes and self.chain.inspects(part.tp[0]):
+            planned = [r for r in batch.records() if start <= r.offset < end]
+            self.chain.inspect(*part.tp, planned)
+        if not changes and passes(batch, start, end):
             part.count(range(batch.base_offset, batch.last_offset + 1))
             pieces = [(bytearray(batch.data), batch.count, batch.timestamps())]
         else:
-            records = transformed(
-                self.chain, part.tp, [r for r in batch.records() if start <= r.offset < end]
-            )
+            if planned is None:
+                planned = [r for r in batch.records() if start <= r.offset < end]
+            records = transformed(self.chain, part.tp, planned)
             part.count([r.offset for r in records])
             pieces = [
                 (data, len(chunk), record_timestamps(chunk)) for chunk, data in encoded(records, batch.codec)

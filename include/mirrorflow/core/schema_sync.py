@@ -1,24 +1,34 @@
 """Which schemas travel with a flow's records, under which subjects, in which order.
 
-A mirrored topic's subjects are TopicNameStrategy's, ``<topic>-key`` and ``<topic>-value``; on the
-target they are named after the remote topic (``<remote topic>-key``, ``<remote topic>-value``), as
-the replication policy names it. A schema's references name other subjects (a Protobuf import, an
-Avro named type): those travel too, under the same names (renamed only where they are a mirrored
-topic's own subject), registered before the schema that refers to them.
+The subjects of a mirrored topic are those the subject name strategies its serializers use give it
+(``config.schemas.STRATEGIES``, Confluent's): TopicNameStrategy's ``<topic>-key`` and
+``<topic>-value``, TopicRecordNameStrategy's ``<topic>-<record full name>`` (either side), and
+RecordNameStrategy's ``<record full name>``, which names no topic: every such subject of the source
+registry belongs to each topic. On the target the first two are named after the remote topic
+(``<remote topic>-value``, ``<remote topic>-<record full name>``), as the replication policy names it;
+a record's subject keeps its name, as it is every topic's that uses the record. A schema's references
+name other subjects (a Protobuf import, an Avro named type): those travel too, under the same names
+(renamed only where they are a mirrored topic's own subject), registered before the schema that
+refers to them.
 
-Invariants: every version of a synced subject is registered in version order, each after the
-versions it refers to; a reference cycle is an error naming the subjects on it; the plan is a pure
-function of the source versions it is given, so a retry registers the same schemas in the same order.
+Invariants: a record full name is dotted identifiers (Avro's and Protobuf's names, never a hyphen),
+so a subject belongs to at most one topic, and which strategy names it is never ambiguous; every
+version of a synced subject is registered in version order, each after the versions it refers to; a
+reference cycle is an error naming the subjects on it; the plan is a pure function of the source
+versions it is given, so a retry registers the same schemas in the same order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from mirrorflow.config.schemas import RECORD_NAME, SIDES, TOPIC_NAME, TOPIC_RECORD_NAME
 from mirrorflow.errors import ConfigError
 
-SIDES = ("key", "value")
+# A record's full name as Avro and Protobuf spell it: dotted identifiers.
+_FULL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 @dataclass(frozen=True)
@@ -46,16 +56,38 @@ class SubjectVersion:
         return self.subject, self.version
 
 
+def strategy_of(subject: str, topic: str) -> str | None:
+    """The strategy under which ``subject`` is one of ``topic``'s subjects, or None."""
+    owner, _, name = subject.rpartition("-")
+    if owner == topic and name in SIDES:
+        return TOPIC_NAME
+    if owner == topic and _FULL_NAME.fullmatch(name):
+        return TOPIC_RECORD_NAME
+    return RECORD_NAME if _FULL_NAME.fullmatch(subject) else None
+
+
 def topic_subjects(
-    topics: Iterable[str], remote: Callable[[str], str], selected: Callable[[str], bool]
+    held: Iterable[str],
+    sides: Mapping[str, Collection[str]],
+    remote: Callable[[str], str],
+    strategies: Collection[str],
 ) -> dict[str, str]:
-    """Source subject -> target subject of each side of each topic that ``selected`` keeps."""
-    return {
-        f"{topic}-{side}": f"{remote(topic)}-{side}"
-        for topic in topics
-        for side in SIDES
-        if selected(f"{topic}-{side}")
-    }
+    """Source subject -> target subject of each subject of ``held`` (the source registry's) that one
+    of ``strategies`` gives a side of a topic in ``sides`` (source topic -> the sides whose subjects
+    count: ``key``, ``value``)."""
+    any_side = any(sides.values())
+    subjects: dict[str, str] = {}
+    for subject in held:
+        topic, _, name = subject.rpartition("-")
+        if topic in sides and name in SIDES:
+            if TOPIC_NAME in strategies and name in sides[topic]:
+                subjects[subject] = f"{remote(topic)}-{name}"
+        elif topic in sides and _FULL_NAME.fullmatch(name):
+            if TOPIC_RECORD_NAME in strategies and sides[topic]:
+                subjects[subject] = f"{remote(topic)}-{name}"
+        elif RECORD_NAME in strategies and any_side and _FULL_NAME.fullmatch(subject):
+            subjects[subject] = subject
+    return subjects
 
 
 def registration_order(

@@ -22,7 +22,7 @@ from typing import NamedTuple, Protocol
 from mirrorflow.config.property_view import load_reference
 from mirrorflow.config.transforms import PYTHON, PredicateConfig, TransformConfig
 from mirrorflow.core.schema_ids import NO_SCHEMA_IDS, SchemaIdMap, UnknownSchemaId
-from mirrorflow.errors import SchemaIdError, TransformError
+from mirrorflow.errors import MirrorError, SchemaIdError, TransformError
 
 
 class Record(NamedTuple):
@@ -172,10 +172,17 @@ def _are_headers(headers: object) -> bool:
 
 class Chain:
     """A flow's transforms in order, then the schema ids mapped (``schema_ids``: the run's
-    ``core.schema_ids`` map, on the topics it covers); an empty chain changes nothing. Building it
-    imports the python hooks (an unimportable one is a ``ConfigError`` naming its key)."""
+    ``core.schema_ids`` map, on the topics it lists); an empty chain changes nothing. ``holders``
+    asks the source registry which subjects hold a schema id, for the message of a record refused
+    for one no subject the sync read holds (a ``MirrorError`` if it cannot). Building it imports the
+    python hooks (an unimportable one is a ``ConfigError`` naming its key)."""
 
-    def __init__(self, configs: Sequence[TransformConfig], schema_ids: SchemaIdMap = NO_SCHEMA_IDS) -> None:
+    def __init__(
+        self,
+        configs: Sequence[TransformConfig],
+        schema_ids: SchemaIdMap = NO_SCHEMA_IDS,
+        holders: Callable[[int], Sequence[str]] | None = None,
+    ) -> None:
         self._steps = tuple(
             _Step(
                 c,
@@ -187,13 +194,18 @@ class Chain:
             for c in configs
         )
         self._schema_ids = schema_ids
+        self._holders = holders
 
     def __bool__(self) -> bool:
         return bool(self._steps) or bool(self._schema_ids)
 
     def changes(self, topic: str) -> bool:
         """Whether the chain may change a record of ``topic``: if not, its batches pass as bytes."""
-        return bool(self._steps) or self._schema_ids.covers(topic)
+        return bool(self._steps) or self._schema_ids.maps(topic)
+
+    def inspects(self, topic: str) -> bool:
+        """Whether the chain looks at the records of ``topic`` without changing them (``inspect``)."""
+        return self._schema_ids.inspects(topic)
 
     def apply(self, records: list[Record]) -> list[Record]:
         """The records to write for ``records`` (one partition's, in offset order)."""
@@ -202,20 +214,42 @@ class Chain:
                 break
             records = step.apply(records)
         if records and self._schema_ids.covers(records[0].topic):
-            records = [self._remapped(r) for r in records]
+            remap = self._schema_ids.remapper(records[0].topic)
+            out = []
+            for r in records:
+                try:
+                    key, value = remap(r.key, r.value)
+                except UnknownSchemaId as unknown:
+                    raise self._refused(r.topic, r.partition, r.offset, unknown) from None
+                out.append(r if key is r.key and value is r.value else r._replace(key=key, value=value))
+            records = out
         return records
 
-    def _remapped(self, record: Record) -> Record:
+    def inspect(self, topic: str, partition: int, records: Iterable[Encodable]) -> None:
+        """Refuse the first of ``records`` (of a topic the chain does not change) that the schema id map
+        refuses (``SchemaIdError``)."""
+        remap = self._schema_ids.remapper(topic)
+        for r in records:
+            try:
+                remap(r.key, r.value)
+            except UnknownSchemaId as unknown:
+                raise self._refused(topic, partition, r.offset, unknown) from None
+
+    def _refused(self, topic: str, partition: int, offset: int, unknown: UnknownSchemaId) -> SchemaIdError:
+        return SchemaIdError(
+            f"{topic}-{partition} offset {offset}: "
+            f"{self._schema_ids.refusal(topic, unknown, self._holding(unknown))}. Nothing of that "
+            "partition from there on was committed"
+        )
+
+    def _holding(self, unknown: UnknownSchemaId) -> Sequence[str] | str:
+        """The source registry's subjects holding the refused id, where the map cannot say (or why
+        the registry could not be asked)."""
+        if not unknown.framed or unknown.holder is not None:
+            return ()
+        if self._holders is None:
+            return "no registry client where the record was read"
         try:
-            key, value = self._schema_ids.remap(record.topic, record.key, record.value)
-        except UnknownSchemaId as unknown:
-            raise SchemaIdError(
-                f"{record.topic}-{record.partition} offset {record.offset}: {unknown}, so it would "
-                "mean another schema, or none, on the target. Nothing of that partition from there on "
-                "was committed; include the subject that holds the schema in the flow's "
-                "mirrorflow.schema.registry.subjects.include (or set mirrorflow.on.partition.error = "
-                "isolate to mirror the other partitions meanwhile)"
-            ) from None
-        if key is record.key and value is record.value:
-            return record
-        return record._replace(key=key, value=value)
+            return self._holders(unknown.source_id)
+        except MirrorError as error:
+            return str(error)

@@ -1,5 +1,6 @@
 """A flow's schema registries, through Confluent's own client (confluent-kafka's
-``SchemaRegistryClient``): the source's subjects and versions read, versions registered on the target.
+``SchemaRegistryClient``): the source's subjects and versions read, and the subjects holding a schema
+id; versions registered on the target.
 
 Errors are classified: a registry that cannot be reached, or answers 5xx, is a ``TransientError``
 (Airflow retries the task); a refusal (401/403, an incompatible or invalid schema) is a
@@ -68,6 +69,19 @@ class Registry:
                 Reference(r.name or "", r.subject or "", int(r.version or 0)) for r in schema.references or ()
             ),
         )
+
+    def holders(self, schema_id: int) -> list[str]:
+        """The subjects holding schema id ``schema_id``, sorted (none: the registry holds no such id)."""
+
+        def look() -> list[str]:
+            try:
+                return sorted({v.subject or "" for v in self._client.get_schema_versions(schema_id)})
+            except SchemaRegistryError as error:
+                if error.http_status_code == _NOT_FOUND:
+                    return []
+                raise
+
+        return self._call(f"find the subjects holding schema id {schema_id}", look)
 
     def register(
         self,

@@ -436,7 +436,11 @@ def test_validation_messages_say_what_to_do() -> None:
             "mirrorflow.schema.registry.target.ssl.certificate.location, "
             "mirrorflow.schema.registry.target.ssl.key.location, "
             "mirrorflow.schema.registry.subjects.include, "
-            "mirrorflow.schema.registry.subjects.exclude, mirrorflow.state.dir, "
+            "mirrorflow.schema.registry.subjects.exclude, "
+            "mirrorflow.schema.registry.subject.name.strategies, "
+            "mirrorflow.schema.registry.framed.key.topics, mirrorflow.schema.registry.framed.value.topics, "
+            "mirrorflow.schema.registry.plain.key.topics, mirrorflow.schema.registry.plain.value.topics, "
+            "mirrorflow.state.dir, "
             "mirrorflow.offsets.db.url"
         ),
         BASE + "backup.producer.transaction.timeout.ms = 0\n": (

@@ -1,5 +1,6 @@
 """A flow's schema registries as configured: both URLs or neither, each registry's Confluent client
-settings, subject patterns, and keys without registries warned about by name."""
+settings, subject patterns, the subject name strategies (an unknown one refused at load), each side of
+a topic declared framed, plain or neither, and keys without registries warned about by name."""
 
 from __future__ import annotations
 
@@ -9,8 +10,17 @@ import pytest
 
 from mirrorflow.config.model import parse_config
 from mirrorflow.config.property_view import PropertyView
-from mirrorflow.config.schemas import RegistryEndpoint, SchemaSync, schema_sync
+from mirrorflow.config.schemas import (
+    FRAMED,
+    PLAIN,
+    STRATEGIES,
+    UNDECLARED,
+    RegistryEndpoint,
+    SchemaSync,
+    schema_sync,
+)
 from mirrorflow.errors import ConfigError
+from mirrorflow.mm2.policy import DefaultReplicationPolicy
 
 FLOW = "primary->backup"
 SR = f"{FLOW}.mirrorflow.schema.registry."
@@ -98,3 +108,80 @@ def test_a_flow_loads_with_its_registries() -> None:
     schemas = parse_config(text, env={}).flow(FLOW).schemas
 
     assert schemas is not None and (schemas.source.url, schemas.target.url) == ("http://a", "http://b")
+
+
+def test_the_strategies_are_confluents_by_their_short_or_java_names() -> None:
+    default = sync_of(source_url="http://a", target_url="http://b")
+    named = sync_of(
+        source_url="http://a",
+        target_url="http://b",
+        **{
+            "subject.name.strategies": (
+                "io.confluent.kafka.serializers.subject.RecordNameStrategy, TopicNameStrategy"
+            )
+        },
+    )
+
+    assert default is not None and default.strategies == STRATEGIES
+    assert named is not None and named.strategies == ("TopicNameStrategy", "RecordNameStrategy")
+
+
+def test_a_strategy_the_sync_does_not_know_is_refused_at_load_by_name() -> None:
+    with pytest.raises(ConfigError) as caught:
+        sync_of(
+            source_url="http://a", target_url="http://b", **{"subject.name.strategies": "com.acme.ByTeam"}
+        )
+
+    assert str(caught.value) == (
+        f"{SR}subject.name.strategies: com.acme.ByTeam is not a subject name strategy the schema sync "
+        "knows; it knows TopicNameStrategy, TopicRecordNameStrategy, RecordNameStrategy (Confluent's): "
+        "records serialized under the subjects of another one are refused, never passed on. Name only those"
+    )
+
+
+def test_each_side_of_a_topic_is_declared_framed_plain_or_neither() -> None:
+    sync = sync_of(
+        source_url="http://a",
+        target_url="http://b",
+        **{
+            "framed.value.topics": "orders, pay.*",
+            "plain.key.topics": "orders",
+            "framed.key.topics": "audit",
+        },
+    )
+    assert sync is not None
+
+    assert [
+        (sync.declared(t, "key"), sync.declared(t, "value")) for t in ("orders", "payments", "audit")
+    ] == [
+        (PLAIN, FRAMED),
+        (UNDECLARED, FRAMED),
+        (FRAMED, UNDECLARED),
+    ]
+
+
+def test_a_side_declared_framed_and_plain_is_an_error_naming_both() -> None:
+    sync = sync_of(
+        source_url="http://a",
+        target_url="http://b",
+        **{"framed.value.topics": "o.*", "plain.value.topics": "orders"},
+    )
+    assert sync is not None
+
+    with pytest.raises(ConfigError) as caught:
+        sync.declared("orders", "value")
+
+    assert str(caught.value) == (
+        "topic orders's values are declared framed (mirrorflow.schema.registry.framed.value.topics: o.*) "
+        "and plain (mirrorflow.schema.registry.plain.value.topics: orders): narrow one of them so that it "
+        "no longer matches the topic"
+    )
+
+
+def test_heartbeats_topics_are_never_declared_whatever_a_pattern_matches() -> None:
+    sync = sync_of(source_url="http://a", target_url="http://b", **{"framed.value.topics": ".*"})
+    assert sync is not None
+
+    assert sync.sides(["orders", "heartbeats", "backup.heartbeats"], DefaultReplicationPolicy()) == {
+        "orders": {"key": UNDECLARED, "value": FRAMED}
+    }

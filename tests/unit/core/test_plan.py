@@ -62,14 +62,29 @@ def test_plan_round_trips_exactly() -> None:
 
 def test_a_plans_schema_id_map_round_trips_exactly() -> None:
     mapped = dataclasses.replace(
-        PLAN, schema_ids=SchemaIdMap(ids=((1, 11), (2, 12)), key_topics=(), value_topics=("orders",))
+        PLAN,
+        schema_ids=SchemaIdMap(
+            ids=((1, 11), (2, 12)),
+            held=((1, "orders-value"), (2, "orders-value"), (3, "shop.Order")),
+            subjects=("orders-value",),
+            framed_values=("orders",),
+            undeclared_keys=("orders",),
+            registry="http://sr:8081",
+            strategies=("TopicNameStrategy",),
+        ),
     )
     text = mapped.to_json()
 
     assert json.loads(text)["schema_ids"] == {
         "ids": [[1, 11], [2, 12]],
-        "key_topics": [],
-        "value_topics": ["orders"],
+        "held": [[1, "orders-value"], [2, "orders-value"], [3, "shop.Order"]],
+        "subjects": ["orders-value"],
+        "framed_keys": [],
+        "framed_values": ["orders"],
+        "undeclared_keys": ["orders"],
+        "undeclared_values": [],
+        "registry": "http://sr:8081",
+        "strategies": ["TopicNameStrategy"],
     }
     assert Plan.from_json(text) == mapped
     # A plan written before schemas travelled maps none.

@@ -1,22 +1,71 @@
-"""Which subjects travel and in which order: TopicNameStrategy's subjects renamed for the remote topic,
-every version in version order, each after what it refers to, and a reference cycle refused."""
+"""Which subjects travel and in which order: each strategy's subjects of the mirrored topics (named
+after the remote topic; a record's subject keeps its name), every version in version order, each
+after what it refers to, and a reference cycle refused."""
 
 from __future__ import annotations
 
 import pytest
 
-from mirrorflow.core.schema_sync import Reference, SubjectVersion, registration_order, topic_subjects
+from mirrorflow.config.schemas import STRATEGIES
+from mirrorflow.core.schema_sync import (
+    Reference,
+    SubjectVersion,
+    registration_order,
+    strategy_of,
+    topic_subjects,
+)
 from mirrorflow.errors import ConfigError
 
+HELD = [
+    "orders-key",
+    "orders-value",
+    "orders-shop.Order",  # TopicRecordNameStrategy: either side
+    "orders-eu-value",  # topic orders-eu's, not mirrored
+    "audit-key",
+    "audit-value",
+    "shop.Payment",  # RecordNameStrategy
+    "shop/money.proto",  # a Protobuf file, referred to by others: no strategy's
+    "other-value",
+]
 
-def test_each_side_of_each_topic_is_a_subject_named_after_the_remote_topic() -> None:
-    subjects = topic_subjects(["orders", "audit"], lambda t: f"primary.{t}", lambda s: s != "audit-key")
+
+def remote(topic: str) -> str:
+    return f"primary.{topic}"
+
+
+def test_each_strategys_subjects_of_each_side_read_named_after_the_remote_topic() -> None:
+    subjects = topic_subjects(HELD, {"orders": ["key", "value"], "audit": ["value"]}, remote, STRATEGIES)
 
     assert subjects == {
         "orders-key": "primary.orders-key",
         "orders-value": "primary.orders-value",
+        "orders-shop.Order": "primary.orders-shop.Order",
         "audit-value": "primary.audit-value",
+        "shop.Payment": "shop.Payment",
     }
+
+
+def test_only_the_strategies_named_and_only_sides_read() -> None:
+    assert topic_subjects(HELD, {"orders": ["value"]}, remote, ("TopicNameStrategy",)) == {
+        "orders-value": "primary.orders-value"
+    }
+    # No side read (every side plain): no subject at all, not even a record's.
+    assert topic_subjects(HELD, {"orders": [], "audit": []}, remote, STRATEGIES) == {}
+
+
+@pytest.mark.parametrize(
+    ("subject", "topic", "strategy"),
+    [
+        ("orders-value", "orders", "TopicNameStrategy"),
+        ("orders-shop.Order", "orders", "TopicRecordNameStrategy"),
+        ("shop.Order", "orders", "RecordNameStrategy"),
+        ("orders-eu-value", "orders", None),
+        ("other-value", "orders", None),
+        ("shop/money.proto", "orders", None),
+    ],
+)
+def test_the_strategy_a_subject_of_a_topic_comes_from(subject: str, topic: str, strategy: str | None) -> None:
+    assert strategy_of(subject, topic) == strategy
 
 
 def version(subject: str, number: int, *refs: tuple[str, int]) -> SubjectVersion:

@@ -170,7 +170,7 @@ def _wire(schema: int, payload: bytes) -> bytes:
     return b"\x00" + schema.to_bytes(4, "big") + payload
 
 
-SCHEMA_IDS = SchemaIdMap(ids=((1, 21), (2, 22)), value_topics=("orders",))
+SCHEMA_IDS = SchemaIdMap(ids=((1, 21), (2, 22)), framed_values=("orders",))
 
 
 def test_schema_ids_are_mapped_after_the_transforms_on_the_topics_the_map_covers(
@@ -201,15 +201,37 @@ def test_without_transforms_only_covered_topics_change() -> None:
     assert chain.apply(plain) == plain
 
 
-def test_an_unmapped_schema_id_fails_naming_partition_and_offset() -> None:
+def test_an_unmapped_schema_id_fails_naming_partition_and_offset_and_the_subjects_holding_it() -> None:
     given = [r._replace(value=_wire(1, b"p")) for r in records()]
     given[2] = given[2]._replace(value=_wire(9, b"p"))
+    asked: list[int] = []
+
+    def holders(found: int) -> list[str]:
+        asked.append(found)
+        return []
 
     with pytest.raises(SchemaIdError) as caught:
-        Chain((), SCHEMA_IDS).apply(given)
+        Chain((), SCHEMA_IDS, holders).apply(given)
 
+    assert asked == [9]
     assert str(caught.value).startswith(
-        "orders-3 offset 12: the record's value carries schema id 9, which is not a schema of the "
-        "subjects this flow syncs, so it would mean another schema, or none, on the target. Nothing of "
-        "that partition from there on was committed; include the subject"
+        "orders-3 offset 12: its value carries schema id 9, and no subject of the source registry "
     )
+    assert str(caught.value).endswith(". Nothing of that partition from there on was committed")
+
+
+def test_an_undeclared_side_is_inspected_never_changed() -> None:
+    """Keys of orders undeclared: inspected (a key with a held id refused), never changed, and the
+    batches of a topic whose sides are all undeclared pass as bytes (``changes`` is false)."""
+    ids = SchemaIdMap(ids=((1, 21),), held=((1, "orders-value"),), undeclared_keys=("orders", "payments"))
+    chain = Chain((), ids)
+    given = [r._replace(key=_wire(5, b"k")) for r in records()]
+
+    assert not chain.changes("orders") and chain.inspects("orders") and not chain.inspects("audit")
+    chain.inspect("orders", 3, given)
+    assert chain.apply(given) == given
+    given[1] = given[1]._replace(key=_wire(1, b"k"))
+    with pytest.raises(
+        SchemaIdError, match=r"^orders-3 offset 11: its key looks like Confluent's wire format"
+    ):
+        chain.inspect("orders", 3, given)
