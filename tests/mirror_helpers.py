@@ -38,7 +38,7 @@ from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_resul
 from mirrorflow.copy.flow_transaction import copied_in_one_transaction
 from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.plan import CopyResult, Grant, Plan
-from mirrorflow.core.progress import PartitionProgress
+from mirrorflow.core.progress import PartitionProgress, run_of
 from mirrorflow.core.report import RunReport
 from mirrorflow.core.translation import OffsetTranslator
 from mirrorflow.kafka.connection import READ_COMMITTED, READ_UNCOMMITTED, end_offsets, kept_open
@@ -639,6 +639,11 @@ class Process(NamedTuple):
     group: int
     cmdline: str
     environ: str
+
+
+def window_run(micro_batch: str) -> str:
+    """The DR window run a micro-batch's id (``<the window's attempt>#<n>``) belongs to."""
+    return run_of(micro_batch.rpartition("#")[0])
 
 
 def live_processes() -> list[Process]:

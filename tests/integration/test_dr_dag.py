@@ -23,6 +23,7 @@ from mirror_helpers import (
     assert_same_records,
     create_topic,
     migrated_airflow,
+    window_run,
 )
 
 from mirrorflow.config.model import MirrorConfig
@@ -113,7 +114,7 @@ def test_dr_windows_through_airflow_mirror_while_records_arrive(
     # The micro-batches of both windows end merged: one batch-log row per partition, from offset 0,
     # under the second window's last micro-batch.
     second_id = max(summaries, key=lambda s: s.started_at).run_id
-    assert sorted((b.partition, b.source_start, b.run_id.split("#")[0]) for b in store.batches(FLOW)) == [
+    assert sorted((b.partition, b.source_start, window_run(b.run_id)) for b in store.batches(FLOW)) == [
         (p, 0, second_id) for p in range(PARTITIONS)
     ]
     assert store.lock_holder(FLOW) is None
