@@ -357,6 +357,7 @@ def parse_config(text: str, *, path: Path | None = None, env: Mapping[str, str] 
     ]
     _check_dag_ids(flows)
     _check_identity_pairs(flows)
+    _check_shared_remote_topics(flows)
     _check_reverse_checkpoints(flows)
 
     state = state_dir(top, env, base)
@@ -538,6 +539,41 @@ def _check_identity_pairs(flows: Sequence[FlowConfig]) -> None:
                     "one direction, or use DefaultReplicationPolicy for active/active",
                     key=key,
                 )
+
+
+# A topic name, not a pattern: what ``topics`` lists when it names topics one by one.
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _check_shared_remote_topics(flows: Sequence[FlowConfig]) -> None:
+    """Two flows into one cluster never write one remote topic: each would take the other's records
+    for a foreign writer's and stop (with IdentityReplicationPolicy, a topic of the same name on both
+    sources, or one source's topic named as the other's remote topic). A topic a flow's ``topics``
+    names as it is (not a pattern) whose remote topic another flow into the same cluster would also
+    write (its filter selects the topic it would name so) is refused, naming both flows. Topics only
+    patterns select are the sources' to show: ``check-config`` lists what each flow would mirror."""
+    for flow in flows:
+        for other in flows:
+            if other is flow or other.target.alias != flow.target.alias:
+                continue
+            for topic in flow.topics:
+                if not _TOPIC_NAME.fullmatch(topic) or not flow.should_replicate_topic(topic):
+                    continue
+                remote = flow.replication_policy.format_remote_topic(flow.source.alias, topic)
+                policy = other.replication_policy
+                for upstream in {remote, policy.upstream_topic(remote) or remote}:
+                    if policy.format_remote_topic(
+                        other.source.alias, upstream
+                    ) == remote and other.should_replicate_topic(upstream):
+                        raise ConfigError(
+                            f"flows {flow.name} and {other.name} would both write topic {remote} on "
+                            f"cluster {flow.target.alias} (from {flow.source.alias}'s {topic} and "
+                            f"{other.source.alias}'s {upstream}): each would stop at the other's records "
+                            f"as someone else's. Exclude the topic from one of them "
+                            f"(`{other.name}.topics.exclude`), or use DefaultReplicationPolicy, whose remote "
+                            "topics carry their source's alias",
+                            key=_written(flow, "topics"),
+                        )
 
 
 def _check_reverse_checkpoints(flows: Sequence[FlowConfig]) -> None:

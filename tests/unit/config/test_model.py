@@ -686,3 +686,44 @@ def test_producer_tuning_the_record_copy_does_not_apply_is_warned_about_by_name(
         parse_config(text, env={})
     warned = [r.getMessage() for r in caplog.records if "not applied to the record copy" in r.getMessage()]
     assert warned and warned[0].startswith("b.compression.type, b.producer.linger.ms: not applied")
+
+
+FAN_IN = """
+clusters = a, b, c
+a.bootstrap.servers = a:1
+b.bootstrap.servers = b:1
+c.bootstrap.servers = c:1
+a->c.enabled = true
+b->c.enabled = true
+"""
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        # Identity naming, the same topic on both sources.
+        "replication.policy.class = IdentityReplicationPolicy\na->c.topics = orders\nb->c.topics = ord.*\n",
+        # Identity naming on one flow, a topic named as the other's remote topic.
+        "a->c.replication.policy.class = IdentityReplicationPolicy\n"
+        "a->c.topics = b.orders\nb->c.topics = orders\n",
+    ],
+)
+def test_two_flows_that_would_write_one_remote_topic_are_refused_naming_both(extra: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(FAN_IN + extra, env=STATE_ENV)
+    assert "flows a->c and b->c would both write topic" in str(caught.value)
+    assert "Exclude the topic from one of them" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "a->c.topics = orders\nb->c.topics = orders\n",  # remote topics a.orders and b.orders
+        "replication.policy.class = IdentityReplicationPolicy\n"
+        "a->c.topics = orders\nb->c.topics = payments\n",
+        # Patterns only: what they select is the sources' to show (check-config).
+        "replication.policy.class = IdentityReplicationPolicy\na->c.topics = .*\nb->c.topics = .*\n",
+    ],
+)
+def test_flows_into_one_cluster_writing_their_own_remote_topics_load(extra: str) -> None:
+    assert [f.name for f in parse_config(FAN_IN + extra, env=STATE_ENV).flows] == ["a->c", "b->c"]
