@@ -1,5 +1,5 @@
-"""``python -m mirrorflow check-config``: a config checked against the real session clusters, and a
-config with a typo refused, without a run."""
+"""``python -m mirrorflow check-config``: a config checked against the real session clusters (two flows
+that would write one remote topic found), and a config with a typo refused, without a run."""
 
 from __future__ import annotations
 
@@ -48,6 +48,30 @@ def test_check_config_lists_the_topics_each_flow_would_mirror_now(
     assert "  reverse checkpoints: off" in checked.stdout.splitlines()
     assert "  no effect  tasks.max: parallelism comes from Spark" in checked.stdout
     assert "  honoured   primary->backup.topics: include regexes" in checked.stdout
+
+
+def test_check_config_finds_two_flows_that_would_write_one_remote_topic(
+    kafka_clusters: dict[str, LocalCluster],
+    write_config: Callable[[str], MirrorConfig],
+    unique_name: str,
+) -> None:
+    """Two sources aggregated into one cluster by identity naming, each holding a topic of one name
+    that both flows' patterns select (the load cannot know it: the sources' topics show it)."""
+    for source in ("primary", "dr"):
+        create_topic(kafka_clusters[source].bootstrap, unique_name, 1)
+    config = write_config(
+        "replication.policy.class = IdentityReplicationPolicy\n"
+        f"primary->backup.enabled = true\nprimary->backup.topics = {unique_name}.*\n"
+        f"dr->backup.enabled = true\ndr->backup.topics = {unique_name}.*\n"
+    )
+    assert config.path is not None
+
+    checked = _check(config.path)
+
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert (
+        f"error: flows primary->backup and dr->backup would all write topic {unique_name} on cluster backup"
+    ) in checked.stdout
 
 
 def test_check_config_refuses_a_typo_naming_the_key_and_the_suggestion(

@@ -1,7 +1,8 @@
 """``python -m mirrorflow check-config FILE``: what a config file means before any run. It prints each
 enabled flow with its resolved settings, what this product does with every key of the file
 (honoured, no effect, refused: ``mirrorflow.config.keys``), and, where the source cluster answers,
-the topics the flow would mirror now. Writes nothing anywhere."""
+the topics the flow would mirror now; two flows that would write one remote topic (as the sources'
+topics stand) make it exit 1, naming them. Writes nothing anywhere."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from mirrorflow.errors import ConfigError, MirrorError
 from mirrorflow.kafka.admin import ClusterAdmin
 
 
-def describe(config: MirrorConfig, out: TextIO, *, topics: bool) -> None:
-    """The report, without the cluster reads when ``topics`` is False."""
+def describe(config: MirrorConfig, out: TextIO, *, topics: bool) -> bool:
+    """The report, without the cluster reads when ``topics`` is False; whether it found the config
+    sound (no two flows would write one remote topic, as the sources' topics stand now)."""
     print(f"config {config.path}: clusters {', '.join(config.clusters)}", file=out)
     chosen_by = config.state_dir_chosen_by or "the default, in Airflow's home"
     print(f"state folder {config.state_dir} ({chosen_by})", file=out)
@@ -32,14 +34,25 @@ def describe(config: MirrorConfig, out: TextIO, *, topics: bool) -> None:
         print(f"  {advice}", file=out)
     if not config.flows:
         print("no enabled flow: enable one with `<source>-><target>.enabled = true`", file=out)
+    writers: dict[tuple[str, str], list[str]] = {}
     for flow in config.flows:
         _flow(flow, out)
         if topics:
-            _topics(flow, out)
+            for remote in _topics(flow, out):
+                writers.setdefault((flow.target.alias, remote), []).append(flow.name)
+    shared = {where: flows for where, flows in writers.items() if len(flows) > 1}
+    for (cluster, remote), flows in sorted(shared.items()):
+        print(
+            f"error: flows {' and '.join(flows)} would all write topic {remote} on cluster {cluster}: each "
+            "would stop at the others' records as someone else's. Exclude the topic from all of them but "
+            "one (`<flow>.topics.exclude`), or use DefaultReplicationPolicy",
+            file=out,
+        )
     print("keys:", file=out)
     width = max(len(t.value) for t in Treatment)
     for use in sorted(config.keys, key=lambda u: (list(Treatment).index(u.treatment), u.written)):
         print(f"  {use.treatment.value:<{width}}  {use.written}: {use.note}", file=out)
+    return not shared
 
 
 def _flow(flow: FlowConfig, out: TextIO) -> None:
@@ -94,15 +107,17 @@ def _rf(replication_factor: int) -> str:
     return "broker default" if replication_factor == BROKER_DEFAULT_RF else str(replication_factor)
 
 
-def _topics(flow: FlowConfig, out: TextIO) -> None:
+def _topics(flow: FlowConfig, out: TextIO) -> list[str]:
+    """Print the topics ``flow`` would mirror now (its source asked); their remote topics."""
     try:
         with ClusterAdmin(flow.source) as source:
             selected = select_topics(flow, source)
     except MirrorError as error:
         print(f"  topics it would mirror now: unknown, {error}", file=out)
-        return
+        return []
     listed = ", ".join(f"{t} ({d.partitions} partitions)" for t, d in sorted(selected.items()))
     print(f"  topics it would mirror now: {listed or 'none'}", file=out)
+    return [flow.replication_policy.format_remote_topic(flow.source.alias, t) for t in selected]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,8 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"invalid config: {error}", file=sys.stderr)
         return 1
-    describe(config, sys.stdout, topics=not args.no_topics)
-    return 0
+    return 0 if describe(config, sys.stdout, topics=not args.no_topics) else 1
 
 
 def strimzi_main(argv: Sequence[str] | None = None) -> int:
