@@ -5,6 +5,7 @@ Only small metadata requests go through here; records never do.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -289,12 +290,22 @@ class ClusterAdmin:
         }
 
     def group_states(self, groups: Iterable[str]) -> dict[str, str]:
-        """Each group's state as the broker names it (``Empty``, ``Stable``, ``Dead`` when unknown...)."""
+        """Each group's state as the broker names it (``Empty``, ``Stable``, ``Dead`` when unknown...).
+        A group its coordinator cannot describe yet (a fresh cluster still loading its offsets topic)
+        is asked again, never taken for one in an unknown state: a failover would leave it alone as
+        active."""
         names = sorted(groups)
         if not names:
             return {}
-        described = self._coordinated(lambda: self._admin.describe_groups(names))
-        return {g: str(d.get("group_state", "")) for g, d in described.items()}
+
+        def describe() -> dict[str, str]:
+            described = self._admin.describe_groups(names)
+            for group, found in sorted(described.items()):
+                if found.get("error"):
+                    raise _group_error(self.alias, group, str(found["error"]))
+            return {g: str(d.get("group_state", "")) for g, d in described.items()}
+
+        return self._coordinated(describe)
 
     def commit_group_offsets(self, group: str, offsets: Mapping[TP, int]) -> None:
         """Commit offsets for a group without members (empty or not yet existing)."""
@@ -378,3 +389,17 @@ class ClusterAdmin:
 
     def add_partitions(self, topic: str, total: int) -> None:
         self._admin.create_partitions({topic: total})
+
+
+# How kafka-python words a group's error in a description: ``[Error 14] CoordinatorLoadInProgressError: ...``.
+_ERROR_CODE = re.compile(r"\[Error (-?\d+)\]")
+
+
+def _group_error(cluster: str, group: str, error: str) -> TransientError:
+    """The error of a group's description: asked again while its coordinator moves or loads
+    (``Again``), else passing at the step's level."""
+    code = _ERROR_CODE.match(error)
+    rule = verdict(int(code.group(1))) if code else Verdict.UNEXPECTED
+    if rule in (Verdict.MOVED, Verdict.PASSING):
+        return Again(f"cluster {cluster}: group {group}: {error}")
+    return TransientError(f"cluster {cluster} could not describe group {group}: {error}")
