@@ -60,7 +60,8 @@ class KeyedProducer:
         self._lock = threading.Lock()  # sequence numbers in each partition's produce order
         self._rng = random.Random(7)
 
-    def one(self, key: int, *, tombstone: bool = False) -> None:
+    def one(self, key: int, *, tombstone: bool = False) -> int:
+        """Its sequence number."""
         with self._lock:
             seq = self.produced
             name = f"k{key:03d}".encode()
@@ -78,12 +79,14 @@ class KeyedProducer:
                 except BufferError:
                     self.producer.poll(0.01)
             self.produced = seq + 1
+        return seq
 
-    def overwrite(self, tombstones: int = 0) -> None:
-        """Every key once, the first ``tombstones`` of them deleted; delivered when it returns."""
-        for key in range(KEYS):
-            self.one(key, tombstone=key < tombstones)
+    def overwrite(self, tombstones: int = 0) -> int:
+        """Every key once, the first ``tombstones`` of them deleted, delivered when it returns; the
+        last one's sequence number."""
+        last = [self.one(key, tombstone=key < tombstones) for key in range(KEYS)][-1]
         self.flush()
+        return last
 
     def run(self, stop: threading.Event) -> None:
         """``RATE`` records/s on random keys until ``stop``, then every record delivered."""
