@@ -104,30 +104,52 @@ def _judge(restarts: list[Restart], watch: Watch, load_end: float) -> None:
     produced after it stayed under ``GOOD_S``: of the records readable before the next restart (a
     record still waiting then is the next one's)."""
     for restart, following in zip(restarts, [*(r.at for r in restarts[1:]), load_end], strict=True):
-        timed = [(p, ms / 1000) for p, ms in watch.timed if restart.at <= p and p + ms / 1000 < following]
-        settling = [w for p, w in timed if p < restart.at + SETTLE_S]
-        restart.longest_wait_s = max(settling, default=None)
-        late = [p for p, w in timed if w >= GOOD_S]
-        restart.recovered_after_s = round(max(late) - restart.at, 1) if late else 0.0
+        restart.longest_wait_s, restart.recovered_after_s = waits_after(
+            watch, restart.at, following, restart.at + SETTLE_S, restart.at
+        )
 
 
-def _cluster(alias: str, root: Path) -> ReplicatedCluster:
+def waits_after(
+    watch: Watch, at: float, following: float, settled: float, since: float
+) -> tuple[float | None, float | None]:
+    """Of the records produced from ``at`` and readable before ``following``: the longest wait of
+    those produced before ``settled``, and how long after ``since`` the last one that waited
+    ``GOOD_S`` or more was produced (0 if none did, or it came before ``since``); None when no record
+    produced after it was readable in time: the flow did not mirror again before ``following``."""
+    timed = [(p, ms / 1000) for p, ms in watch.timed if at <= p and p + ms / 1000 < following]
+    longest = max((w for p, w in timed if p < settled), default=None)
+    late = max((p for p, w in timed if w >= GOOD_S), default=None)
+    if late is None:
+        return longest, 0.0
+    if not any(p > late for p, _ in timed):
+        return longest, None
+    return longest, round(max(late - since, 0.0), 1)
+
+
+def start_cluster(alias: str, root: Path) -> ReplicatedCluster:
+    """Cluster ``alias``'s three nodes in ``root``, on free ports."""
     return replicated_kafka.start_replicated_cluster(
         alias, free_ports(2 * REPLICATED_NODES), root, timeout=180
     )
+
+
+def replicated_dr_flow(source: str, target: str, state: Path, topics: str = TOPIC) -> str:
+    """mm2.properties of the DR flow of ``topics`` between three-node clusters: its remote and
+    internal topics replicated three times, windows of ``WINDOW_S`` handing over to the next."""
+    flow: str = dr_flow_properties(source, target, state, WINDOW_S, handover_wait_s=600, topics=topics)
+    return flow.replace("replication.factor = 1", "replication.factor = 3")
 
 
 def fault_soak(opts: Options) -> ScenarioResult:
     res = ScenarioResult(f"fault-soak ({opts.fault_minutes} minutes)")
     work = opts.work
     config, state = work / "mm2-ours.properties", work / "state"
-    src = _cluster("source", work / "kafka")
+    src = start_cluster("source", work / "kafka")
     try:
-        box = [_cluster("target", work / "kafka")]
+        box = [start_cluster("target", work / "kafka")]
         try:
             create_topics(src.bootstrap, [TOPIC], PARTITIONS, replication_factor=3)
-            flow = dr_flow_properties(src.bootstrap, box[0].bootstrap, state, WINDOW_S, handover_wait_s=600)
-            config.write_text(flow.replace("replication.factor = 1", "replication.factor = 3"))
+            config.write_text(replicated_dr_flow(src.bootstrap, box[0].bootstrap, state))
             print(
                 f"  fault-soak: {opts.fault_rate:,} records/s for {opts.fault_minutes} minutes, a target "
                 f"node restarted every {opts.fault_every_seconds:.0f} s",

@@ -376,9 +376,11 @@ def mm2_properties(sources: Mapping[str, str], target: str) -> str:
     )
 
 
-def dr_flow_properties(source: str, target: str, state: Path, window_s: int, handover_wait_s: int) -> str:
-    """mm2.properties of the DR flow source->target of topic ``rpo``, windows of ``window_s``."""
-    flow: str = flow_properties(source, target, TOPIC, state, 1_000_000, {})
+def dr_flow_properties(
+    source: str, target: str, state: Path, window_s: int, handover_wait_s: int, topics: str = TOPIC
+) -> str:
+    """mm2.properties of the DR flow source->target of ``topics`` (``rpo``), windows of ``window_s``."""
+    flow: str = flow_properties(source, target, topics, state, 1_000_000, {})
     return flow + (
         f"source->target.mirrorflow.mode = dr\nsource->target.mirrorflow.dr.window.seconds = {window_s}\n"
         f"source->target.mirrorflow.dr.handover.wait.seconds = {handover_wait_s}\n"

@@ -76,6 +76,13 @@ no --contenders, no contender runs). Each starts its own source and target clust
             shutdown, then a crash, in turn): lost, duplicated and reordered records, and how soon
             after each restart the recovery point is back under 2 s (--fault-rate records/s for
             --fault-minutes).
+   - dr-faults (bench/dr_faults.py): the same DR flow, its offsets in PostgreSQL, mirroring rpo's load
+            and a compacted topic through five faults in turn (--dr-faults, spread over
+            --fault-minutes): the transaction coordinator's broker crashed and restarted, a remote
+            leader frozen 70 s, the offsets database frozen 40 s, the window's driver frozen 90 s, the
+            compacted topic cleaned between a Kafka commit and the offsets table; per fault the
+            longest wait, how soon the flow mirrored again by itself, what failed and whether a person
+            was needed; lost, duplicated and reordered records of both topics.
 
 Every process started here is stopped by PID, also on failure; the temp dir is removed unless
 --keep-work is given or a contender or scenario failed (its logs are kept then and the path is printed).
@@ -98,6 +105,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import contenders
+import dr_faults
 import fan_in
 import fault_soak
 import report
@@ -129,6 +137,7 @@ SCENARIOS: dict[str, Callable[[scenarios.Options], scenarios.ScenarioResult]] = 
     "soak": soak.soak,
     "txn-log": txn_log.txn_log,
     "fault-soak": fault_soak.fault_soak,
+    "dr-faults": dr_faults.dr_faults,
 }
 CONTENDERS: dict[str, tuple[str, Callable[[Context], Result]]] = {
     "limit": (contenders.LIMIT, contenders.copy_limit),
@@ -310,6 +319,11 @@ def main() -> int:
     parser.add_argument(
         "--fault-rate", type=int, default=500, help="records/s produced during the fault-soak"
     )
+    parser.add_argument(
+        "--dr-faults",
+        default=",".join(dr_faults.FAULTS),
+        help=f"the dr-faults scenario's faults, in the order given (default: {','.join(dr_faults.FAULTS)})",
+    )
     parser.add_argument("--fan-in-flows", type=int, default=4, help="source clusters of the fan-in scenario")
     parser.add_argument(
         "--fan-in-rate", type=int, default=500, help="records/s produced to each fan-in source (default: 500)"
@@ -391,6 +405,7 @@ def run_scenarios(args: argparse.Namespace, work: Path, picked: list[str]) -> li
             args.fault_minutes,
             args.fault_every_seconds,
             args.fault_rate,
+            tuple(split(args.dr_faults, dr_faults.FAULTS, "dr faults")),
         )
         opts.work.mkdir(parents=True, exist_ok=True)
         try:

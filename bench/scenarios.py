@@ -68,6 +68,7 @@ class Options:
     fault_minutes: int = 30
     fault_every_seconds: float = 120.0
     fault_rate: int = 500
+    dr_faults: tuple[str, ...] = ("coordinator", "leader", "database", "driver", "compaction")
 
 
 # ------------------------------------------------------------------------------ Spark RSS sampling

@@ -131,11 +131,16 @@ class PartitionDigest:
 
 
 def create_topics(
-    bootstrap: str, topics: Sequence[str], partitions: int = PARTITIONS, replication_factor: int = 1
+    bootstrap: str,
+    topics: Sequence[str],
+    partitions: int = PARTITIONS,
+    replication_factor: int = 1,
+    config: Mapping[str, str] | None = None,
 ) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
-        [NewTopic(t, partitions, replication_factor) for t in topics], operation_timeout=30
+        [NewTopic(t, partitions, replication_factor, config=dict(config or {})) for t in topics],
+        operation_timeout=30,
     )
     for f in futures.values():
         f.result(timeout=60)
