@@ -27,6 +27,7 @@ from kafka.admin import (
 )
 from kafka.errors import (
     BrokerResponseError,
+    GroupIdNotFoundError,
     KafkaError,
     NoError,
     SecurityDisabledError,
@@ -291,19 +292,25 @@ class ClusterAdmin:
 
     def group_states(self, groups: Iterable[str]) -> dict[str, str]:
         """Each group's state as the broker names it (``Empty``, ``Stable``, ``Dead`` when unknown...).
-        A group its coordinator cannot describe yet (a fresh cluster still loading its offsets topic)
-        is asked again, never taken for one in an unknown state: a failover would leave it alone as
-        active."""
+        A group the cluster does not know is ``Dead``, as the classic describe answers (brokers from
+        Kafka 4.0 answer GROUP_ID_NOT_FOUND). A group its coordinator cannot describe yet (a fresh
+        cluster still loading its offsets topic) is asked again, never taken for one in an unknown
+        state: a failover would leave it alone as active."""
         names = sorted(groups)
         if not names:
             return {}
 
         def describe() -> dict[str, str]:
-            described = self._admin.describe_groups(names)
-            for group, found in sorted(described.items()):
-                if found.get("error"):
-                    raise _group_error(self.alias, group, str(found["error"]))
-            return {g: str(d.get("group_state", "")) for g, d in described.items()}
+            states = {}
+            for group, found in sorted(self._admin.describe_groups(names).items()):
+                error = _error_code(str(found.get("error") or ""))
+                if error == GroupIdNotFoundError.errno:
+                    states[group] = "Dead"
+                elif found.get("error"):
+                    raise _group_error(self.alias, group, str(found["error"]), error)
+                else:
+                    states[group] = str(found.get("group_state", ""))
+            return states
 
         return self._coordinated(describe)
 
@@ -395,11 +402,15 @@ class ClusterAdmin:
 _ERROR_CODE = re.compile(r"\[Error (-?\d+)\]")
 
 
-def _group_error(cluster: str, group: str, error: str) -> TransientError:
+def _error_code(error: str) -> int | None:
+    code = _ERROR_CODE.match(error)
+    return int(code.group(1)) if code else None
+
+
+def _group_error(cluster: str, group: str, error: str, code: int | None) -> TransientError:
     """The error of a group's description: asked again while its coordinator moves or loads
     (``Again``), else passing at the step's level."""
-    code = _ERROR_CODE.match(error)
-    rule = verdict(int(code.group(1))) if code else Verdict.UNEXPECTED
+    rule = verdict(code) if code is not None else Verdict.UNEXPECTED
     if rule in (Verdict.MOVED, Verdict.PASSING):
         return Again(f"cluster {cluster}: group {group}: {error}")
     return TransientError(f"cluster {cluster} could not describe group {group}: {error}")

@@ -47,6 +47,16 @@ def test_a_group_whose_coordinator_still_loads_is_asked_again() -> None:
     assert scripted.calls == 3
 
 
+def test_a_group_the_cluster_does_not_know_is_dead() -> None:
+    scripted = ScriptedAdmin(
+        {
+            "orders": _error(kafka_errors.GroupIdNotFoundError),
+            "audit": {"group_state": "Stable", "error": None},
+        }
+    )
+    assert _admin(scripted).group_states(["orders", "audit"]) == {"orders": "Dead", "audit": "Stable"}
+
+
 def test_a_group_its_coordinator_keeps_failing_to_describe_is_a_passing_fault_naming_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
