@@ -5,7 +5,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # The dev tooling (include/mirrorflow_dev) is not part of the installed product: it is imported from here.
 export PYTHONPATH := $(CURDIR)/include$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: setup demo airflow test test-unit test-replicated soak lint format readme-keys bench kafka-up kafka-down kafka-status clean
+.PHONY: setup demo airflow test test-unit test-replicated test-extended soak lint format readme-keys bench kafka-up kafka-down kafka-status clean
 
 setup:
 	@bash scripts/setup.sh
@@ -29,6 +29,11 @@ test-unit: setup
 # The tests on three-node clusters (leader changes, node kills and restarts): up to six broker JVMs.
 test-replicated: setup
 	$(VENV)/bin/pytest -m replicated $(PYTEST_ARGS)
+
+# More cases of kinds make test keeps one case of (kill points of the fault-injection suite): slower
+# than make test adds in proof.
+test-extended: setup
+	$(VENV)/bin/pytest -m extended $(PYTEST_ARGS)
 
 # The fault-injection suite with SOAK_KILLS more random kill points (seed: MIRROR_SOAK_SEED).
 soak: setup

@@ -98,6 +98,9 @@ def test_dag_runs_copy_exactly_and_only_what_is_new(
     assert store.lock_holder("primary->backup") is None
 
 
+# The plan refusing bad input before anything is written, through Airflow: make test keeps a trigger
+# param's case (tests/integration/test_trigger_params.py).
+@pytest.mark.extended
 def test_a_missing_spark_connection_fails_the_plan_before_anything_happens(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],
@@ -161,6 +164,9 @@ def test_a_copy_that_times_out_is_killed_whole_and_commits_nothing(
     assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 3) == 3 * count
 
 
+# A run killed whole keeps the flow's lock until released, and the next run copies exactly once: make
+# test keeps the killed DR window's case (tests/integration/test_dr_dag.py).
+@pytest.mark.extended
 def test_a_killed_airflow_run_leaves_its_lock_and_the_next_run_after_release_copies_exactly_once(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],

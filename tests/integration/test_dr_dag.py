@@ -84,6 +84,9 @@ def _assert_prefix(primary: LocalCluster, backup: LocalCluster, topic: str, at_l
         assert target == source[: len(target)], f"primary.{topic}-{p} is not a prefix of {topic}-{p}"
 
 
+# Windows mirroring while records arrive: make test keeps them under the scheduler, handing over
+# (tests/integration/test_dr_scheduler.py).
+@pytest.mark.extended
 def test_dr_windows_through_airflow_mirror_while_records_arrive(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],
@@ -194,6 +197,9 @@ def _freeze_outside_a_transaction(run: subprocess.Popen[str], config: MirrorConf
     raise AssertionError("the window was inside a database transaction at every try")
 
 
+# A window frozen and woken after the next one took over: make test keeps the case frozen inside its
+# transaction (tests/integration/test_dr_window.py); this one freezes the whole Airflow task.
+@pytest.mark.extended
 def test_a_stopped_dr_window_resumed_after_the_next_one_took_over_writes_nothing_twice(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],

@@ -10,8 +10,9 @@ re-executes the same plan (same run), and a failed run torn down (lock released)
 that also picks up records produced meanwhile. Every record carries its sequence number (value and
 header); the check reads each remote partition back and compares it with the sequence.
 
-``MIRROR_SOAK_KILLS=<n>`` adds n kill points at random fractions of the copy (seeded by
-``MIRROR_SOAK_SEED``, printed): ``make soak``.
+`make test` runs one kill point of each kind (stage, by time or by fraction, retry or new run); the
+others are marked ``extended`` (`make test-extended`). ``MIRROR_SOAK_KILLS=<n>`` adds n kill points
+at random fractions of the copy (seeded by ``MIRROR_SOAK_SEED``, printed): ``make soak``.
 """
 
 from __future__ import annotations
@@ -66,20 +67,21 @@ class Kill:
     seconds: float = 0.0
     fraction: float | None = None
     retry: bool = False
+    extended: bool = False  # make test keeps one point of each kind (stage, by time or fraction, retry)
 
 
 KILLS = [
     Kill("at-launch", "copy", seconds=0.0, retry=True),
-    Kill("session-start", "copy", seconds=2.0),
+    Kill("session-start", "copy", seconds=2.0, extended=True),
     Kill("first-records", "copy", fraction=0.01, retry=True),
     Kill("quarter", "copy", fraction=0.25),
-    Kill("half", "copy", fraction=0.5, retry=True),
-    Kill("three-quarters", "copy", fraction=0.75),
-    Kill("last-records", "copy", fraction=0.98, retry=True),
+    Kill("half", "copy", fraction=0.5, retry=True, extended=True),
+    Kill("three-quarters", "copy", fraction=0.75, extended=True),
+    Kill("last-records", "copy", fraction=0.98, retry=True, extended=True),
     Kill("all-written", "copy", fraction=1.0),
     Kill("commit-at-start", "commit", seconds=0.0, retry=True),
     Kill("commit-early", "commit", seconds=0.4),
-    Kill("commit-late", "commit", seconds=1.2, retry=True),
+    Kill("commit-late", "commit", seconds=1.2, retry=True, extended=True),
 ]
 
 
@@ -238,7 +240,11 @@ def _assert_progress_all_or_nothing(config: MirrorConfig, plan: Plan) -> None:
     assert at in ([ends[tp] for tp in ends], [starts[tp] for tp in ends]), f"partial commit: {at}"
 
 
-@pytest.mark.parametrize("kill", KILLS + _soak_kills(), ids=lambda k: k.name)
+@pytest.mark.parametrize(
+    "kill",
+    [pytest.param(k, marks=[pytest.mark.extended] if k.extended else []) for k in KILLS + _soak_kills()],
+    ids=lambda k: k.name,
+)
 def test_a_killed_copy_or_commit_then_carrying_on_leaves_every_record_exactly_once(
     kill: Kill,
     kafka_clusters: Clusters,
