@@ -96,6 +96,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: modules stay whole
 
 
+# How many of the slowest test modules the end of every run lists, with their summed durations.
+SLOWEST_MODULES = 20
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The slowest test modules (setup, call and teardown summed): where the suite's time goes."""
+    spent: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                module = report.nodeid.split("::")[0]
+                spent[module] = spent.get(module, 0.0) + report.duration
+    if not spent:
+        return
+    terminalreporter.write_sep("=", f"slowest {SLOWEST_MODULES} test modules")
+    for module, seconds in sorted(spent.items(), key=lambda kv: -kv[1])[:SLOWEST_MODULES]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {module}")
+
+
 @pytest.fixture(scope="session")
 def kafka_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LocalCluster]]:
     """Three independent single-node clusters ("primary", "backup", "dr") on free loopback ports.
