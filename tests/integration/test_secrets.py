@@ -7,9 +7,10 @@ Clusters of each test's own, with TLS (a throwaway CA generated here, the broker
   target with PLAIN, as ``mirror`` with the least-privilege grants of ``test_topic_acls.py`` (copy,
   ACL sync, heartbeats, checkpoints);
 - SSL with client certificates required (mutual TLS): the mirror presents its certificate from a PEM
-  keystore with an encrypted key to the source and from a PKCS12 store to the target; then, on the
-  same clusters, the config is the articles' Strimzi ``KafkaMirrorMaker2`` with TLS client
-  authentication (``tests/strimzi/tls-auth.yaml``), whose key and certificate are files of secrets.
+  keystore with an encrypted key to the source and from a PKCS12 store to the target; and (marker
+  ``extended``, `make test-extended`) the config is the articles' Strimzi ``KafkaMirrorMaker2`` with
+  TLS client authentication (``tests/strimzi/tls-auth.yaml``), whose key and certificate are files
+  of secrets.
 
 Every password, a random string, is in the config only by reference: ``${file:...}`` to a
 credentials file outside the Airflow home and the state dir.
@@ -135,7 +136,7 @@ def test_a_dag_run_over_sasl_ssl_with_scram_and_plain_and_the_password_by_refere
     assert_nowhere(password, output, home, config, xcoms)
 
 
-def test_dag_runs_over_mutual_tls_with_pem_pkcs12_and_strimzi_keystores_leak_their_secrets_nowhere(
+def test_a_dag_run_over_mutual_tls_with_pem_and_pkcs12_keystores_leaks_their_secrets_nowhere(
     tmp_path: Path,
 ) -> None:
     tls = LocalTls.generate(tmp_path / "tls", clients=(SUPER_USER, "mirror"))
@@ -182,8 +183,27 @@ def test_dag_runs_over_mutual_tls_with_pem_pkcs12_and_strimzi_keystores_leak_the
             assert_same_records(primary.bootstrap, TOPIC, backup.bootstrap, f"primary.{TOPIC}", 2, admin_conf)
             == 60
         )
-        # The article's Strimzi spec with TLS client authentication, on the same clusters: the user's
-        # key and certificate are two files of a secret, read inline.
+    xcoms = xcoms_of(home / "airflow.db")
+    returned = {task: json.loads(value) for task, key, value in xcoms if key == "return_value"}
+    assert returned["commit"]["records"] == 60
+    for password in (key_password, store_password):
+        assert_nowhere(password, output, home, config, xcoms)
+
+
+# Mutual TLS from a Strimzi spec's secrets: make test keeps mutual TLS from keystores (above) and the
+# Strimzi examples' TLS (tests/integration/test_strimzi_specs.py).
+@pytest.mark.extended
+def test_the_strimzi_spec_with_tls_client_authentication_runs_and_leaks_the_users_key_nowhere(
+    tmp_path: Path,
+) -> None:
+    tls = LocalTls.generate(tmp_path / "tls", clients=(SUPER_USER, "mirror"))
+    security = TlsSecurity(tls)
+    with local_clusters(("primary", "backup"), tmp_path / "kafka", security=security) as started:
+        primary, backup = started["primary"], started["backup"]
+        admin_conf = librdkafka_config(security.client_properties(SUPER_USER))
+        create_secured_topic(primary, security, TOPIC, 2, {})
+        sample_data.produce_samples(primary.bootstrap, TOPIC, 2, 0, 30, admin_conf)
+        # The user's key and certificate are two files of a secret, read inline.
         spec = _strimzi_spec(tmp_path / "strimzi", tls, primary.bootstrap, backup.bootstrap)
         strimzi = load_config(spec, env={"MIRROR_STATE_DIR": str(tmp_path / "strimzi-state")})
         strimzi_home = tmp_path / "strimzi-airflow"
@@ -194,12 +214,6 @@ def test_dag_runs_over_mutual_tls_with_pem_pkcs12_and_strimzi_keystores_leak_the
         )
         remote = f"my-cluster-source.{TOPIC}"
         assert assert_same_records(primary.bootstrap, TOPIC, backup.bootstrap, remote, 2, admin_conf) == 60
-    xcoms = xcoms_of(home / "airflow.db")
-    returned = {task: json.loads(value) for task, key, value in xcoms if key == "return_value"}
-    assert returned["commit"]["records"] == 60
-    for password in (key_password, store_password):
-        assert_nowhere(password, output, home, config, xcoms)
-    # Nor is the Strimzi user's private key anywhere the second run leaves behind.
     private_key = tls.client_key_and_chain("mirror")[0].decode().splitlines()[1]
     assert_nowhere(private_key, strimzi_output, strimzi_home, strimzi, xcoms_of(strimzi_home / "airflow.db"))
 
