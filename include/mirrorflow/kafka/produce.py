@@ -1,5 +1,5 @@
-"""The flow writer's requests to the target: a producer id of the target's own (InitProducerId),
-and Produce requests of batches the copy stamped.
+"""The flow writer's Produce requests to the target, of batches the copy stamped (its producer id
+and epoch come from its transactions: ``kafka.transactions``).
 
 The copy (``copy.batch_copy``) decides what to send, stamps each batch with the writer's producer
 id and sequence, and judges each partition's answer; this module builds the requests, sends them

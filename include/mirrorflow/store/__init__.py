@@ -6,7 +6,6 @@ package private to it):
 - ``offsets_store.OffsetsStore``: progress, commits (with the batch log, gaps, metrics and the
   recovery point), the flow lock, the metrics history;
 - ``run_documents``: what a run's steps hand each other (plan, copy result, window summary, verify);
-- ``writers``: each flow's producer id on its target cluster;
 - ``checkpoint_log``: the checkpoints emitted and their latencies;
 - ``handover``: a DR flow's lock passing from one window to the next, and the lease it is held by;
 - ``status_reads`` and ``read_model``: the status page's and the command line's reads and values;
