@@ -1,7 +1,8 @@
 """The steps the DAGs and the Spark jobs call, each tying config, core decisions, the offsets store
 and the clusters together: a batch run (``runner``), a DR window (``dr_window``), both drivers of one
-``flow_session.FlowSession``; checkpoints, remote topics, dry run, verify, cutover, failover,
-freshness, the status page's model, the copy guard and the DAG specs. Never imports airflow.
+``flow_session.FlowSession``; a window's lease, checkpoints, remote topics, schema sync, dry run,
+check-config, verify, cutover, failover, freshness, the status page's model, the copy guard and the
+DAG specs. Never imports airflow.
 
 Public surface: every module's public functions; plugins/, dags/ and jobs/ call nothing below this
 package but the config loader and the Spark modules of ``copy``.
