@@ -45,7 +45,6 @@ from mirrorflow_dev.local_kafka import LocalCluster
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
 
 THERE, BACK = "primary->backup", "backup->primary"
-TP = tuple[str, int]
 
 
 def _transactions(bootstrap: str, topic: str, partitions: int, txn_id: str) -> None:

@@ -23,8 +23,9 @@ from mirror_helpers import create_topic, local_clusters, wait_end
 
 from mirrorflow.copy.record_batches import encode, stamp
 from mirrorflow.core.plan import Writer
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import TransientError, WriterFencedError
-from mirrorflow.kafka.connection import READ_UNCOMMITTED, TP, Connection, end_offsets
+from mirrorflow.kafka.connection import READ_UNCOMMITTED, Connection, end_offsets
 from mirrorflow.kafka.fetched_batches import SourceRecord
 from mirrorflow.kafka.produce import produce
 from mirrorflow.kafka.record_reads import first_committed, read_partition

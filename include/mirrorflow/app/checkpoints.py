@@ -37,9 +37,9 @@ from mirrorflow.config.model import ClusterConfig
 from mirrorflow.core.group_positions import Translation, next_positions, offsets_to_sync
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch, GroupPosition
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.core.translation import OffsetTranslator, pruning_hole
 from mirrorflow.errors import CommitConflictError, CorruptStateError, PlanError
-from mirrorflow.kafka.admin import TP
 from mirrorflow.kafka.record_reads import control_plane_read, first_committed
 from mirrorflow.mm2.records import Checkpoint
 from mirrorflow.store.checkpoint_log import batches_from, checkpoints, record_checkpoints

@@ -51,6 +51,7 @@ from mirrorflow.core.planner import (
 )
 from mirrorflow.core.recovery import mirrored_as_of
 from mirrorflow.core.report import PartitionReport, RunReport, batches_for, build_report
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import ParamError, TargetStateError
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.kafka.heartbeats import HeartbeatAges, emit_heartbeats
@@ -64,8 +65,6 @@ from mirrorflow.store.run_documents import prune_documents
 from mirrorflow.store.status_reads import recovery_point, totals
 
 log = logging.getLogger(__name__)
-
-TP = tuple[str, int]
 
 
 class FlowSession:

@@ -13,12 +13,11 @@ from typing import Any
 from mirrorflow.config.keys import ALERT_NOTIFIER
 from mirrorflow.config.model import MirrorSettings
 from mirrorflow.config.property_view import load_reference
-
-TopicPartition = tuple[str, int]
+from mirrorflow.core.topic_partitions import TP
 
 
 def staleness(
-    flow: str, settings: MirrorSettings, lags: Mapping[TopicPartition, int], heartbeat_age_s: float | None
+    flow: str, settings: MirrorSettings, lags: Mapping[TP, int], heartbeat_age_s: float | None
 ) -> str | None:
     """Why the flow is stale after a run (lag left per partition, newest mirrored heartbeat's age),
     or None when it is within its thresholds."""

@@ -36,8 +36,9 @@ from contextlib import contextmanager
 
 from mirrorflow.config.clients import transaction_timeout_ms
 from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, Plan, Writer, transactional_id
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import MirrorError, TransientError, WriterFencedError
-from mirrorflow.kafka.connection import TP, Connection
+from mirrorflow.kafka.connection import Connection
 from mirrorflow.kafka.transactions import add_partitions, end_transaction, fence
 
 # How long the coordinator lets a DR window's micro-batch stay open before aborting it (at most; a

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from mirrorflow.core.metrics import Stats, Timestamps
 from mirrorflow.core.plan import PartitionFailure, PartitionPlan, PartitionResult
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.core.translation import Layout, Run
 from mirrorflow.errors import MirrorError
-from mirrorflow.kafka.connection import TP
 from mirrorflow.kafka.faults import FaultPolicy
 
 

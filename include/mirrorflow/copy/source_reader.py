@@ -29,9 +29,10 @@ import numpy as np
 from mirrorflow.copy.partition_copy import PartitionCopy, Piece, now_ms
 from mirrorflow.copy.record_batches import encode, passes
 from mirrorflow.core.metrics import Timestamps
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.core.transforms import Chain, Encodable, Record
 from mirrorflow.errors import RecordRefusedError, TransientError
-from mirrorflow.kafka.connection import READ_COMMITTED, TP, Connection
+from mirrorflow.kafka.connection import READ_COMMITTED, Connection
 from mirrorflow.kafka.faults import TIMEOUT_S, FaultPolicy
 from mirrorflow.kafka.fetched_batches import SourceBatch, SourceRecord
 from mirrorflow.kafka.record_reads import fetch

@@ -24,8 +24,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from mirrorflow.core.group_positions import IDLE_STATES, TP
+from mirrorflow.core.group_positions import IDLE_STATES
 from mirrorflow.core.report import markdown_table
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import MirrorError
 from mirrorflow.mm2.records import Checkpoint, Reader
 

@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 from mirrorflow.core.progress import GroupPosition
+from mirrorflow.core.topic_partitions import TP
 
-__all__ = ["IDLE_STATES", "TP", "Translation", "next_positions", "offsets_to_sync"]
+__all__ = ["IDLE_STATES", "Translation", "next_positions", "offsets_to_sync"]
 
-TP = tuple[str, int]
 
 # Target group states in which nobody consumes (``Dead``: the group does not exist): offsets may
 # be committed for them.

@@ -28,9 +28,8 @@ from dataclasses import dataclass, field, replace
 from mirrorflow.config.keys import ON_SOURCE_DATA_LOSS
 from mirrorflow.core.plan import PartitionPlan, PartitionState, Plan, SourceGap
 from mirrorflow.core.progress import PartitionProgress, TopicIdentity
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import SourceDataLostError, SourceTopicRecreatedError, TargetStateError
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -46,10 +45,10 @@ class PlannerInput:
     flow: str
     run_id: str
     created_at: str
-    source: Mapping[TopicPartition, SourceOffsets]
+    source: Mapping[TP, SourceOffsets]
     remote_topics: Mapping[str, str]
-    target_ends: Mapping[TopicPartition, int]
-    progress: Mapping[TopicPartition, PartitionProgress]
+    target_ends: Mapping[TP, int]
+    progress: Mapping[TP, PartitionProgress]
     max_records_per_partition: int
     # Topics of a few records each (heartbeats): a plan of only these is copied in process, since
     # starting Spark for them would make every run with nothing else new cost ~10 s more.
@@ -61,14 +60,14 @@ class PlannerInput:
     # copies of records from the log start on begin, at the end of them (``count_copied_past_gap``
     # counts them); where there are none, right after the last copy of a lost record (the gap's
     # target start if there is none: markers only). Required for every such gap.
-    copied_past_gap: Mapping[TopicPartition, int] = field(default_factory=dict)
+    copied_past_gap: Mapping[TP, int] = field(default_factory=dict)
     # Source topic ids now (topics whose broker reports one), and as recorded when first mirrored.
     topic_ids: Mapping[str, str] = field(default_factory=dict)
     known_topic_ids: Mapping[str, str] = field(default_factory=dict)
     # Where partitions without progress start (default: the log start), within [log start, end].
-    starts: Mapping[TopicPartition, int] = field(default_factory=dict)
+    starts: Mapping[TP, int] = field(default_factory=dict)
     # The source offset each partition's range may not pass (a scheduled run's interval end).
-    bounds: Mapping[TopicPartition, int] = field(default_factory=dict)
+    bounds: Mapping[TP, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -208,7 +207,7 @@ def count_copied_past_gap(left: Sequence[bytes], following: Sequence[bytes]) -> 
     return border[-1]
 
 
-def _without_copies_past(gap: SourceGap, copied_past_gap: Mapping[TopicPartition, int]) -> SourceGap:
+def _without_copies_past(gap: SourceGap, copied_past_gap: Mapping[TP, int]) -> SourceGap:
     if gap.target_end == gap.target_start:
         return gap
     return replace(gap, target_end=copied_past_gap[(gap.topic, gap.partition)])

@@ -45,6 +45,7 @@ from mirrorflow.core.documents import Document
 from mirrorflow.core.plan import offsets_in
 from mirrorflow.core.progress import Batch
 from mirrorflow.core.schema_ids import NO_SCHEMA_IDS, SchemaIdMap
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.core.translation import OffsetTranslator, Run, coalesce, runs, runs_from
 from mirrorflow.errors import PlanError
 
@@ -66,8 +67,6 @@ __all__ = [
 # 2: ranges carry whether they are compacted (with their offset map) and LogAppendTime.
 # 3: runs carry their lengths, ranges their target gaps.
 VERIFY_PLAN_VERSION = 3
-
-TP = tuple[str, int]
 
 
 @dataclass(frozen=True)

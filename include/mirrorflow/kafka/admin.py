@@ -36,6 +36,7 @@ from kafka.errors import (
 
 from mirrorflow.config.clients import ADMIN_REQUEST_TIMEOUT_MS_DEFAULT
 from mirrorflow.config.model import ClusterConfig
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import TargetStateError, TransientError
 from mirrorflow.kafka.connection import (
     READ_COMMITTED,
@@ -48,8 +49,6 @@ from mirrorflow.kafka.connection import (
 from mirrorflow.kafka.faults import Again, Verdict, retried, verdict
 from mirrorflow.kafka.oauth_tokens import python_client_config
 from mirrorflow.mm2.acl_rules import TopicAcl
-
-TP = tuple[str, int]
 
 
 @dataclass(frozen=True)

@@ -32,11 +32,10 @@ from kafka.protocol.admin.configs import DescribeConfigsRequest
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.structs import TopicPartition
 
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import AuthorizationError, TransientError
 from mirrorflow.kafka.faults import TIMEOUT_S, Again, Verdict, error_name, retried, verdict
 from mirrorflow.kafka.oauth_tokens import python_client_config
-
-TP = tuple[str, int]
 
 # The largest fetch response (a whole one is one frame).
 FETCH_MAX_BYTES = 52_428_800

@@ -19,8 +19,9 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceRequest
 
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import AuthorizationError
-from mirrorflow.kafka.connection import TP, Connection
+from mirrorflow.kafka.connection import Connection
 from mirrorflow.kafka.faults import TIMEOUT_S
 
 

@@ -25,12 +25,12 @@ from kafka.protocol.consumer import FetchRequest
 
 from mirrorflow.config.model import ClusterConfig
 from mirrorflow.core.digest import record_digest
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import AuthorizationError, MirrorError, SourceDataLostError, TransientError
 from mirrorflow.kafka.connection import (
     FETCH_MAX_BYTES,
     READ_COMMITTED,
     READ_UNCOMMITTED,
-    TP,
     Connection,
     end_offsets,
     log_start_offsets,

@@ -32,8 +32,9 @@ from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
 from kafka.protocol.producer import AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest
 
 from mirrorflow.core.plan import Writer
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import AuthorizationError, ConfigError, TransientError, WriterFencedError
-from mirrorflow.kafka.connection import TP, Connection
+from mirrorflow.kafka.connection import Connection
 from mirrorflow.kafka.faults import Again, Verdict, error_name, retried, verdict
 from mirrorflow.kafka.produce import refused_write
 

@@ -18,14 +18,13 @@ from mirrorflow.core.planner import (
     make_plan,
 )
 from mirrorflow.core.progress import PartitionProgress, TopicIdentity
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import SourceDataLostError, SourceTopicRecreatedError, TargetStateError
 
 FLOW = "primary->backup"
 RUN = "manual__2026-01-01T00:00:00+00:00"
 CREATED = "2026-01-01T00:00:05+00:00"
 REMOTE = {"orders": "primary.orders", "payments": "primary.payments"}
-
-TP = tuple[str, int]
 
 
 def planner_input(
