@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from mirror_helpers import airflow, create_topic, migrated_airflow, topics
@@ -37,13 +37,26 @@ def _samples(topic: str, partition: int, indexes: range) -> list[sample_data.Rec
     return [sample_data.sample_record(topic, partition, i) for i in indexes]
 
 
-def _three_topics(primary: LocalCluster, unique_name: str) -> tuple[str, str, str]:
-    """Topics a (2 partitions, 10 records each), b (5 records) and c (8 records)."""
+class ThreeTopics(NamedTuple):
+    a: str
+    b: str
+    c: str
+    env: dict[str, str]
+    store: OffsetsStore
+
+
+def _flow_of_three_topics(
+    primary: LocalCluster, write_config: Callable[[str], MirrorConfig], unique_name: str, tmp_path: Path
+) -> ThreeTopics:
+    """Topics a (2 partitions, 10 records each), b (5 records) and c (8 records), a flow selecting
+    the three, and an Airflow home wired to it."""
     a, b, c = f"{unique_name}_a", f"{unique_name}_b", f"{unique_name}_c"
     for topic, partitions, count in ((a, 2, 10), (b, 1, 5), (c, 1, 8)):
         create_topic(primary.bootstrap, topic, partitions)
         sample_data.produce_samples(primary.bootstrap, topic, partitions, 0, count)
-    return a, b, c
+    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {unique_name}_.*\n")
+    env = migrated_airflow(tmp_path / "airflow", config, tmp_path)
+    return ThreeTopics(a, b, c, env, OffsetsStore(config.offsets_db_url))
 
 
 def test_trigger_params_narrow_and_bound_runs(
@@ -53,10 +66,7 @@ def test_trigger_params_narrow_and_bound_runs(
     tmp_path: Path,
 ) -> None:
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
-    a, b, c = _three_topics(primary, unique_name)
-    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {unique_name}_.*\n")
-    env = migrated_airflow(tmp_path / "airflow", config, tmp_path)
-    store = OffsetsStore(config.offsets_db_url)
+    a, b, c, env, store = _flow_of_three_topics(primary, write_config, unique_name, tmp_path)
 
     # Dry run: the plan is shown, nothing is written anywhere.
     shown = _trigger(env, tmp_path, {"dry_run": True, "topics": [a], "max_records_per_partition": 3})
@@ -88,10 +98,7 @@ def test_trigger_params_start_runs(
     tmp_path: Path,
 ) -> None:
     primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
-    a, b, c = _three_topics(primary, unique_name)
-    config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {unique_name}_.*\n")
-    env = migrated_airflow(tmp_path / "airflow", config, tmp_path)
-    store = OffsetsStore(config.offsets_db_url)
+    a, b, c, env, store = _flow_of_three_topics(primary, write_config, unique_name, tmp_path)
     _trigger(env, tmp_path, {"topics": [a], "max_records_per_partition": 3})
 
     # b starts at its end: its five records are never copied, those produced later are.
