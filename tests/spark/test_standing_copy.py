@@ -90,6 +90,7 @@ def test_a_tasks_error_is_raised_as_its_class_and_a_fresh_job_copies_the_next_mi
     poisoned, fine = f"{unique_name}-a", f"{unique_name}-b"
     create_topic(primary.bootstrap, poisoned, 1)
     sample_data.produce_samples(primary.bootstrap, poisoned, 1, 0, 10)
+    copy.await_tasks()  # its job is submitted from a thread: active once its tasks are up
     first_job = _the_one_job(spark)
     # Someone else's records where the copy would write: a task's own, classified error.
     foreign = [sample_record("elsewhere", 0, i) for i in range(2)]
