@@ -29,9 +29,10 @@ spark.stop()
 
 
 def _stamp(jars: Path) -> str:
-    """What an archive depends on: the java that dumps it and the jars on its class path."""
+    """What an archive depends on: the java that dumps it and the jars on its class path, with the
+    size and modification time the JVM checks (a reinstalled jar of the same size refuses it)."""
     java = subprocess.run([java_executable(), "-version"], capture_output=True, text=True, check=True).stderr
-    listing = sorted(f"{p.name} {p.stat().st_size}" for p in jars.glob("*.jar"))
+    listing = sorted(f"{p.name} {p.stat().st_size} {p.stat().st_mtime_ns}" for p in jars.glob("*.jar"))
     return hashlib.sha256("\n".join([java, *listing]).encode()).hexdigest()[:16]
 
 
