@@ -12,13 +12,14 @@ themselves.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,7 +46,7 @@ os.environ.setdefault(ENV_JVM_CACHE, str(paths.jvm_cache()))
 # from the archive `make setup` dumped: seconds of CPU less per job on a machine the suite keeps busy.
 os.environ["SPARK_SUBMIT_OPTS"] = class_sharing.spark_submit_opts(os.environ.get("SPARK_SUBMIT_OPTS", ""))
 
-SESSION_ALIASES = ("primary", "backup", "dr")
+SESSION_ALIASES = ("primary", "backup")
 REPLICATED_ALIASES = ("primary", "backup")
 _names = itertools.count()
 
@@ -117,14 +118,33 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.fixture(scope="session")
 def kafka_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LocalCluster]]:
-    """Three independent single-node clusters ("primary", "backup", "dr") on free loopback ports.
+    """Two independent single-node clusters ("primary", "backup") on free loopback ports.
 
     Shared by the whole session: tests must use ``unique_name`` for topics and groups. They are
     always stopped at session end, also when tests fail; missing jars fail loudly, never skip.
     """
+    with _session_clusters(tmp_path_factory, SESSION_ALIASES) as clusters:
+        yield clusters
+
+
+@pytest.fixture(scope="session")
+def three_clusters(
+    kafka_clusters: dict[str, LocalCluster], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, LocalCluster]]:
+    """The session's two clusters and a third, "dr", as shared as they are; started by the first test
+    that asks for it (chains and fan-in need three), so the suite's other workers never pay for an
+    idle broker."""
+    with _session_clusters(tmp_path_factory, ("dr",)) as third:
+        yield {**kafka_clusters, **third}
+
+
+@contextlib.contextmanager
+def _session_clusters(
+    factory: pytest.TempPathFactory, aliases: Sequence[str]
+) -> Iterator[dict[str, LocalCluster]]:
     if not kafka_home.libs_present():
         pytest.fail(f"Kafka jars missing in {paths.kafka_libs()}: run `make setup`", pytrace=False)
-    with local_clusters(SESSION_ALIASES, tmp_path_factory.mktemp("kafka"), CLEANER) as clusters:
+    with local_clusters(aliases, factory.mktemp("kafka"), CLEANER) as clusters:
         yield clusters
 
 
@@ -250,3 +270,11 @@ def write_config(tmp_path: Path, kafka_clusters: dict[str, LocalCluster]) -> Cal
     Each test gets its own state dir and offsets database, so tests never share progress.
     """
     return lambda extra: write_mm2(tmp_path, kafka_clusters, 1, extra)
+
+
+@pytest.fixture
+def write_config_of_three(
+    tmp_path: Path, three_clusters: dict[str, LocalCluster]
+) -> Callable[[str], MirrorConfig]:
+    """``write_config`` over ``three_clusters``: for chains, fan-in and aggregation."""
+    return lambda extra: write_mm2(tmp_path, three_clusters, 1, extra)

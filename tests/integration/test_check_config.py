@@ -51,15 +51,15 @@ def test_check_config_lists_the_topics_each_flow_would_mirror_now(
 
 
 def test_check_config_finds_two_flows_that_would_write_one_remote_topic(
-    kafka_clusters: dict[str, LocalCluster],
-    write_config: Callable[[str], MirrorConfig],
+    three_clusters: dict[str, LocalCluster],
+    write_config_of_three: Callable[[str], MirrorConfig],
     unique_name: str,
 ) -> None:
     """Two sources aggregated into one cluster by identity naming, each holding a topic of one name
     that both flows' patterns select (the load cannot know it: the sources' topics show it)."""
     for source in ("primary", "dr"):
-        create_topic(kafka_clusters[source].bootstrap, unique_name, 1)
-    config = write_config(
+        create_topic(three_clusters[source].bootstrap, unique_name, 1)
+    config = write_config_of_three(
         "replication.policy.class = IdentityReplicationPolicy\n"
         f"primary->backup.enabled = true\nprimary->backup.topics = {unique_name}.*\n"
         f"dr->backup.enabled = true\ndr->backup.topics = {unique_name}.*\n"

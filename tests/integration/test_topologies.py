@@ -22,6 +22,12 @@ Clusters = dict[str, LocalCluster]
 WriteConfig = Callable[[str], MirrorConfig]
 
 
+@pytest.fixture
+def write_config(write_config_of_three: WriteConfig) -> WriteConfig:
+    """Chains and fan-in need a third cluster ("dr"): this module's configs name all three."""
+    return write_config_of_three
+
+
 def seed(cluster: LocalCluster, topic: str, partitions: int = 2, count: int = 30) -> None:
     create_topic(cluster.bootstrap, topic, partitions)
     sample_data.produce_samples(cluster.bootstrap, topic, partitions, 0, count)
@@ -32,9 +38,9 @@ def mine(cluster: LocalCluster, name: str) -> set[str]:
 
 
 def test_excluded_internal_and_cyclic_topics_are_not_mirrored(
-    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+    three_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
 ) -> None:
-    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    primary, backup = three_clusters["primary"], three_clusters["backup"]
     u = unique_name
     for name in (f"{u}-keep", f"{u}-skip", f"{u}-internal", f"__{u}", f"backup.{u}", f"dr.backup.{u}"):
         seed(primary, name, partitions=1, count=3)
@@ -52,9 +58,9 @@ def test_excluded_internal_and_cyclic_topics_are_not_mirrored(
 
 
 def test_active_active_makes_no_loops(
-    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+    three_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
 ) -> None:
-    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    primary, backup = three_clusters["primary"], three_clusters["backup"]
     u = unique_name
     seed(primary, u)
     seed(backup, u, count=20)
@@ -72,9 +78,9 @@ def test_active_active_makes_no_loops(
 
 
 def test_chain_prefixes_every_hop(
-    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+    three_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
 ) -> None:
-    primary, dr = kafka_clusters["primary"], kafka_clusters["dr"]
+    primary, dr = three_clusters["primary"], three_clusters["dr"]
     u = unique_name
     seed(primary, u)
     config = write_config(f"primary->backup.enabled = true\nbackup->dr.enabled = true\ntopics = .*{u}.*\n")
@@ -87,9 +93,9 @@ def test_chain_prefixes_every_hop(
 
 
 def test_fan_in_and_fan_out(
-    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+    three_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
 ) -> None:
-    primary, backup, dr = kafka_clusters["primary"], kafka_clusters["backup"], kafka_clusters["dr"]
+    primary, backup, dr = three_clusters["primary"], three_clusters["backup"], three_clusters["dr"]
     u = unique_name
     seed(primary, f"{u}-a")
     seed(backup, f"{u}-b", count=10)
@@ -109,9 +115,9 @@ def test_fan_in_and_fan_out(
 
 
 def test_identity_policy_keeps_names(
-    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+    three_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
 ) -> None:
-    primary, dr = kafka_clusters["primary"], kafka_clusters["dr"]
+    primary, dr = three_clusters["primary"], three_clusters["dr"]
     u = unique_name
     seed(primary, u)
     config = write_config(
@@ -126,9 +132,9 @@ def test_identity_policy_keeps_names(
 
 
 def test_remote_topic_gets_partitions_and_synced_configs(
-    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+    three_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
 ) -> None:
-    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    primary, backup = three_clusters["primary"], three_clusters["backup"]
     u = unique_name
     configs = {"retention.ms": "123456789", "cleanup.policy": "compact", "min.insync.replicas": "1"}
     create_topic(primary.bootstrap, u, 5, configs)
@@ -170,9 +176,9 @@ def _alter(cluster: LocalCluster, topic: str, configs: dict[str, tuple[AlterConf
 
 
 def test_source_config_changes_and_new_partitions_reach_the_remote_topic_on_the_next_run(
-    kafka_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
+    three_clusters: Clusters, write_config: WriteConfig, spark: SparkSession, unique_name: str
 ) -> None:
-    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    primary, backup = three_clusters["primary"], three_clusters["backup"]
     u, remote = unique_name, f"primary.{unique_name}"
     # Sizes, not times: sample records carry 2001 timestamps, which any retention.ms would delete.
     create_topic(primary.bootstrap, u, 2, {"retention.bytes": "1000000000", "cleanup.policy": "delete"})
@@ -215,9 +221,9 @@ def test_source_config_changes_and_new_partitions_reach_the_remote_topic_on_the_
 
 
 def test_config_sync_can_be_turned_off(
-    kafka_clusters: Clusters, write_config: WriteConfig, unique_name: str
+    three_clusters: Clusters, write_config: WriteConfig, unique_name: str
 ) -> None:
-    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    primary, backup = three_clusters["primary"], three_clusters["backup"]
     u, remote = unique_name, f"primary.{unique_name}"
     create_topic(primary.bootstrap, u, 1, {"retention.bytes": "1000000000"})
     config = write_config(
@@ -236,9 +242,9 @@ def test_config_sync_can_be_turned_off(
 
 
 def test_refused_remote_topic_creation_names_the_topic_and_plans_nothing(
-    kafka_clusters: Clusters, write_config: WriteConfig, unique_name: str
+    three_clusters: Clusters, write_config: WriteConfig, unique_name: str
 ) -> None:
-    primary = kafka_clusters["primary"]
+    primary = three_clusters["primary"]
     seed(primary, unique_name, partitions=1, count=3)
     # Three replicas cannot be placed on a single-broker cluster.
     config = write_config(
