@@ -78,8 +78,9 @@ pytest.register_assert_rewrite("offsets_store_cases")
 
 
 # Modules with a test of these marks run first, in this order: the longest ones (Airflow runs, the
-# fault injection), so that the workers end together instead of one finishing a long module alone.
-LONG_FIRST = ("airflow", "faults")
+# fault injection, then those with a server of their own, then those on the session's brokers), so
+# that the workers end together on the quick modules instead of one finishing a long module alone.
+LONG_FIRST = ("airflow", "faults", "registry", "oauth", "postgres", "kafka")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marks
