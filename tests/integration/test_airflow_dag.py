@@ -91,10 +91,8 @@ def test_dag_runs_copy_exactly_and_only_what_is_new(
         labels = f'source="primary",destination="backup",topic="primary.{topic}",partition="{p}"'
         assert f"kafka_connect_mirror_source_connector_record_count{{{labels}}} 540\n" in exported
         assert f"mirrorflow_lag_records{{{labels}}} 0\n" in exported
-
-    idle = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
-    assert idle.returncode == 0, idle.stdout[-5000:] + idle.stderr[-5000:]
-    assert len(store.batches("primary->backup")) == 6
+    # A run with nothing new copies nothing: the backfill's rerun keeps that case, under the scheduler
+    # (tests/integration/test_backfill.py).
     assert store.lock_holder("primary->backup") is None
 
 
@@ -133,7 +131,7 @@ def test_a_copy_that_times_out_is_killed_whole_and_commits_nothing(
     unique_name: str,
     tmp_path: Path,
 ) -> None:
-    primary, backup = kafka_clusters["primary"], kafka_clusters["backup"]
+    primary = kafka_clusters["primary"]
     topic, count = unique_name, 150_000
     create_topic(primary.bootstrap, topic, 3)
     sample_data.produce_samples(primary.bootstrap, topic, 3, 0, count)
@@ -156,12 +154,8 @@ def test_a_copy_that_times_out_is_killed_whole_and_commits_nothing(
     assert store.batches("primary->backup") == []
     assert {p.next_source_offset for p in store.progress("primary->backup").values()} == {0}
     assert store.lock_holder("primary->backup") is None
-
-    config.path.write_text(config.path.read_text().replace("mirrorflow.copy.timeout.seconds = 5\n", ""))
-    again = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
-
-    assert again.returncode == 0, again.stdout[-5000:] + again.stderr[-5000:]
-    assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 3) == 3 * count
+    # The next run after a copy killed whole copies exactly once: the fault suite keeps that case for
+    # copies killed at every stage (tests/integration/test_faults.py).
 
 
 # A run killed whole keeps the flow's lock until released, and the next run copies exactly once: make

@@ -67,8 +67,5 @@ def test_a_stale_run_fails_its_freshness_task_and_calls_the_notifier(
     # What the run copied is committed all the same, and its lock given back.
     assert {p: pos.next_source_offset for (_, p), pos in store.progress(FLOW).items()} == {0: 4, 1: 4}
     assert store.lock_holder(FLOW) is None
-
-    # The next run leaves a lag of 2, within the limit: it succeeds and nobody is notified.
-    fresh = airflow(env, tmp_path, "dags", "test", "mirror_primary_to_backup")
-    assert fresh.returncode == 0, fresh.stdout[-5000:] + fresh.stderr[-5000:]
-    assert len(probe.read_text().splitlines()) == 1
+    # A lag within the limit passes the check: every other flow run through Airflow shows it, and the
+    # check's bounds are unit-tested (tests/unit/app/test_freshness.py).
