@@ -25,6 +25,10 @@ FLOW = "primary->backup"
 DAG = "mirror_primary_to_backup"
 
 
+# Six JVMs (a standalone master, two workers, the driver and its executors): make test keeps the DAG
+# spec's cluster-mode submission (tests/unit/app/test_dag_spec.py) and every run's steps handing each
+# other their documents through the offsets database (tests/integration/test_airflow_dag.py).
+@pytest.mark.extended
 def test_a_flow_in_cluster_deploy_mode_copies_every_record_with_its_driver_on_a_worker(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],

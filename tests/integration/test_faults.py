@@ -73,12 +73,14 @@ class Kill:
 KILLS = [
     Kill("at-launch", "copy", seconds=0.0, retry=True),
     Kill("session-start", "copy", seconds=2.0, extended=True),
-    Kill("first-records", "copy", fraction=0.01, retry=True),
+    Kill("first-records", "copy", fraction=0.01, retry=True, extended=True),
     Kill("quarter", "copy", fraction=0.25),
     Kill("half", "copy", fraction=0.5, retry=True, extended=True),
     Kill("three-quarters", "copy", fraction=0.75, extended=True),
     Kill("last-records", "copy", fraction=0.98, retry=True, extended=True),
-    Kill("all-written", "copy", fraction=1.0),
+    # Everything written, nothing committed: make test keeps the DR window killed before its commit
+    # (tests/integration/test_dr_window.py).
+    Kill("all-written", "copy", fraction=1.0, extended=True),
     Kill("commit-at-start", "commit", seconds=0.0, retry=True),
     Kill("commit-early", "commit", seconds=0.4),
     Kill("commit-late", "commit", seconds=1.2, retry=True, extended=True),

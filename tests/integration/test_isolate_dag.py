@@ -62,6 +62,10 @@ def _without_trace(records: list[Record]) -> list[Record]:
     return [dataclasses.replace(r, headers=tuple(h for h in r.headers if h[0] != "trace")) for r in records]
 
 
+# Isolation through an Airflow batch run: make test keeps a DR window that leaves a failed partition
+# out and mirrors the others (tests/integration/test_dr_window.py), and a batch run's failing transform
+# (tests/integration/test_transform_runs.py).
+@pytest.mark.extended
 def test_isolate_commits_the_other_partitions_and_the_next_run_copies_the_failed_ones_exactly(
     kafka_clusters: dict[str, LocalCluster],
     write_config: Callable[[str], MirrorConfig],

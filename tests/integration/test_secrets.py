@@ -136,6 +136,10 @@ def test_a_dag_run_over_sasl_ssl_with_scram_and_plain_and_the_password_by_refere
     assert_nowhere(password, output, home, config, xcoms)
 
 
+# Mutual TLS through an Airflow run: make test keeps a secret's run that leaks it nowhere (SASL, above),
+# TLS to both clusters from the Strimzi example (tests/integration/test_strimzi_specs.py), and the
+# keystores' loading (tests/unit/config/test_clients.py).
+@pytest.mark.extended
 def test_a_dag_run_over_mutual_tls_with_pem_and_pkcs12_keystores_leaks_their_secrets_nowhere(
     tmp_path: Path,
 ) -> None:

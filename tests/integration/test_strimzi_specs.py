@@ -104,6 +104,9 @@ def test_the_tls_example_mirrors_over_tls(spark: SparkSession, tmp_path: Path) -
             assert_example_mirrors(config, clusters, spark, topic, f"{SOURCE}.{topic}", admin_conf)
 
 
+# Strimzi's SCRAM example: make test keeps SCRAM over SASL_SSL through an Airflow run
+# (tests/integration/test_secrets.py) and Strimzi's TLS example (above).
+@pytest.mark.extended
 def test_the_scram_example_mirrors_over_sasl_ssl(spark: SparkSession, tmp_path: Path) -> None:
     """Both clusters behind TLS, the mirror logging in as the example's SCRAM-SHA-512 user, its
     password in a secret; the brokers' authorizer grants that user every topic, group and

@@ -190,6 +190,9 @@ def _spark_submit(config: MirrorConfig, run_id: str) -> subprocess.CompletedProc
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
+# The verify job as spark-submit starts it: make test keeps the cutover's verify step, which Airflow
+# submits (tests/integration/test_cutover.py), and a difference reported range by range (above).
+@pytest.mark.extended
 def test_the_verify_job_runs_through_spark_submit_and_succeeds_on_a_difference(
     kafka_clusters: Clusters, write_config: WriteConfig, unique_name: str
 ) -> None:
