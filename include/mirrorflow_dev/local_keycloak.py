@@ -12,9 +12,10 @@ server and deletes the home::
     home/data/                                   the dev-file (H2) database and transaction logs
     home/keycloak.log                            the server's output
 
-The first start from a distribution builds the server for dev mode (Quarkus augmentation, about half
-a minute on 2 cores) and keeps the build in <distribution>/.dev-build/; later starts copy it into
+The first start from a distribution builds the server for dev mode (Quarkus augmentation, about a
+minute of CPU) and keeps the build in <distribution>/.dev-build/; later starts copy it into
 their home and start without building (kc.sh would build again, in the home, were the build stale).
+``make setup`` makes that first start (``build_once``), while other things install.
 Nothing else in the distribution is ever written.
 
 Invariants: the server listens on 127.0.0.1 only, on a port that was free at start (no management
@@ -204,6 +205,16 @@ def start_keycloak(
         return server
 
 
+def build_once() -> None:
+    """Start and stop one server if the distribution keeps no dev-mode build yet, so that it keeps
+    one: ``make setup`` runs this (``python -m mirrorflow_dev.local_keycloak``) while other things
+    install, and the tests' first server starts without building."""
+    if (distribution() / ".dev-build").is_dir():
+        return
+    with tempfile.TemporaryDirectory() as root, running_keycloak(Path(root)):
+        pass
+
+
 @contextlib.contextmanager
 def running_keycloak(root: Path, **kw: Any) -> Iterator[LocalKeycloak]:
     """``start_keycloak(root, **kw)``, stopped when the block ends, however it ends."""
@@ -302,3 +313,7 @@ def stop_keycloak(server: LocalKeycloak, timeout: float = 30.0) -> bool:
     stopped = servers.stop(server.pid, owned, "keycloak", LocalKeycloakError, timeout)
     shutil.rmtree(home, ignore_errors=True)
     return stopped
+
+
+if __name__ == "__main__":
+    build_once()
