@@ -137,9 +137,11 @@ def test_dr_windows_under_the_scheduler_hand_over_without_a_gap_and_survive_a_ki
     # boundary (not lost to a lease running out).
     for before, after in zip(holders.runs()[:2], holders.runs()[1:3], strict=True):
         assert _summary(store, run_of(before)).successor == after
-    # No handover left the target without a record the source had for 2 s or more.
+    # No handover left the target without a record the source had for 3 s or more: a gap (a lease run
+    # out, a window started anew) is 30 s; a micro-batch beside a suite that keeps both cores busy
+    # waits up to about 2 s (the recovery point as users run it is the bench's, bench/rpo.py).
     for at in handovers:
-        assert arrivals.longest_wait(producing, at - 5, at + 5) < 2.0, holders.changes
+        assert arrivals.longest_wait(producing, at - 5, at + 5) < 3.0, holders.changes
 
 
 def _summary(store: OffsetsStore, run_id: str) -> WindowSummary:
