@@ -6,6 +6,7 @@ case of offsets_store_cases.py and handover_cases.py, with the same expectations
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -15,7 +16,8 @@ from offsets_store_cases import *  # noqa: F403
 from offsets_store_cases import FLOW
 from sqlalchemy import create_engine, text
 
-from mirrorflow.errors import TransientError
+from mirrorflow.errors import FlowLockedError, TransientError
+from mirrorflow.store import database
 from mirrorflow.store.database import create_store_engine
 from mirrorflow.store.handover import renew_lock
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -46,3 +48,20 @@ def test_a_lease_renewal_behind_a_stuck_transaction_fails_in_time(db_url: str) -
         assert 5 < waited < 20, waited
         with create_store_engine(db_url, "the test's database", 1).connect() as conn:
             assert conn.execute(text("SHOW statement_timeout")).scalar() == "20s"
+
+
+def test_a_host_whose_clock_runs_ahead_neither_takes_a_live_lease_over_nor_stamps_its_time(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leases are judged by the server's clock (``store.database.DatabaseClock``): a worker whose wall
+    clock runs ten minutes ahead sees a window's 30 s lease as live, as the server does."""
+    with OffsetsStore(db_url) as store:
+        store.acquire_lock(FLOW, "w1", 30)
+    monkeypatch.setattr(database, "host_now", lambda: datetime.now(UTC) + timedelta(minutes=10))
+    with OffsetsStore(db_url) as skewed:
+        assert database.host_now() - datetime.now(UTC) > timedelta(minutes=9)
+        with pytest.raises(FlowLockedError, match="locked by run w1"):
+            skewed.acquire_lock(FLOW, "w2", 30)
+        with create_engine(db_url).connect() as conn:
+            server = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+        assert abs(skewed.now() - server) < timedelta(seconds=1)

@@ -1,7 +1,7 @@
 """The database under the offsets store, whatever its SQLAlchemy URL: the engine (SQLite: the file's
 folder, a busy timeout, ``BEGIN IMMEDIATE`` for writes; PostgreSQL: connect, statement, lock-wait and
-TCP timeouts), the schema's
-creation, outages and read-only databases as ``TransientError``, and insert-if-absent.
+TCP timeouts), its clock (``DatabaseClock``), the schema's creation, outages and read-only databases
+as ``TransientError``, and insert-if-absent.
 
 ``OffsetsStore`` (``mirrorflow.store.offsets_store``) is the only user of the engine; the URL helpers
 (``redact_url``, ``absent_sqlite_file``) are public, for messages and for readers that must not
@@ -11,8 +11,11 @@ create a database (the status page).
 from __future__ import annotations
 
 import re
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ from sqlalchemy import (
     create_engine,
     event,
     exc,
+    func,
     insert,
     inspect,
     select,
@@ -55,6 +59,9 @@ _SCHEMA_ADVISORY_LOCK = 0x6D6972726F72  # "mirror": serialises concurrent schema
 _UNAVAILABLE = (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError)
 # SQLSTATE read_only_sql_transaction: a hot standby, or default_transaction_read_only.
 _PG_READ_ONLY = "25006"
+# How long a database clock reading is carried on by this host's monotonic clock before it is read
+# again: monotonic clocks drift by parts per million, so this bounds the drift to milliseconds.
+CLOCK_RESYNC_SECONDS = 300.0
 
 
 # -------------------------------------------------------------------------------------------- URLs
@@ -128,6 +135,52 @@ def create_store_engine(url: str, redacted: str, busy_timeout_seconds: float) ->
     if is_sqlite:
         _use_begin_immediate_for_writes(engine)
     return engine
+
+
+def host_now() -> datetime:
+    """This host's wall clock, in UTC."""
+    return datetime.now(UTC)
+
+
+class DatabaseClock:
+    """The database server's clock: what leases are judged by, so that hosts whose wall clocks
+    disagree (skew, a clock stepped back or forth) agree on when a lease ends.
+
+    PostgreSQL's ``clock_timestamp()`` is read once, at the midpoint of the round trip, and carried on
+    by this host's monotonic clock, read again every ``CLOCK_RESYNC_SECONDS`` (and kept when the
+    database is away then). A SQLite file lives on this host: its clock is this host's (``host_now``),
+    as is any other database's, whose server time SQLAlchemy cannot read in one way.
+
+    Invariant: a step of this host's wall clock moves no lease."""
+
+    def __init__(self, engine: Engine, redacted: str) -> None:
+        self._engine, self._redacted = engine, redacted
+        self._server = engine.dialect.name == "postgresql"
+        self._reading: tuple[datetime, float] | None = None  # (server time, monotonic then)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        if not self._server:
+            return host_now()
+        reading = self._reading
+        if reading is None or time.monotonic() - reading[1] > CLOCK_RESYNC_SECONDS:
+            reading = self._read(reading)
+        server_time, at = reading
+        return server_time + timedelta(seconds=time.monotonic() - at)
+
+    def _read(self, last: tuple[datetime, float] | None) -> tuple[datetime, float]:
+        with self._lock:
+            try:
+                with outages_transient(self._redacted), self._engine.connect() as conn:
+                    before = time.monotonic()
+                    server_time = conn.execute(select(func.clock_timestamp())).scalar_one()
+                    at = (before + time.monotonic()) / 2
+            except TransientError:
+                if last is None:
+                    raise
+                return last  # carried on: the monotonic clock drifts little more in the meantime
+            self._reading = (server_time.astimezone(UTC), at)
+            return self._reading
 
 
 def create_schema(engine: Engine) -> None:

@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, Engine, case, delete, exc, func, insert, or_, select, update
 
@@ -71,6 +71,7 @@ from mirrorflow.store.database import (
     DEFAULT_BUSY_TIMEOUT_SECONDS,
     INSERT_CHUNK,
     WRITE_OPTION,
+    DatabaseClock,
     absent_sqlite_file,
     create_schema,
     create_store_engine,
@@ -112,15 +113,11 @@ __all__ = ["DEFAULT_BUSY_TIMEOUT_SECONDS", "LOCK_POLL_SECONDS", "ROW_POINTS_MAX"
 LOCK_POLL_SECONDS = 1.0
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class OffsetsStore:
     """Committed progress, batch log and flow locks of every flow, in the database at ``url``.
 
-    The schema is created on first use. ``clock`` (default: the system clock, UTC) stamps rows and
-    decides lock expiry; locks should outlive the clock skew between workers by far.
+    The schema is created on first use. ``clock`` (default: the database's, ``DatabaseClock``) stamps
+    rows and decides when a lock expires, so hosts whose clocks disagree agree on a lease.
     """
 
     def __init__(
@@ -128,11 +125,11 @@ class OffsetsStore:
         url: str,
         *,
         busy_timeout_seconds: float = DEFAULT_BUSY_TIMEOUT_SECONDS,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self._redacted = redact_url(url)
         self._engine: Engine = create_store_engine(url, self._redacted, busy_timeout_seconds)
-        self._clock = clock
+        self._clock = clock or DatabaseClock(self._engine, self._redacted)
         self._schema_ready = False
         self._schema_lock = threading.Lock()
 

@@ -7,6 +7,7 @@ on a real PostgreSQL server.
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from offsets_store_cases import *  # noqa: F403
 from offsets_store_cases import FLOW, TABLES, store_cli
 
 from mirrorflow.errors import TransientError
+from mirrorflow.store import database
 from mirrorflow.store.offsets_store import OffsetsStore
 
 
@@ -35,6 +37,15 @@ def test_sqlite_file_and_its_folder_are_created_on_first_use(tmp_path: Path) -> 
     with sqlite3.connect(path) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert tables == TABLES
+
+
+def test_a_sqlite_file_keeps_the_time_of_its_host(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SQLite only: the file lives on this host, so its clock is this host's; PostgreSQL's is the
+    # server's (tests/integration/test_offsets_store_postgres.py).
+    ahead = datetime.now(UTC) + timedelta(minutes=10)
+    monkeypatch.setattr(database, "host_now", lambda: ahead)
+    with OffsetsStore(db_url) as store:
+        assert store.now() == ahead
 
 
 def test_unreachable_database_is_transient_with_redacted_url() -> None:
