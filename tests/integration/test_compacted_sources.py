@@ -208,3 +208,47 @@ def test_someone_else_writing_the_sources_records_again_is_refused_on_a_compacte
         _held(read_partition(flow.target.consumer, "backup", remote, 0))
         == _held(read_partition(flow.source.consumer, "primary", topic, 0)) * 2
     )
+
+
+def test_copies_the_remote_partitions_own_cleaner_removed_after_a_missed_commit_are_covered(
+    kafka_clusters: dict[str, LocalCluster], write_config: Callable[[str], MirrorConfig], unique_name: str
+) -> None:
+    """The remote topic compacts too: its cleaner removes a copied record a later copy of its key
+    overwrote, before the next run reads the copy back. The source, whose segment never rolls,
+    still holds it. The next run takes it as copied, and mirrors on."""
+    primary, backup = kafka_clusters["primary"].bootstrap, kafka_clusters["backup"].bootstrap
+    topic, remote = unique_name, f"primary.{unique_name}"
+    create_topic(primary, topic, 1, COMPACTED | {"segment.ms": DAY_MS})
+    config = _config(write_config, topic)
+    flow = config.flow(FLOW)
+    # a1 and a2 in the remote partition's first segment; c1, ten minutes younger, rolls it there.
+    _produce(primary, topic, [_record(k, v, FIRST_MS) for k, v in [("a", "a1"), ("b", "b1"), ("a", "a2")]])
+    _produce(primary, topic, [_record("c", "c1")])
+
+    plan = runner.plan_run(config, FLOW, "run-1")
+    _set(backup, remote, "segment.ms", "100")
+    copy_without_spark(flow, plan)
+    runner.release_run(config, FLOW, "run-1")
+    copied = read_partition(flow.target.consumer, "backup", remote, 0)
+    assert [c.offset for c in copied] == [0, 1, 2, 3]
+    deadline = time.monotonic() + 60
+    while 0 in {r.offset for r in read_partition(flow.target.consumer, "backup", remote, 0)}:
+        assert time.monotonic() < deadline, "the remote partition's cleaner left a1"
+        time.sleep(0.2)
+    _produce(primary, topic, [_record("d", "d1")])
+
+    report = _run(config, "run-2")
+
+    source = read_partition(flow.source.consumer, "primary", topic, 0)
+    target = read_partition(flow.target.consumer, "backup", remote, 0)
+    assert [r.offset for r in source] == [0, 1, 2, 3, 4]
+    assert (report.records, report.partitions[0].skipped) == (4, 3)
+    assert _held(target) == _held(copied[1:]) + _held(source[4:])
+    assert _live(target) == _live(source)
+    with OffsetsStore(config.offsets_db_url) as store:
+        batches = [b.as_batch() for b in store.batches(FLOW, topic=topic, partition=0)]
+        progress = store.progress(FLOW)[(topic, 0)]
+    translator = OffsetTranslator(batches)
+    # a1's offset resumes at the first copy the target still holds after it.
+    assert {o: translator.translate(o) for o in range(5)} == {0: 1, 1: 1, 2: 2, 3: 3, 4: target[-1].offset}
+    assert progress == PartitionProgress(topic, 0, 5, target[-1].offset + 1)

@@ -58,14 +58,22 @@ from mirrorflow.config.transforms import TransformConfig
 from mirrorflow.copy.partition_copy import PartitionCopy
 from mirrorflow.copy.produce_loop import ProduceLoop, other_writer
 from mirrorflow.copy.source_reader import BUFFER_BYTES, Budget, SourceReader, transformed
-from mirrorflow.core.compaction import Held, copied_sources
+from mirrorflow.core.compaction import Held, Removed, copied_sources
 from mirrorflow.core.digest import record_digest
 from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, PartitionResult, Plan
 from mirrorflow.core.schema_ids import SchemaIdMap
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.core.transforms import Chain, Encodable
 from mirrorflow.core.verify_plan import CLEANUP_POLICY, compacts
 from mirrorflow.errors import MirrorError, TargetStateError, TransientError
-from mirrorflow.kafka.connection import READ_COMMITTED, READ_UNCOMMITTED, end_offsets, kept_open, topic_config
+from mirrorflow.kafka.connection import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    Connection,
+    end_offsets,
+    kept_open,
+    topic_config,
+)
 from mirrorflow.kafka.faults import TIMEOUT_S, FaultPolicy
 from mirrorflow.kafka.fetched_batches import SourceRecord
 from mirrorflow.kafka.record_reads import batches_of, committed_from, records_of
@@ -166,16 +174,9 @@ class BatchCopy:
             self._compare_written(part, end)
         except TargetStateError:
             # Only once the stream compare failed: an unbroken prefix needs no more than it.
-            if not (self._source_compacts(part) and self._match_compacted(part, end)):
+            removed = Removed(_compacts(self.source, part.tp), _compacts(self.target, part.remote))
+            if not (any(removed) and self._match_compacted(part, end, removed)):
                 raise
-
-    def _source_compacts(self, part: PartitionCopy) -> bool:
-        """Whether the partition's source topic compacts (its ``cleanup.policy`` now). Only such a
-        topic loses records from the middle of its log; on any other, records that no longer compare
-        are someone else's, whatever offsets the source leaves free (its transaction markers' would
-        otherwise make room for someone else's records to pass as removed ones)."""
-        policy = topic_config(self.source, part.tp, CLEANUP_POLICY)
-        return policy is not None and compacts({CLEANUP_POLICY: policy})
 
     def _compare_written(self, part: PartitionCopy, end: int) -> None:
         """The committed records past the planned target start, compared with the planned records one
@@ -242,15 +243,17 @@ class BatchCopy:
             part.position = want[-1].offset + 1
         return found
 
-    def _match_compacted(self, part: PartitionCopy, end: int) -> bool:
+    def _match_compacted(self, part: PartitionCopy, end: int, removed: Removed) -> bool:
         """Whether the committed records past the planned target start are what an earlier attempt
-        wrote, some of them copies of records the source's cleaner removed since (``core.compaction``);
-        if so, counted. Each is counted at the source offset it copies; a removed record's at one
-        of the free offsets right before the next record the source kept, so the batch log stays
-        contiguous, translates every offset the source still holds exactly, and a consumer at a
-        removed record's offset resumes at or before the first copy it had not read. Both sides are
-        read whole (a plan's records at most: ``mirrorflow.max.records.per.partition``), and the
-        source past the plan's end only for keys nothing else explains, until each is found."""
+        wrote, some of them copies of records the source's cleaner removed since, some of its copies
+        removed by the remote partition's own cleaner (``core.compaction``; ``removed`` says which side
+        compacts); if so, counted. Each is counted at the source offset it copies; a record the source
+        removed at one of the free offsets right before the next record the source kept, so the batch
+        log stays contiguous, translates every offset the source still holds exactly, and a consumer
+        at a removed record's offset resumes at or before the first copy it had not read. A planned
+        record whose copy the target removed is covered without one, as a record a transform drops.
+        Both sides are read whole (a plan's records at most: ``mirrorflow.max.records.per.partition``),
+        and the source past the plan's end only for keys nothing else explains, until each is found."""
         plan = part.plan
         part.uncount()
         written: list[Held] = []
@@ -260,15 +263,19 @@ class BatchCopy:
                 stamped |= r.appended
                 written.append(_held(r, r.appended))
         planned = [_held(r, stamped) for records in self._planned_records(part) for r in records]
-        sources = copied_sources(
-            written, planned, plan.source_start, plan.source_end, lambda keys: self._held_later(part, keys)
+        copied = copied_sources(
+            written,
+            planned,
+            plan.source_start,
+            plan.source_end,
+            lambda keys: self._held_later(part, keys),
+            removed,
         )
-        if sources is None:
+        if copied is None:
             return False
-        part.count(sources, [w.offset for w in written])
+        part.count(copied.sources, [w.offset for w in written])
         part.already_written = len(written)
-        # Past the last record counted: the next planned record, or the plan's end.
-        part.position = sources[-1] + 1 if sources else plan.source_start
+        part.position = copied.position
         return True
 
     def _held_later(self, part: PartitionCopy, keys: frozenset[Hashable]) -> set[Hashable]:
@@ -308,6 +315,15 @@ def _held(record: Encodable, stamped: bool) -> Held:
     timestamp = -1 if stamped else record.timestamp
     same = record_digest((record.key, record.value, record.headers, timestamp))
     return Held(record.offset, same, record.key, record.value is None)
+
+
+def _compacts(conn: Connection, tp: TP) -> bool:
+    """Whether the topic of ``tp`` compacts (its ``cleanup.policy`` now). Only such a topic loses
+    records from the middle of its log; on any other side, records that no longer compare are someone
+    else's, whatever offsets are free (a source's transaction markers' would otherwise make room for
+    someone else's records to pass as removed ones)."""
+    policy = topic_config(conn, tp, CLEANUP_POLICY)
+    return policy is not None and compacts({CLEANUP_POLICY: policy})
 
 
 def _same(target: SourceRecord, source: Encodable) -> bool:

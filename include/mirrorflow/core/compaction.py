@@ -1,4 +1,5 @@
-"""What an earlier attempt of a copy wrote, matched against a source the log cleaner compacted since.
+"""What an earlier attempt of a copy wrote, matched against a source the log cleaner compacted since,
+from a remote partition whose own cleaner may have compacted it too.
 
 An attempt whose transaction committed on the target before the offsets table moved (its driver
 killed right after EndTxn, the offsets database away) left the first n planned records as they were
@@ -40,6 +41,20 @@ left would not do: with W = [a=1, a=2] and S_now = [a=1 at 12] (S_then: a=1 at 1
 at 12), taking a=1 at 12 as written would leave a=2 the target's newest value of a; the answer is
 k = 0, both written records compacted away and a=1 at 12 still to copy.
 
+The remote topic compacts too (``Removed.target``; its configs are synced from the source's): its
+cleaner removes written records the same way, so W now is W then less those. Then a covered planned
+record may also have no copy left, when its key has a later covered record (written after it, kept
+by the target or not) or it is a tombstone: none of its key's records written before it is left
+(the target keeps no older record of a key than one it removed), and no written record the source
+removed comes after it (the source kept it, so it removed none of its key after it). The last
+covered record must be written, or a tombstone whose dropping the records written after the last
+match prove (they fit nowhere before it); and with this side on, a written record equal to a
+planned one not covered is that record's copy, never one the source removed (else a plan whose end
+the target dropped would take its first records for written). What this cannot tell: a copy whose
+last records the target dropped, ending in a tombstone past its retention (``delete.retention.ms``,
+a day by default), with nothing written after them. Those are taken for not copied and copied
+again: a deleted key's last records written a second time, then its tombstone; never one lost.
+
 The source offsets of records removed by compaction are gone; each is given, in order, one of the
 free offsets right before the next kept record (or the first not covered, or the plan's end). The
 batch log then counts every written record, stays contiguous, and translates every offset the
@@ -57,7 +72,7 @@ import bisect
 from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import NamedTuple
 
-__all__ = ["Held", "copied_sources"]
+__all__ = ["Copied", "Held", "Removed", "copied_sources"]
 
 
 class Held(NamedTuple):
@@ -75,27 +90,57 @@ class Held(NamedTuple):
 Later = Callable[[frozenset[Hashable]], Collection[Hashable]]
 
 
+class Copied(NamedTuple):
+    """What an earlier attempt wrote: the source offset each written record copies, and the source
+    offset after the last planned record it covered (where the copy goes on)."""
+
+    sources: list[int]
+    position: int
+
+
+class Removed(NamedTuple):
+    """On which side a cleaner may have removed records since they were copied: the source's (its
+    topic compacts) and the remote partition's (the remote topic compacts)."""
+
+    source: bool
+    target: bool
+
+
 def copied_sources(
-    written: Sequence[Held], planned: Sequence[Held], start: int, end: int, later: Later
-) -> list[int] | None:
+    written: Sequence[Held],
+    planned: Sequence[Held],
+    start: int,
+    end: int,
+    later: Later,
+    removed: Removed,
+) -> Copied | None:
     """For each ``written`` record (target offsets, in order), the source offset it copies, from
-    ``planned`` (the plan's records as the source holds them now, in order, in ``[start, end)``);
-    ``None`` when compaction does not explain them (see the module's docstring). Each candidate k
-    costs O(n log n); one is tried only if its last covered record was written and the records
-    written after its copy fit before the next planned record: with compaction as the cause, the
-    first tried is the answer."""
+    ``planned`` (the plan's records as the source holds them now, in order, in ``[start, end)``), and
+    where the copy goes on; ``None`` when compaction does not explain them (see the module's
+    docstring). ``removed`` says on
+    which side a cleaner may have removed records since the copy. Each candidate k costs O(n log n);
+    one is tried only if its last covered record was written and the records written after its copy
+    fit before the next planned record: with compaction as the cause, the first tried is the
+    answer."""
     at: dict[Hashable, list[int]] = {}
     last_written: dict[Hashable, int] = {}
     for i, w in enumerate(written):
         at.setdefault(w.same, []).append(i)
         last_written[w.key] = i
     last_planned = {p.key: j for j, p in enumerate(planned)}
-    for k in range(min(len(written), len(planned)), -1, -1):
-        if k and planned[k - 1].same not in at:
-            continue
-        found = _explained(written, planned, k, at, (start, end), last_written, last_planned, later)
+    most = len(planned) if removed.target else min(len(written), len(planned))
+    # The last covered record was written, or (the target compacts) is a tombstone its cleaner dropped
+    # past its retention, which records written after it must follow (``_explained``).
+    ends = [
+        k
+        for k in range(most, -1, -1)
+        if not k or planned[k - 1].same in at or (removed.target and planned[k - 1].tombstone)
+    ]
+    for k in ends:
+        found = _explained(written, planned, k, at, (start, end), last_written, last_planned, later, removed)
         if found is not None:
-            return found
+            covered_end = planned[k - 1].offset + 1 if k else start
+            return Copied(found, max(covered_end, found[-1] + 1 if found else start))
     return None
 
 
@@ -108,25 +153,36 @@ def _explained(
     last_written: dict[Hashable, int],
     last_planned: dict[Hashable, int],
     later: Later,
+    removed: Removed,
 ) -> list[int] | None:
-    """The source offsets of ``written`` if its records are the first ``k`` planned ones and records
-    compaction removed; else ``None``."""
+    """The source offsets of ``written`` if its records are the first ``k`` planned ones, less those
+    the target's cleaner removed, and records the source's cleaner removed; else ``None``."""
     start, end = bounds
     stop = planned[k].offset if k < len(planned) else end
-    matched = _matched_from_the_right(written, planned, k, at, stop)
+    matched = _matched_from_the_right(written, planned, k, at, stop, removed.target)
     if matched is None:
         return None
     sources = _placed(written, planned, matched, start, stop)
     if sources is None:
         return None
-    kept = set(matched)
+    kept = {i for i in matched if i is not None}
+    if len(kept) < len(written) and not removed.source:
+        return None
+    if removed.target and not _ends_as_written(written, planned, matched, start):
+        return None
+    cut = _target_removed_before(written, planned, matched)
+    if cut is None:
+        return None
     matched_keys: set[Hashable] = set()
     wanted: set[Hashable] = set()
+    uncovered = {p.same for p in planned[k:]} if removed.target else set()
     for i, w in enumerate(written):
         if i in kept:
             matched_keys.add(w.key)
-        elif w.key in matched_keys:
-            return None  # removed after a kept record of its key
+        elif w.key in matched_keys or cut.get(w.key, len(written)) <= i:
+            return None  # the source removed it after a record of its key it kept
+        elif removed.target and w.same in uncovered:
+            return None  # rather the copy of that record: the target may have lost this plan's end
         elif not (w.tombstone or last_written[w.key] > i or last_planned.get(w.key, -1) >= k):
             wanted.add(w.key)
     if wanted and not wanted <= set(later(frozenset(wanted))):
@@ -134,18 +190,73 @@ def _explained(
     return sources
 
 
+def _ends_as_written(
+    written: Sequence[Held], planned: Sequence[Held], matched: Sequence[int | None], start: int
+) -> bool:
+    """Whether the last covered record is written, or else (a tombstone the target dropped) the records
+    written after the last matched one cannot have come before it: nothing but them tells that the
+    earlier attempt got that far."""
+    if not matched or matched[-1] is not None:
+        return True
+    pairs = [(j, i) for j, i in enumerate(matched) if i is not None]
+    j, i = pairs[-1] if pairs else (-1, -1)
+    after = len(written) - 1 - i
+    previous = planned[j].offset if j >= 0 else start - 1
+    taken = {p.offset for p in planned}
+    return _free_before(planned[len(matched) - 1].offset, previous, after, taken) is None
+
+
+def _target_removed_before(
+    written: Sequence[Held], planned: Sequence[Held], matched: Sequence[int | None]
+) -> dict[Hashable, int] | None:
+    """For each key of a planned record the target's cleaner removed (unmatched), the position in
+    ``written`` it surely came before (its next matched record's): a record of that key written from
+    there on was not removed by the source's cleaner, which kept the planned one. ``None`` if the
+    target removed a record after one of its key it still holds, which its cleaner never does."""
+    first: dict[Hashable, int] = {}
+    for i, w in enumerate(written):
+        first.setdefault(w.key, i)
+    following = [len(written)] * len(matched)
+    for j in range(len(matched) - 2, -1, -1):
+        at_next = matched[j + 1]
+        following[j] = following[j + 1] if at_next is None else at_next
+    cut: dict[Hashable, int] = {}
+    before = -1
+    for j, at in enumerate(matched):
+        if at is not None:
+            before = at
+            continue
+        key = planned[j].key
+        if first.get(key, len(written)) <= before:
+            return None
+        cut[key] = min(cut.get(key, len(written)), following[j])
+    return cut
+
+
 def _matched_from_the_right(
-    written: Sequence[Held], planned: Sequence[Held], k: int, at: dict[Hashable, list[int]], stop: int
-) -> list[int] | None:
+    written: Sequence[Held],
+    planned: Sequence[Held],
+    k: int,
+    at: dict[Hashable, list[int]],
+    stop: int,
+    target_removed: bool,
+) -> list[int | None] | None:
     """The position in ``written`` of each of the first ``k`` planned records, each the latest equal
-    record before the next one's; ``None`` if there is none, or if the records written after the
+    record before the next one's, or (the target compacts) ``None`` for one the target's cleaner
+    removed: a tombstone, or a record of a key a later covered record has (written after it, whether
+    the target kept it or not); ``None`` if a record is neither, or if the records written after the
     last one's cannot fit before ``stop``."""
-    matched = [0] * k
+    matched: list[int | None] = [None] * k
     limit = len(written)
+    covered_after: set[Hashable] = set()  # keys of the covered records after ``j``
     for j in range(k - 1, -1, -1):
         candidates = at.get(planned[j].same, [])
         i = bisect.bisect_left(candidates, limit) - 1
+        removable = planned[j].tombstone or planned[j].key in covered_after
+        covered_after.add(planned[j].key)
         if i < 0:
+            if target_removed and removable:
+                continue
             return None
         limit = matched[j] = candidates[i]
         if j == k - 1 and len(written) - 1 - limit > stop - planned[j].offset - 1:
@@ -154,20 +265,39 @@ def _matched_from_the_right(
 
 
 def _placed(
-    written: Sequence[Held], planned: Sequence[Held], matched: list[int], start: int, stop: int
+    written: Sequence[Held],
+    planned: Sequence[Held],
+    matched: Sequence[int | None],
+    start: int,
+    stop: int,
 ) -> list[int] | None:
     """Source offsets for ``written``: each matched record its planned record's, each of the others
-    one of the free offsets right before the next matched record's (``stop`` after the last); ``None``
-    if they do not fit."""
+    one of the free offsets (held by no planned record) right before the next matched record's
+    (``stop`` after the last); ``None`` if they do not fit."""
     sources = [0] * len(written)
+    taken = {p.offset for p in planned}
     before, previous = -1, start - 1
-    for j, i in enumerate([*matched, len(written)]):
+    pairs = [(j, i) for j, i in enumerate(matched) if i is not None]
+    for j, i in [*pairs, (len(matched), len(written))]:
         offset = planned[j].offset if j < len(matched) else stop
         removed = i - before - 1
-        if removed > offset - previous - 1:
+        free = _free_before(offset, previous, removed, taken)
+        if free is None:
             return None
-        sources[before + 1 : i] = range(offset - removed, offset)
+        sources[before + 1 : i] = free
         if i < len(written):
             sources[i] = offset
         before, previous = i, offset
     return sources
+
+
+def _free_before(offset: int, previous: int, n: int, taken: Collection[int]) -> list[int] | None:
+    """The ``n`` highest offsets between ``previous`` and ``offset`` (both excluded) not ``taken``,
+    in order; ``None`` if there are fewer."""
+    free: list[int] = []
+    candidate = offset - 1
+    while len(free) < n and candidate > previous:
+        if candidate not in taken:
+            free.append(candidate)
+        candidate -= 1
+    return free[::-1] if len(free) == n else None
