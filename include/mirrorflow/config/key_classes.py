@@ -18,19 +18,21 @@ import re
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from mirrorflow.config.java_clients import CONNECT_WORKER_KEYS, JAVA_CLIENT_KEYS
-from mirrorflow.config.keys import (
+from mirrorflow.config.client_keys import (
     CLIENT_KEYS,
-    DEPRECATED_ALIASES,
-    FLOW_KEYS,
-    FLOW_SETTINGS,
     NO_GSSAPI,
-    PROJECT_PREFIX,
-    TOP_LEVEL_KEYS,
-    TOP_LEVEL_SETTINGS,
     UNLISTED_CLIENT_KEY,
     WORKER_KEY,
     WORKER_STORAGE_KEY,
+)
+from mirrorflow.config.java_clients import CONNECT_WORKER_KEYS, JAVA_CLIENT_KEYS
+from mirrorflow.config.keys import (
+    DEPRECATED_ALIASES,
+    FLOW_KEYS,
+    FLOW_SETTINGS,
+    PROJECT_PREFIX,
+    TOP_LEVEL_KEYS,
+    TOP_LEVEL_SETTINGS,
     H,
     Key,
     N,
