@@ -1,6 +1,6 @@
 """The offsets table on a real PostgreSQL server (one per session, a role and schema per test): every
-case of offsets_store_cases.py and handover_cases.py, with the same expectations as on SQLite
-(tests/unit/store/test_offsets_store.py).
+case of offsets_store_cases.py, lock_cases.py, batch_log_cases.py and handover_cases.py, with the
+same expectations as on SQLite (tests/unit/store/test_offsets_store.py).
 """
 
 from __future__ import annotations
@@ -9,9 +9,11 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from batch_log_cases import *  # noqa: F403
 
 # The cases' tests and fixtures, imported for pytest to collect them here, on PostgreSQL.
 from handover_cases import *  # noqa: F403
+from lock_cases import *  # noqa: F403
 from offsets_store_cases import *  # noqa: F403
 from offsets_store_cases import FLOW
 from sqlalchemy import create_engine, text
