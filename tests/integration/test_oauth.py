@@ -24,15 +24,9 @@ import psutil
 import pytest
 from arrivals import Producing
 from leak_checks import PROVIDERS, assert_nowhere, dag_test, sqlite_dump, xcoms_of
-from mirror_helpers import (
-    assert_same_records,
-    commit_group,
-    create_secured_topic,
-    local_clusters,
-    migrated_airflow,
-    secured_config,
-)
+from mirror_helpers import assert_same_records, commit_group, local_clusters, migrated_airflow
 from pyspark.sql import SparkSession
+from secured_helpers import create_secured_topic, secured_config
 from strimzi_examples import FORMS, SOURCE, TARGET, assert_example_mirrors, local_example, write_secret
 from windows import WindowThread
 

@@ -31,18 +31,15 @@ from pathlib import Path
 
 import pytest
 from leak_checks import PROVIDERS, assert_nowhere, dag_test, xcoms_of
-from mirror_helpers import (
+from mirror_helpers import assert_same_records, commit_group, local_clusters, migrated_airflow
+from secured_helpers import (
     MIRROR_HEARTBEAT_SOURCE_ACLS,
     MIRROR_HEARTBEAT_TARGET_ACLS,
     MIRROR_SOURCE_ACLS,
     MIRROR_TARGET_ACLS,
-    assert_same_records,
-    commit_group,
     create_acls,
     create_secured_topic,
     create_source_topic,
-    local_clusters,
-    migrated_airflow,
     secured_config,
 )
 

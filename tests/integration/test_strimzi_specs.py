@@ -9,17 +9,9 @@ from pathlib import Path
 
 import pytest
 from kafka.admin import ACLOperation, ACLResourcePatternType, ResourcePattern, ResourceType
-from mirror_helpers import (
-    CLUSTER_RESOURCE,
-    assert_same_records,
-    create_acls,
-    create_secured_topic,
-    create_topic,
-    grants,
-    local_clusters,
-    run_flow,
-)
+from mirror_helpers import assert_same_records, create_topic, local_clusters, run_flow
 from pyspark.sql import SparkSession
+from secured_helpers import CLUSTER_RESOURCE, create_acls, create_secured_topic, grants
 from strimzi_examples import FORMS, SOURCE, TARGET, assert_example_mirrors, local_example, write_secret
 
 from mirrorflow.config.clients import librdkafka_config

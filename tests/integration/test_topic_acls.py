@@ -62,23 +62,20 @@ from kafka.admin import (
     ResourceType,
 )
 from kafka.errors import TopicAuthorizationFailedError
-from mirror_helpers import (
+from mirror_helpers import assert_same_records, commit_group, local_clusters, run_flow
+from pyspark.sql import SparkSession
+from secured_helpers import (
     MIRROR_HEARTBEAT_SOURCE_ACLS,
     MIRROR_HEARTBEAT_TARGET_ACLS,
     MIRROR_SOURCE_ACLS,
     MIRROR_TARGET_ACLS,
-    assert_same_records,
-    commit_group,
     create_acls,
     create_source_topic,
     grants,
-    local_clusters,
-    run_flow,
     secured_admin,
     secured_config,
     topic_resource,
 )
-from pyspark.sql import SparkSession
 
 from mirrorflow.app.runner import checkpoint_run, plan_run, release_run
 from mirrorflow.config.clients import librdkafka_config
