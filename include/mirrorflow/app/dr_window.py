@@ -46,6 +46,7 @@ from mirrorflow.core.report import (
     partitions_failed,
 )
 from mirrorflow.core.schema_ids import NO_SCHEMA_IDS, SchemaIdMap
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.core.window import StepTimes, Timers, WindowSummary, steps_text
 from mirrorflow.errors import (
     ConfigError,
@@ -122,12 +123,12 @@ class _Window:
         # The schema ids the copy maps, as the newest sync left them (``app.schemas``).
         self.schema_ids: SchemaIdMap = NO_SCHEMA_IDS
         self.micro_batches = self.spark_copies = self.records = self.bytes = self.checkpoints = 0
-        self.lags: dict[tuple[str, int], int] = {}
+        self.lags: dict[TP, int] = {}
         # Each source partition's log start as the newest plan read it: the batch log is pruned below.
-        self.log_starts: dict[tuple[str, int], int] = {}
+        self.log_starts: dict[TP, int] = {}
         self.age: float | None = None
         # Per partition, the figures of the micro-batches since the metrics history was last written.
-        self.unrecorded: dict[tuple[str, int], PartitionReport] = {}
+        self.unrecorded: dict[TP, PartitionReport] = {}
         self.last_batch_id: str | None = None
         # The newest micro-batch's report, until the metrics file shows it.
         self.unpublished: RunReport | None = None
@@ -135,7 +136,7 @@ class _Window:
         self.successor: str | None = None
         # Partitions that failed on their own errors (isolate): left out of the window's later
         # micro-batches, and the window fails at its end.
-        self.failed: dict[tuple[str, int], FailedPartition] = {}
+        self.failed: dict[TP, FailedPartition] = {}
         # When progress was last logged, with the step times, micro-batches and records then: the
         # first progress line (and settling) comes a progress interval after the window starts.
         self.progress: tuple[float, dict[str, float], int, int] = (clock(), {}, 0, 0)

@@ -13,6 +13,7 @@ from typing import Any
 from mirrorflow.app.remote_topics import RemoteTopics
 from mirrorflow.core.plan import PartitionPlan, PartitionState, Plan
 from mirrorflow.core.report import text_table
+from mirrorflow.core.topic_partitions import TP
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,8 @@ class DryRun:
 def dry_run_of(
     plan: Plan,
     topics: RemoteTopics,
-    new: frozenset[tuple[str, int]],
-    sizes: Mapping[tuple[str, int], int],
+    new: frozenset[TP],
+    sizes: Mapping[TP, int],
     acls: Sequence[str],
 ) -> DryRun:
     """``new``: partitions the flow has never mirrored; ``sizes``: source partitions' bytes on disk."""
@@ -117,8 +118,8 @@ def dry_run_of(
 def _planned(
     p: PartitionPlan,
     state: PartitionState,
-    new: frozenset[tuple[str, int]],
-    sizes: Mapping[tuple[str, int], int],
+    new: frozenset[TP],
+    sizes: Mapping[TP, int],
 ) -> PlannedPartition:
     key = (p.topic, p.partition)
     size = sizes.get(key)

@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from mirrorflow.config.model import FlowConfig
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.kafka.admin import ClusterAdmin
 
 __all__ = ["caught_up_now"]
 
 
-def caught_up_now(flow: FlowConfig, committed: Mapping[tuple[str, int], int]) -> bool:
+def caught_up_now(flow: FlowConfig, committed: Mapping[TP, int]) -> bool:
     """Whether every partition of the topics ``flow`` selects on its source ends (last stable
     offset, as plans read it) at its ``committed`` next source offset, or is empty and never
     mirrored."""

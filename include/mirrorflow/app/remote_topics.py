@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mirrorflow.config.model import FlowConfig
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.kafka.admin import ClusterAdmin, NewTopic, TopicDescription
 
 
@@ -30,7 +31,7 @@ class RemoteTopics:
     grown: Mapping[str, tuple[int, int]]
     reconfigured: Mapping[str, Mapping[str, str | None]]
 
-    def absent_partitions(self) -> frozenset[tuple[str, int]]:
+    def absent_partitions(self) -> frozenset[TP]:
         """Remote partitions that do not exist until the changes are made."""
         created = {(r, p) for r, new in self.created.items() for p in range(new.partitions)}
         grown = {(r, p) for r, (old, new) in self.grown.items() for p in range(old, new)}

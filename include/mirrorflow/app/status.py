@@ -48,6 +48,7 @@ from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.core.plan import Plan
 from mirrorflow.core.progress import as_utc, is_holder_of
 from mirrorflow.core.recovery import RecoveryPoint
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import MirrorError
 from mirrorflow.kafka.heartbeats import freshness_seconds
 from mirrorflow.store.checkpoint_log import emitted_checkpoints, latest_checkpoint_metrics
@@ -72,7 +73,7 @@ LIVE_TIMEOUT_SECONDS = 5.0
 
 HeartbeatReader = Callable[[FlowConfig], float | None]
 # Whether the flow's source holds nothing past the committed next source offsets given.
-SourceCheck = Callable[[FlowConfig, Mapping[tuple[str, int], int]], bool]
+SourceCheck = Callable[[FlowConfig, Mapping[TP, int]], bool]
 
 
 # ---------------------------------------------------------------------------------------- building
@@ -209,7 +210,7 @@ def _read_flow(
     history = tuple(recovery_history(store, name, HISTORY_LIMIT))
     emitted = emitted_checkpoints(store, name)
     failed = tuple(failed_partitions(store, name))
-    lost: dict[tuple[str, int], int] = {}
+    lost: dict[TP, int] = {}
     for g in gaps:
         lost[(g.topic, g.partition)] = lost.get((g.topic, g.partition), 0) + g.source_end - g.source_start
     partitions = []

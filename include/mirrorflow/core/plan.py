@@ -14,6 +14,7 @@ from typing import Any
 from mirrorflow.core.documents import Document
 from mirrorflow.core.metrics import Stats
 from mirrorflow.core.schema_ids import NO_SCHEMA_IDS, SchemaIdMap
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import PlanError
 
 PLAN_VERSION = 1
@@ -166,12 +167,12 @@ class Plan(Document):
     schema_ids: SchemaIdMap = NO_SCHEMA_IDS
 
     def __post_init__(self) -> None:
-        seen: set[tuple[str, int]] = set()
+        seen: set[TP] = set()
         for p in self.partitions:
             if (p.topic, p.partition) in seen:
                 raise PlanError(f"{self.flow}: partition {p.topic}-{p.partition} planned twice")
             seen.add((p.topic, p.partition))
-        gaps: dict[tuple[str, int], SourceGap] = {}
+        gaps: dict[TP, SourceGap] = {}
         for g in self.gaps:
             if (g.topic, g.partition) in gaps:
                 raise PlanError(f"{self.flow}: partition {g.topic}-{g.partition} has two gaps in one plan")
@@ -189,7 +190,7 @@ class Plan(Document):
         return sum(p.source_end - p.source_start for p in self.partitions)
 
     @property
-    def log_starts(self) -> dict[tuple[str, int], int]:
+    def log_starts(self) -> dict[TP, int]:
         """Each planned source partition's log start, as the planner read it."""
         return {(s.topic, s.partition): s.log_start for s in self.states}
 

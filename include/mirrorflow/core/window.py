@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mirrorflow.core.documents import Document
+from mirrorflow.core.topic_partitions import TP
 
 WINDOW_VERSION = 1
 
@@ -47,7 +48,7 @@ class WindowSummary(Document):
     successor: str | None = None
 
     @property
-    def lag_by_partition(self) -> dict[tuple[str, int], int]:
+    def lag_by_partition(self) -> dict[TP, int]:
         return {(t, p): lag for t, p, lag in self.lags}
 
     def as_dict(self) -> dict[str, Any]:

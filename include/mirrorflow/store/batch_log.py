@@ -25,6 +25,7 @@ from sqlalchemy import (
 )
 
 from mirrorflow.core.progress import CommittedBatch, as_utc, format_time
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.core.translation import coalesce, trimmed
 from mirrorflow.errors import CommitConflictError
 from mirrorflow.store.rows import Log, batch_row, committed_batch
@@ -123,7 +124,7 @@ def coalesce_window(conn: Connection, flow: str, holder: str) -> int:
         .where(b.c.flow == flow, b.c.run_id.startswith(f"{holder}#", autoescape=True))
         .order_by(b.c.topic, b.c.partition, b.c.source_start)
     ).all()
-    by_partition: dict[tuple[str, int], list[CommittedBatch]] = {}
+    by_partition: dict[TP, list[CommittedBatch]] = {}
     for row in rows:
         batch = committed_batch(row._mapping)
         by_partition.setdefault((batch.topic, batch.partition), []).append(batch)
@@ -166,7 +167,7 @@ def coalesce_window(conn: Connection, flow: str, holder: str) -> int:
 def prune_step(
     conn: Connection,
     flow: str,
-    log_starts: Mapping[tuple[str, int], int],
+    log_starts: Mapping[TP, int],
     keep_run: str | None,
     now: datetime,
 ) -> int:
@@ -214,15 +215,13 @@ def _cut(log_start: int, newest: _Range, newest_batch: _Range | None) -> int:
     return cut
 
 
-def _due(
-    conn: Connection, flow: str, log_starts: Mapping[tuple[str, int], int]
-) -> dict[tuple[str, int], int]:
+def _due(conn: Connection, flow: str, log_starts: Mapping[TP, int]) -> dict[TP, int]:
     """The partitions with rows to cut (or gaps to merge, maybe: two or more, and a cut below the log
     start), with their cut (``_cut``)."""
-    first: dict[tuple[str, int], int] = {}
-    newest: dict[tuple[str, int], _Range] = {}
-    newest_batch: dict[tuple[str, int], _Range] = {}
-    gaps: dict[tuple[str, int], int] = {}
+    first: dict[TP, int] = {}
+    newest: dict[TP, _Range] = {}
+    newest_batch: dict[TP, _Range] = {}
+    gaps: dict[TP, int] = {}
     for table in (batches_table, gaps_table):
         c = table.c
         for topic, partition, low, last, last_end, rows in conn.execute(

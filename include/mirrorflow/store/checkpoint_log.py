@@ -17,6 +17,7 @@ from sqlalchemy import delete, func, insert, select
 
 from mirrorflow.core.metrics import CheckpointMetrics
 from mirrorflow.core.progress import CommittedBatch, GroupPosition, as_utc
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import EmittedCheckpoint
 from mirrorflow.store.rows import committed_batch, emitted_checkpoint
@@ -105,7 +106,7 @@ def latest_checkpoint_metrics(store: OffsetsStore, flow: str) -> list[Checkpoint
 
 
 def batches_from(
-    store: OffsetsStore, flow: str, lowest: Mapping[tuple[str, int], int], *, on_target: bool = False
+    store: OffsetsStore, flow: str, lowest: Mapping[TP, int], *, on_target: bool = False
 ) -> list[CommittedBatch]:
     """Per partition of ``lowest``, the rows of ``flow``'s batch log that end past its offset there,
     or its last row when none does: all that translating an offset at or past it reads (a checkpoint

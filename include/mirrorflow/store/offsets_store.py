@@ -65,6 +65,7 @@ from mirrorflow.core.progress import (
 )
 from mirrorflow.core.recovery import HISTORY_RETENTION
 from mirrorflow.core.report import FailedPartition, PartitionReport
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
 from mirrorflow.store.batch_log import ROW_POINTS_MAX, coalesce_window, commit_step, prune_step
 from mirrorflow.store.database import (
@@ -266,7 +267,7 @@ class OffsetsStore:
 
     # ------------------------------------------------------------------------------------- progress
 
-    def progress(self, flow: str) -> dict[tuple[str, int], PartitionProgress]:
+    def progress(self, flow: str) -> dict[TP, PartitionProgress]:
         """Committed (and anchored) progress of every partition of ``flow``."""
         p = progress_table
         with self._transaction(write=False) as conn:
@@ -314,7 +315,7 @@ class OffsetsStore:
         topic that has none; an existing row is never overwritten. Requires ``flow``'s lock held by
         ``run_id`` (else ``CommitConflictError``).
         """
-        wanted: dict[tuple[str, int], PartitionProgress] = {}
+        wanted: dict[TP, PartitionProgress] = {}
         for entry in entries:
             if entry.next_source_offset < 0 or entry.next_target_offset < 0:
                 raise PlanError(f"anchor {entry.topic}-{entry.partition}: negative offset in {entry}")
@@ -354,7 +355,7 @@ class OffsetsStore:
         holder: str | None = None,
         mirrored_as_of: datetime | None = None,
         failed: Sequence[FailedPartition] = (),
-        log_starts: Mapping[tuple[str, int], int] | None = None,
+        log_starts: Mapping[TP, int] | None = None,
     ) -> int:
         """Commit the run's source ``gaps``, ``batches`` and partition ``metrics`` in one transaction,
         with the recovery point they prove (``mirrored_as_of``, see ``core.recovery``), and prune the
@@ -405,7 +406,7 @@ class OffsetsStore:
         with self.locked(flow, holder, "record its recovery point") as conn:
             advance_step(conn, flow, run_id, mirrored_as_of, self.now())
 
-    def coalesce_batches(self, flow: str, holder: str, log_starts: Mapping[tuple[str, int], int]) -> int:
+    def coalesce_batches(self, flow: str, holder: str, log_starts: Mapping[TP, int]) -> int:
         """Merge the batch-log rows the DR window ``holder`` committed (micro-batch run ids
         ``<holder>#<n>``) into one row per unbroken stretch of each partition
         (``batch_log.coalesce_window``), then prune the log below the source's ``log_starts``
@@ -449,7 +450,7 @@ class OffsetsStore:
             rows = conn.execute(query.order_by(m.c.id)).all()
         return [partition_report(r._mapping) for r in rows]
 
-    def latest_writes(self, flow: str) -> dict[tuple[str, int], PartitionReport]:
+    def latest_writes(self, flow: str) -> dict[TP, PartitionReport]:
         """Per partition, the metrics of the last run that wrote records to it."""
         m = partition_metrics_table
         newest = (
@@ -476,7 +477,7 @@ class OffsetsStore:
             rows = conn.execute(query).all()
         return [committed_batch(row._mapping) for row in rows]
 
-    def pruned_from(self, flow: str) -> dict[tuple[str, int], int]:
+    def pruned_from(self, flow: str) -> dict[TP, int]:
         """Per partition whose batch log was pruned (``batch_log.prune_step``), where it began."""
         p = pruned_table
         with self._transaction(write=False) as conn:

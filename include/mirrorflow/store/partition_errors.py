@@ -14,6 +14,7 @@ from datetime import datetime
 from sqlalchemy import Connection, delete, insert, select
 
 from mirrorflow.core.report import FailedPartition
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.store.schema import partition_errors_table
 
 __all__ = ["record_step"]
@@ -24,7 +25,7 @@ def record_step(
     flow: str,
     run_id: str,
     failed: Sequence[FailedPartition],
-    committed: Iterable[tuple[str, int]],
+    committed: Iterable[TP],
     now: datetime,
 ) -> None:
     """Inside a commit: the ``committed`` partitions have no error any more, the ``failed`` ones

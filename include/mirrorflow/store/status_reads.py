@@ -13,6 +13,7 @@ from sqlalchemy import func, select, union_all
 
 from mirrorflow.core.progress import as_utc
 from mirrorflow.core.recovery import RecoveryStep
+from mirrorflow.core.topic_partitions import TP
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import PartitionErrorRecord, PartitionLag, RunTotals
 from mirrorflow.store.schema import (
@@ -27,7 +28,7 @@ from mirrorflow.store.schema import (
 __all__ = ["failed_partitions", "newest_lags", "recovery_history", "recovery_point", "run_totals", "totals"]
 
 
-def newest_lags(store: OffsetsStore, flow: str) -> dict[tuple[str, int], PartitionLag]:
+def newest_lags(store: OffsetsStore, flow: str) -> dict[TP, PartitionLag]:
     """Per partition of ``flow``, the lag of its newest metrics row and the run that measured it."""
     m = partition_metrics_table
     newest = select(func.max(m.c.id)).where(m.c.flow == flow).group_by(m.c.topic, m.c.partition)
@@ -105,7 +106,7 @@ def failed_partitions(store: OffsetsStore, flow: str) -> list[PartitionErrorReco
     ]
 
 
-def totals(store: OffsetsStore, flow: str) -> dict[tuple[str, int], tuple[int, int]]:
+def totals(store: OffsetsStore, flow: str) -> dict[TP, tuple[int, int]]:
     """Records and bytes committed so far per source partition, from the batch log and what its
     pruned rows counted."""
     b, p = batches_table, pruned_table
