@@ -14,7 +14,7 @@ from sqlalchemy import create_engine, delete, insert
 from mirrorflow.core.metrics import Stats
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch, GroupPosition
-from mirrorflow.core.recovery import RecoveryStep
+from mirrorflow.core.recovery_point import RecoveryStep
 from mirrorflow.core.report import PartitionReport
 from mirrorflow.core.translation import OffsetTranslator, coalesce
 from mirrorflow.errors import CommitConflictError

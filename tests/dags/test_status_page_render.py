@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 import pytest
 
 from mirrorflow.app.status_values import FlowStatus, Freshness, PartitionStatus, RunStatus
-from mirrorflow.core.recovery import RecoveryPoint, RecoveryStep
+from mirrorflow.core.recovery_point import RecoveryPoint, RecoveryStep
 from mirrorflow.store.read_model import PartitionErrorRecord
 from mirrorflow_airflow.status_page import render_page
 

@@ -37,7 +37,7 @@ from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS
 from mirrorflow.core.plan import CopyResult, Grant, Plan
 from mirrorflow.core.progress import attempt_holder
-from mirrorflow.core.recovery import mirrored_as_of
+from mirrorflow.core.recovery_point import mirrored_as_of
 from mirrorflow.core.report import (
     FailedPartition,
     PartitionReport,

@@ -49,7 +49,7 @@ from mirrorflow.core.planner import (
     find_gaps,
     make_plan,
 )
-from mirrorflow.core.recovery import mirrored_as_of
+from mirrorflow.core.recovery_point import mirrored_as_of
 from mirrorflow.core.report import PartitionReport, RunReport, batches_for, build_report
 from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import ParamError, TargetStateError
@@ -405,7 +405,7 @@ class FlowSession:
                 )
             )
         as_of = recovery_point(store, flow.name)
-        # Prometheus gets the recovery point as time() - this (core.recovery).
+        # Prometheus gets the recovery point as time() - this (core.recovery_point).
         as_of_s = None if as_of is None else round(as_of.timestamp(), 3)
         path = metrics_file(self.config.state_dir, flow.name, "source")
         write_atomically(

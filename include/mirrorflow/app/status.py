@@ -18,7 +18,7 @@ Invariants:
   measured by the newest run that committed metrics for it (0 when no run ever left it lagging).
 - The heartbeat age is read live from the target with a bounded wait; past the bound or on any
   error it is ``unknown``, never a stale or guessed value. The recovery point is the stored bound
-  (``core.recovery``), 0 only if the source, read live within the same wait, holds nothing more.
+  (``core.recovery_point``), 0 only if the source, read live within the same wait, holds nothing more.
 
 The values it builds, frozen snapshots, and their JSON form are ``app.status_values``.
 """
@@ -34,7 +34,6 @@ from functools import partial
 
 from mirrorflow.app.cutover import report_files
 from mirrorflow.app.live_reads import LiveReads, why_missing
-from mirrorflow.app.recovery import caught_up_now
 from mirrorflow.app.status_values import (
     HISTORY_LIMIT,
     AirflowRun,
@@ -47,9 +46,10 @@ from mirrorflow.app.status_values import (
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.core.plan import Plan
 from mirrorflow.core.progress import as_utc, is_holder_of
-from mirrorflow.core.recovery import RecoveryPoint
+from mirrorflow.core.recovery_point import RecoveryPoint
 from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import MirrorError
+from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.kafka.heartbeats import freshness_seconds
 from mirrorflow.store.checkpoint_log import emitted_checkpoints, latest_checkpoint_metrics
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -74,6 +74,18 @@ LIVE_TIMEOUT_SECONDS = 5.0
 HeartbeatReader = Callable[[FlowConfig], float | None]
 # Whether the flow's source holds nothing past the committed next source offsets given.
 SourceCheck = Callable[[FlowConfig, Mapping[TP, int]], bool]
+
+
+def caught_up_now(flow: FlowConfig, committed: Mapping[TP, int]) -> bool:
+    """The live half of the recovery point (``core.recovery_point``): whether every partition of the
+    topics ``flow`` selects on its source ends (last stable offset, as plans read it) at its
+    ``committed`` next source offset, or is empty and never mirrored."""
+    with ClusterAdmin(flow.source) as source:
+        topics = [t for t in source.topics() if flow.should_replicate_topic(t)]
+        tps = [(t, p) for t, d in source.describe_topics(topics).items() for p in range(d.partitions)]
+        ends = source.latest_offsets(tps)
+        starts = source.earliest_offsets([tp for tp in tps if tp not in committed])
+    return all(ends[tp] <= committed.get(tp, starts.get(tp, 0)) for tp in tps)
 
 
 # ---------------------------------------------------------------------------------------- building

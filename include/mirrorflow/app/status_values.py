@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from mirrorflow.core.progress import RecordedGap
-from mirrorflow.core.recovery import RecoveryPoint, RecoveryStep
+from mirrorflow.core.recovery_point import RecoveryPoint, RecoveryStep
 from mirrorflow.store.read_model import PartitionErrorRecord
 
 # Minutes of recovery point history shown: a day of a DR flow's.

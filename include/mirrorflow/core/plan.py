@@ -160,7 +160,7 @@ class Plan(Document):
     # Only heartbeats are planned: the plan task copies them itself, without starting Spark.
     in_process: bool = False
     # Only some of the flow's topics were planned (a run's topics option): the plan does not measure
-    # the whole flow, so its commit proves no recovery point (``core.recovery``).
+    # the whole flow, so its commit proves no recovery point (``core.recovery_point``).
     narrowed: bool = False
     # The schema ids the copy maps, as the run's schema sync left them (``core.schema_ids``): a retry
     # maps with the same ones.

@@ -11,5 +11,5 @@ package private to it):
 - ``status_reads`` and ``read_model``: the status page's and the command line's reads and values;
 - ``cli``: ``python -m mirrorflow.store``.
 Private: the tables (``schema``), rows (``rows``), the engine (``database``) and the steps inside the
-store's transactions (``batch_log``, ``partition_errors``, ``recovery``, ``retention``).
+store's transactions (``batch_log``, ``partition_errors``, ``recovery_log``, ``retention``).
 """

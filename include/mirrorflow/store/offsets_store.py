@@ -23,7 +23,7 @@ Invariants:
   sees the topic, with the anchors of its partitions; it is never overwritten (``forget_topic``
   removes it with the rest of the flow's state of the topic).
 - A run's partition metrics (``mirror_partition_metrics``) and the recovery point it proves
-  (``mirror_recovery``, ``store.recovery``) are committed in the same transaction as its batches;
+  (``mirror_recovery``, ``store.recovery_log``) are committed in the same transaction as its batches;
   every emitted checkpoint is logged with its latency (``mirror_checkpoint_metrics``). The history
   goes back ``HISTORY_RETENTION`` (a week), besides the newest rows still read (``prune_history``).
 
@@ -63,7 +63,7 @@ from mirrorflow.core.progress import (
     format_time,
     is_holder_of,
 )
-from mirrorflow.core.recovery import HISTORY_RETENTION
+from mirrorflow.core.recovery_point import HISTORY_RETENTION
 from mirrorflow.core.report import FailedPartition, PartitionReport
 from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
@@ -82,7 +82,7 @@ from mirrorflow.store.database import (
 )
 from mirrorflow.store.partition_errors import record_step
 from mirrorflow.store.read_model import ProgressRecord
-from mirrorflow.store.recovery import advance_step
+from mirrorflow.store.recovery_log import advance_step
 from mirrorflow.store.retention import prune_history_step
 from mirrorflow.store.rows import (
     BATCH_LOG,
@@ -358,7 +358,7 @@ class OffsetsStore:
         log_starts: Mapping[TP, int] | None = None,
     ) -> int:
         """Commit the run's source ``gaps``, ``batches`` and partition ``metrics`` in one transaction,
-        with the recovery point they prove (``mirrored_as_of``, see ``core.recovery``), and prune the
+        with the recovery point they prove (``mirrored_as_of``, see ``core.recovery_point``), and prune the
         older batch log below the source's ``log_starts`` (``batch_log.prune_step``); return how many
         batches were newly committed.
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import func, select, union_all
 
 from mirrorflow.core.progress import as_utc
-from mirrorflow.core.recovery import RecoveryStep
+from mirrorflow.core.recovery_point import RecoveryStep
 from mirrorflow.core.topic_partitions import TP
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import PartitionErrorRecord, PartitionLag, RunTotals

@@ -24,7 +24,7 @@ from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
 from mirrorflow.core.metrics import Stats
 from mirrorflow.core.plan import CopyResult, PartitionPlan, Plan, SourceGap
 from mirrorflow.core.progress import Batch, GroupPosition, PartitionProgress, RecordedGap
-from mirrorflow.core.recovery import RecoveryPoint, RecoveryStep
+from mirrorflow.core.recovery_point import RecoveryPoint, RecoveryStep
 from mirrorflow.core.report import PartitionReport
 from mirrorflow.errors import SourceDataLostError, TransientError
 from mirrorflow.store.checkpoint_log import record_checkpoints

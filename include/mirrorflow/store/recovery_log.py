@@ -1,4 +1,4 @@
-"""A flow's recovery point in the offsets database (``core.recovery``): ``mirror_recovery`` holds when
+"""A flow's recovery point in the offsets database (``core.recovery_point``): ``mirror_recovery`` holds when
 the flow was last mirrored as a whole, ``mirror_recovery_history`` the worst recovery point per
 minute (read by ``status_reads``).
 
@@ -14,7 +14,7 @@ from datetime import datetime
 from sqlalchemy import Connection, delete, insert, select, update
 
 from mirrorflow.core.progress import as_utc
-from mirrorflow.core.recovery import HISTORY_RETENTION, minute_of, worst_seconds
+from mirrorflow.core.recovery_point import HISTORY_RETENTION, minute_of, worst_seconds
 from mirrorflow.store.schema import recovery_history_table, recovery_table
 
 __all__ = ["advance_step"]
