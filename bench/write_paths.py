@@ -6,7 +6,7 @@ Copies R records (1 KiB values, 16-byte keys, 2 headers, 6 partitions) from a so
 cluster to a target topic on another:
 
   (ii)  ours: Spark tasks move the record batches as bytes (``spark_copy.copy_plan`` between
-        ``runner.plan_run``/``commit``)
+        ``batch_run.plan_run``/``commit``)
 
 and, for reference, paths that decode every record:
 
@@ -38,7 +38,7 @@ from kafka.admin import KafkaAdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from mirrorflow.app import runner
+from mirrorflow.app import batch_run
 from mirrorflow.config.model import parse_config
 from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow_dev import local_kafka, paths, processes
@@ -277,10 +277,10 @@ def measure(
     )
     flow = config.flow("primary->backup")
     try:
-        plan = runner.plan_run(config, flow.name, "bench")
+        plan = batch_run.plan_run(config, flow.name, "bench")
 
         def ours() -> None:
-            runner.execute_copy(
+            batch_run.execute_copy(
                 config,
                 flow,
                 plan,
@@ -289,10 +289,10 @@ def measure(
 
         results.append(timed("(ii) record batches as bytes (ours)", ours, f"primary.{SOURCE}"))
         # The flow also mirrors the source's heartbeats topic, as MM2 does: count the bench topic only.
-        report = runner.commit_run(config, flow.name, "bench").report
+        report = batch_run.commit_run(config, flow.name, "bench").report
         assert sum(p.records for p in report.partitions if p.topic == SOURCE) == records
     finally:
-        runner.release_run(config, flow.name, "bench")
+        batch_run.release_run(config, flow.name, "bench")
 
     create_topic(dst, "bench-librdkafka-task")
     results.append(

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pyspark import SparkConf, SparkContext
 
+from mirrorflow.app.batch_run import execute_copy, load_plan
 from mirrorflow.app.copy_guard import exit_at, lock_deadline
 from mirrorflow.app.dag_spec import job_arguments
-from mirrorflow.app.runner import execute_copy, load_plan
 from mirrorflow.copy.spark_copy import copy_plan
 
 

@@ -26,7 +26,7 @@ from kafka.admin import (
 from kafka.errors import TopicAlreadyExistsError
 from pyspark.sql import SparkSession
 
-from mirrorflow.app import runner
+from mirrorflow.app import batch_run
 from mirrorflow.config.model import FlowConfig, MirrorConfig, load_config
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
 from mirrorflow.copy.flow_transaction import copied_in_one_transaction
@@ -51,17 +51,17 @@ def run_flow(config: MirrorConfig, flow_name: str, run_id: str, spark: SparkSess
     """plan -> copy -> commit -> release, as one DAG run does."""
     flow = config.flow(flow_name)
     try:
-        plan = runner.plan_run(config, flow.name, run_id)
+        plan = batch_run.plan_run(config, flow.name, run_id)
         if plan.partitions and not plan.in_process:
-            runner.execute_copy(
+            batch_run.execute_copy(
                 config,
                 flow,
                 plan,
                 lambda: copy_plan(spark.sparkContext, flow, plan),
             )
-        return runner.commit_run(config, flow.name, run_id).report
+        return batch_run.commit_run(config, flow.name, run_id).report
     finally:
-        runner.release_run(config, flow.name, run_id)
+        batch_run.release_run(config, flow.name, run_id)
 
 
 def write_mm2(tmp_path: Path, clusters: Mapping[str, Any], replication: int, extra: str) -> MirrorConfig:
@@ -87,13 +87,13 @@ def write_mm2(tmp_path: Path, clusters: Mapping[str, Any], replication: int, ext
 # process of its own: one to freeze (SIGSTOP) and resume after a newer copy took over.
 STALE_COPY = """
 import sys
-from mirrorflow.app import runner
+from mirrorflow.app import batch_run
 from mirrorflow.config.model import load_config
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
 from mirrorflow.copy.flow_transaction import copied_in_one_transaction
 config = load_config(sys.argv[1])
 flow = config.flow(sys.argv[2])
-plan = runner.load_plan(config, flow, sys.argv[3])
+plan = batch_run.load_plan(config, flow, sys.argv[3])
 settings = CopySettings.of(flow)
 copied_in_one_transaction(
     settings.target,

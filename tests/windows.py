@@ -7,7 +7,7 @@ import threading
 
 from pyspark.sql import SparkSession
 
-from mirrorflow.app import dr_window, runner
+from mirrorflow.app import batch_run, dr_window
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_copy import StandingCopy
 from mirrorflow.core.window import WindowSummary
@@ -55,4 +55,4 @@ class WindowThread:
                 self._thread.join(self._timeout)
         finally:
             self._copy.close()
-            runner.release_run(self._config, self._flow, self._run_id)
+            batch_run.release_run(self._config, self._flow, self._run_id)

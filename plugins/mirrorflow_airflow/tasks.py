@@ -17,7 +17,7 @@ from airflow.sdk import BaseSensorOperator, Connection, Context, get_current_con
 from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException, AirflowSkipException
 from airflow.sdk.types import RuntimeTaskInstanceProtocol
 
-from mirrorflow.app import dr_window, runner
+from mirrorflow.app import batch_run, dr_window
 from mirrorflow.app.freshness import staleness
 from mirrorflow.config.model import load_config
 from mirrorflow.config.run_options import LOCK_WAIT_TIMEOUT_MAX, RunOptions, run_options
@@ -123,7 +123,7 @@ def wait_for_turn(flow: str) -> bool:
         return True
     context = get_current_context()
     ti = context["ti"]
-    current = runner.run_turn(load_config(), flow, _run_id(), _earlier_run(ti))
+    current = batch_run.run_turn(load_config(), flow, _run_id(), _earlier_run(ti))
     first_look = ti.get_first_reschedule_date(context)
     waited = 0.0 if first_look is None else (datetime.now(UTC) - first_look).total_seconds()
     if not current.due:
@@ -141,7 +141,7 @@ def plan(flow: str) -> bool:
     config = load_config()
     options = _options()
     if options.dry_run:
-        shown = runner.dry_run(config, flow, _run_id(), options)
+        shown = batch_run.dry_run(config, flow, _run_id(), options)
         log.info("%s", shown.table())
         get_current_context()["ti"].xcom_push(key="dry_run", value=shown.as_dict())
         return False
@@ -151,7 +151,7 @@ def plan(flow: str) -> bool:
             "copying records before this run's data interval end, %s",
             get_current_context()["data_interval_end"],
         )
-    planned = runner.plan_run(config, flow, _run_id(), options)
+    planned = batch_run.plan_run(config, flow, _run_id(), options)
     return bool(planned.partitions) and not planned.in_process
 
 
@@ -165,7 +165,7 @@ def commit(flow: str) -> dict[str, Any]:
     """The run's report, with how stale the flow is by its alert thresholds (None: fresh)."""
     _skip_dry_run()
     config = load_config()
-    committed = runner.commit_run(config, flow, _run_id())
+    committed = batch_run.commit_run(config, flow, _run_id())
     lags = {(p.topic, p.partition): p.lag for p in committed.report.partitions}
     stale = staleness(flow, config.flow(flow).settings, lags, committed.heartbeat_age_s)
     return {**committed.report.as_dict(), "heartbeat_age_s": committed.heartbeat_age_s, "stale": stale}
@@ -202,7 +202,7 @@ def freshness(flow: str, report_task: str) -> None:
 
 @classified
 def checkpoint(flow: str) -> dict[str, int]:
-    report = runner.checkpoint_run(load_config(), flow, _run_id())
+    report = batch_run.checkpoint_run(load_config(), flow, _run_id())
     return {
         "groups": report.groups,
         "emitted": len(report.emitted),
@@ -214,4 +214,4 @@ def checkpoint(flow: str) -> dict[str, int]:
 
 @classified
 def release(flow: str) -> bool:
-    return runner.release_run(load_config(), flow, _run_id())
+    return batch_run.release_run(load_config(), flow, _run_id())

@@ -25,8 +25,8 @@ import pytest
 from mirror_helpers import commit_group, create_topic
 from sqlalchemy import create_engine, select, text
 
-from mirrorflow.app import runner
-from mirrorflow.app.runner import checkpoint_run
+from mirrorflow.app import batch_run
+from mirrorflow.app.batch_run import checkpoint_run
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.core.progress import Batch, PartitionProgress
@@ -129,7 +129,7 @@ def planned_then(change: Callable[[Scene], None]) -> Callable[[Scene], None]:
     """The plan task of RUN succeeded (the run holds the lock), then ``change`` broke its files."""
 
     def setup(scene: Scene) -> None:
-        runner.plan_run(scene.config, FLOW, RUN)
+        batch_run.plan_run(scene.config, FLOW, RUN)
         change(scene)
 
     return setup
@@ -157,8 +157,8 @@ def result_of_another_run(scene: Scene) -> None:
 
 
 STEPS: dict[str, Callable[[MirrorConfig], object]] = {
-    "plan": lambda config: runner.plan_run(config, FLOW, RUN),
-    "commit": lambda config: runner.commit_run(config, FLOW, RUN),
+    "plan": lambda config: batch_run.plan_run(config, FLOW, RUN),
+    "commit": lambda config: batch_run.commit_run(config, FLOW, RUN),
     "checkpoint": lambda config: checkpoint_run(config, FLOW, "checkpoints"),
 }
 
@@ -429,7 +429,7 @@ def test_bad_state_stops_the_step_and_applies_nothing(
     if case.step == "commit":
         # The release task (the DAG's teardown) gives the lock back whatever the commit did.
         assert [row[:2] for row in after["mirror_locks"]] == [(FLOW, RUN)]
-        assert runner.release_run(scene.config, FLOW, RUN)
+        assert batch_run.release_run(scene.config, FLOW, RUN)
         assert tables(scene.state_url)["mirror_locks"] == []
     else:
         assert after["mirror_locks"] == []
@@ -443,7 +443,7 @@ def test_the_repair_named_for_a_corrupt_row_lets_the_flow_plan_again(
     (case,) = [c for c in STATE_CASES if c.name == "progress-row-negative"]
     scene = stage(case)
     with pytest.raises(CorruptStateError) as caught:
-        runner.plan_run(scene.config, FLOW, RUN)
+        batch_run.plan_run(scene.config, FLOW, RUN)
 
     command = re.search(r"\((python -m mirrorflow\.store [^)]*)\)", str(caught.value))
     assert command is not None
@@ -451,5 +451,5 @@ def test_the_repair_named_for_a_corrupt_row_lets_the_flow_plan_again(
     assert words[:4] == ["python", "-m", "mirrorflow.store", "forget-topic"]
     assert cli.main([*words[3:], "--db", scene.config.offsets_db_url]) == 0
 
-    plan = runner.plan_run(scene.config, FLOW, RUN)
+    plan = batch_run.plan_run(scene.config, FLOW, RUN)
     assert [(p.topic, p.source_start, p.source_end) for p in plan.partitions] == [(scene.topic, 0, 5)]

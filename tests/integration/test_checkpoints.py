@@ -24,10 +24,10 @@ from mirror_helpers import (
 )
 from pyspark.sql import SparkSession
 
+from mirrorflow.app.batch_run import checkpoint_run
 from mirrorflow.app.checkpoints import emit_checkpoints
 from mirrorflow.app.flow_session import FlowSession
 from mirrorflow.app.run_folder import metrics_file
-from mirrorflow.app.runner import checkpoint_run
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.errors import CommitConflictError
 from mirrorflow.mm2.records import Checkpoint, OffsetSync

@@ -15,7 +15,7 @@ import pytest
 from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, KafkaAdminClient
 from mirror_helpers import copy_without_spark, create_topic
 
-from mirrorflow.app import runner
+from mirrorflow.app import batch_run
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.config.run_options import RunOptions
 from mirrorflow.core.progress import PartitionProgress
@@ -106,11 +106,11 @@ def _run(config: MirrorConfig, run_id: str, options: RunOptions | None = None) -
     """plan -> copy (as the copy task makes it, without Spark) -> commit -> release."""
     flow = config.flow(FLOW)
     try:
-        plan = runner.plan_run(config, FLOW, run_id, options or RunOptions())
-        runner.execute_copy(config, flow, plan, lambda: copy_without_spark(flow, plan))
-        return runner.commit_run(config, FLOW, run_id).report
+        plan = batch_run.plan_run(config, FLOW, run_id, options or RunOptions())
+        batch_run.execute_copy(config, flow, plan, lambda: copy_without_spark(flow, plan))
+        return batch_run.commit_run(config, FLOW, run_id).report
     finally:
-        runner.release_run(config, FLOW, run_id)
+        batch_run.release_run(config, FLOW, run_id)
 
 
 def test_records_compacted_away_after_a_copy_the_offsets_table_missed_neither_stop_nor_skew_the_mirror(
@@ -127,10 +127,10 @@ def test_records_compacted_away_after_a_copy_the_offsets_table_missed_neither_st
     _produce(primary, topic, [_record(k, v, FIRST_MS) for k, v in [*first, ("f", "f1"), ("g", "g1")]])
 
     # The copy's transaction commits on the target; its run never commits to the offsets table.
-    plan = runner.plan_run(config, FLOW, "run-1")
+    plan = batch_run.plan_run(config, FLOW, "run-1")
     assert [(p.source_start, p.source_end, p.target_start) for p in plan.partitions] == [(0, 9, 0)]
     copy_without_spark(flow, plan)
-    runner.release_run(config, FLOW, "run-1")
+    batch_run.release_run(config, FLOW, "run-1")
     copied = read_partition(flow.target.consumer, "backup", remote, 0)
     assert [c.offset for c in copied] == list(range(9))
 
@@ -185,7 +185,7 @@ def test_someone_else_writing_the_sources_records_again_is_refused_on_a_compacte
     flow = config.flow(FLOW)
     records = [_record(k, "1", FIRST_MS) for k in "abcde"]
     _produce(primary, topic, records)
-    plan = runner.plan_run(config, FLOW, "run-1")
+    plan = batch_run.plan_run(config, FLOW, "run-1")
     try:
         copy_without_spark(flow, plan)
         # Another producer writes the same records to the remote partition again: each of the first
@@ -196,7 +196,7 @@ def test_someone_else_writing_the_sources_records_again_is_refused_on_a_compacte
         with pytest.raises(TargetStateError) as caught:
             copy_without_spark(flow, plan)
     finally:
-        runner.release_run(config, FLOW, "run-1")
+        batch_run.release_run(config, FLOW, "run-1")
 
     message = str(caught.value)
     assert message.startswith(f"remote partition {remote}-0 holds more records past the planned start 0")
@@ -225,10 +225,10 @@ def test_copies_the_remote_partitions_own_cleaner_removed_after_a_missed_commit_
     _produce(primary, topic, [_record(k, v, FIRST_MS) for k, v in [("a", "a1"), ("b", "b1"), ("a", "a2")]])
     _produce(primary, topic, [_record("c", "c1")])
 
-    plan = runner.plan_run(config, FLOW, "run-1")
+    plan = batch_run.plan_run(config, FLOW, "run-1")
     _set(backup, remote, "segment.ms", "100")
     copy_without_spark(flow, plan)
-    runner.release_run(config, FLOW, "run-1")
+    batch_run.release_run(config, FLOW, "run-1")
     copied = read_partition(flow.target.consumer, "backup", remote, 0)
     assert [c.offset for c in copied] == [0, 1, 2, 3]
     deadline = time.monotonic() + 60

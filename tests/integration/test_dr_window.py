@@ -25,7 +25,7 @@ from mirror_helpers import (
 )
 from pyspark.sql import SparkSession
 
-from mirrorflow.app import dr_window, runner
+from mirrorflow.app import batch_run, dr_window
 from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
@@ -90,7 +90,7 @@ def _window_beside(
         return dr_window.run_window(config, FLOW, "window-1", spark_copy(config))
     finally:
         during.join()
-        runner.release_run(config, FLOW, "window-1")
+        batch_run.release_run(config, FLOW, "window-1")
 
 
 def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
@@ -121,7 +121,7 @@ def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
         ended = datetime.now(UTC)
     finally:
         producer.join()
-        runner.release_run(config, FLOW, "window-1")
+        batch_run.release_run(config, FLOW, "window-1")
 
     assert summary.error is None
     # Everything produced before the window's last seconds is mirrored, each record once, in order.
@@ -236,7 +236,7 @@ def test_a_window_killed_before_its_commit_leaves_nothing_twice(
     assert store.force_release_lock(FLOW) is not None
     sample_data.produce_samples(primary.bootstrap, topic, 2, 300, 50)
     summary = dr_window.run_window(config, FLOW, "window-2", copy)
-    runner.release_run(config, FLOW, "window-2")
+    batch_run.release_run(config, FLOW, "window-2")
 
     assert summary.error is None
     assert assert_same_records(primary.bootstrap, topic, backup.bootstrap, f"primary.{topic}", 2) == 700
@@ -321,7 +321,7 @@ def test_the_next_window_takes_over_at_a_micro_batch_boundary_without_a_gap(
     assert (one.error, two.error, two.successor) == (None, None, None)
     assert one.successor is not None and is_holder_of(one.successor, "window-2")
     for run_id in ("window-1", "window-2"):
-        runner.release_run(config, FLOW, run_id)
+        batch_run.release_run(config, FLOW, run_id)
     # Every record once, in order, both windows' share of them committed: the second planned from
     # exactly the first's last commit (a gap or an overlap would show in the records, and would keep
     # the second window's rows from merging with the first's into one unbroken row per partition).

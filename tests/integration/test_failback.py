@@ -35,8 +35,8 @@ from mirror_helpers import (
 )
 from pyspark.sql import SparkSession
 
+from mirrorflow.app.batch_run import checkpoint_run
 from mirrorflow.app.failover import FailoverOptions, run_failover
-from mirrorflow.app.runner import checkpoint_run
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.kafka.record_reads import read_partition
 from mirrorflow_dev import local_kafka, sample_data

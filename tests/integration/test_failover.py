@@ -34,8 +34,8 @@ from mirror_helpers import (
 )
 from pyspark.sql import SparkSession
 
+from mirrorflow.app.batch_run import checkpoint_run
 from mirrorflow.app.run_folder import flow_runs
-from mirrorflow.app.runner import checkpoint_run
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.errors import TransientError
 from mirrorflow.kafka.admin import ClusterAdmin

@@ -37,7 +37,7 @@ from confluent_kafka import Consumer, TopicPartition
 from mirror_helpers import Process, assert_all_gone, create_topic, live_processes, local_clusters, run_flow
 from pyspark.sql import SparkSession
 
-from mirrorflow.app import runner
+from mirrorflow.app import batch_run
 from mirrorflow.app.dag_spec import flow_dag_spec
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.copy.spark_copy import copy_plan
@@ -219,17 +219,19 @@ def _kill_copy(kill: Kill, config: MirrorConfig, plan: Plan, targets: _Targets, 
 def _kill_commit(kill: Kill, config: MirrorConfig, run_id: str) -> None:
     assert config.path is not None
     code = (
-        "import sys; from mirrorflow import runner; from mirrorflow.config.model import load_config; "
-        "runner.commit_run(load_config(sys.argv[1]), sys.argv[2], sys.argv[3])"
+        "import sys; from mirrorflow.app import batch_run; from mirrorflow.config.model import load_config; "
+        "batch_run.commit_run(load_config(sys.argv[1]), sys.argv[2], sys.argv[3])"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code, str(config.path), FLOW, run_id],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         start_new_session=True,
     )
     time.sleep(kill.seconds)
     _kill_group(proc)
+    # Killed, or done before the kill; never a commit that failed on its own.
+    assert proc.returncode in (0, -signal.SIGKILL), proc.stderr.read() if proc.stderr else proc.returncode
 
 
 def _assert_progress_all_or_nothing(config: MirrorConfig, plan: Plan) -> None:
@@ -263,26 +265,26 @@ def test_a_killed_copy_or_commit_then_carrying_on_leaves_every_record_exactly_on
     flow = config.flow(FLOW)
     targets = _Targets(backup.bootstrap, remote)
     try:
-        plan = runner.plan_run(config, FLOW, "run-1")
+        plan = batch_run.plan_run(config, FLOW, "run-1")
         try:
             if kill.stage == "copy":
                 _kill_copy(kill, config, plan, targets, tmp_path / "spark-submit.log")
             else:
                 result = copy_plan(spark.sparkContext, flow, plan)
-                runner.execute_copy(config, flow, plan, lambda: result)
+                batch_run.execute_copy(config, flow, plan, lambda: result)
                 _kill_commit(kill, config, "run-1")
                 _assert_progress_all_or_nothing(config, plan)
             if kill.retry:  # Airflow retries the killed task: the same plan, then the commit
                 if kill.stage == "copy":
-                    runner.execute_copy(
+                    batch_run.execute_copy(
                         config,
                         flow,
                         plan,
                         lambda: copy_plan(spark.sparkContext, flow, plan),
                     )
-                runner.commit_run(config, FLOW, "run-1")
+                batch_run.commit_run(config, FLOW, "run-1")
         finally:
-            runner.release_run(config, FLOW, "run-1")  # the teardown task
+            batch_run.release_run(config, FLOW, "run-1")  # the teardown task
         total = RECORDS
         if not kill.retry:  # the run failed; records keep arriving; the next run finishes the job
             _produce(primary.bootstrap, topic, RECORDS, LATER)
@@ -322,7 +324,7 @@ def test_a_copy_task_killed_once_is_run_again_by_spark_and_the_job_succeeds(
     targets = _Targets(backup.bootstrap, remote)
     log = tmp_path / "spark-submit.log"
     try:
-        plan = runner.plan_run(config, FLOW, "run-1")
+        plan = batch_run.plan_run(config, FLOW, "run-1")
         planned = sum(p.source_end - p.source_start for p in plan.partitions)
         proc = _spark_submit(config, "run-1", log, master="local[2,2]")
         try:
@@ -335,9 +337,9 @@ def test_a_copy_task_killed_once_is_run_again_by_spark_and_the_job_succeeds(
         finally:
             _kill_group(proc)
         assert "Python worker exited unexpectedly" in log.read_text()
-        runner.commit_run(config, FLOW, "run-1")
+        batch_run.commit_run(config, FLOW, "run-1")
     finally:
-        runner.release_run(config, FLOW, "run-1")
+        batch_run.release_run(config, FLOW, "run-1")
         targets.close()
     _assert_exactly_once(primary, topic, backup, remote, RECORDS)
 
@@ -436,7 +438,7 @@ def test_a_broker_fault_during_the_copy_loses_and_duplicates_nothing(
         faulted.append(targets.written())
         fault(own_clusters[side])
 
-    plan = runner.plan_run(config, FLOW, "run-1")
+    plan = batch_run.plan_run(config, FLOW, "run-1")
     try:
         injector = threading.Thread(target=inject)
         injector.start()
@@ -446,10 +448,10 @@ def test_a_broker_fault_during_the_copy_loses_and_duplicates_nothing(
             injector.join()
             result = copy_plan(spark.sparkContext, flow, plan)
         injector.join()
-        runner.execute_copy(config, flow, plan, lambda: result)
-        runner.commit_run(config, FLOW, "run-1")
+        batch_run.execute_copy(config, flow, plan, lambda: result)
+        batch_run.commit_run(config, FLOW, "run-1")
     finally:
-        runner.release_run(config, FLOW, "run-1")
+        batch_run.release_run(config, FLOW, "run-1")
         targets.close()
 
     assert faulted and 0 < faulted[0] < planned, f"the fault hit after {faulted} of {planned} records"

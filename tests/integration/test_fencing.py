@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 from mirror_helpers import STALE_COPY, assert_same_records, copy_without_spark, create_topic, written_end
 
-from mirrorflow.app import runner
+from mirrorflow.app import batch_run
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -46,7 +46,7 @@ def test_a_copy_stopped_mid_write_and_resumed_after_a_newer_one_took_over_append
     _one_batch_per_record(primary.bootstrap, topic)
     config = write_config(f"{FLOW}.enabled = true\n{FLOW}.topics = {topic}\n")
     assert config.path is not None
-    plan = runner.plan_run(config, FLOW, "run-1")
+    plan = batch_run.plan_run(config, FLOW, "run-1")
     assert [p.source_end for p in plan.partitions] == [RECORDS]
 
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "include")}

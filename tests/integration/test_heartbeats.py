@@ -15,7 +15,7 @@ import pytest
 from mirror_helpers import commit_group, create_topic, local_clusters, mirror_client, run_flow, topics
 from pyspark.sql import SparkSession
 
-from mirrorflow.app.runner import checkpoint_run
+from mirrorflow.app.batch_run import checkpoint_run
 from mirrorflow.config.model import MirrorConfig, load_config
 from mirrorflow.kafka.heartbeats import freshness_seconds
 from mirrorflow.mm2.records import Heartbeat

@@ -18,7 +18,7 @@ from kafka.protocol.producer import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatch
 from mirror_helpers import assert_same_records, copy_without_spark, create_topic
 
-from mirrorflow.app import runner
+from mirrorflow.app import batch_run
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.errors import TargetStateError
 from mirrorflow_dev import sample_data
@@ -74,19 +74,19 @@ def test_a_batch_whose_answer_is_lost_is_on_the_target_exactly_once(
             lost.failure(KafkaConnectionError("the request never left"))
         return lost
 
-    plan = runner.plan_run(config, FLOW, "run-1")
+    plan = batch_run.plan_run(config, FLOW, "run-1")
     try:
         monkeypatch.setattr(KafkaNetClient, "send", send)
-        runner.execute_copy(
+        batch_run.execute_copy(
             config,
             flow,
             plan,
             lambda: copy_without_spark(flow, plan),
         )
         monkeypatch.undo()
-        runner.commit_run(config, FLOW, "run-1")
+        batch_run.commit_run(config, FLOW, "run-1")
     finally:
-        runner.release_run(config, FLOW, "run-1")
+        batch_run.release_run(config, FLOW, "run-1")
 
     # Sent again as it was, once; every other batch once.
     assert sent[:2] == [0, 0]
@@ -118,12 +118,12 @@ def test_a_batch_the_target_appends_past_its_planned_offset_fails_the_copy_namin
             monkeypatch.setattr(KafkaNetClient, "send", real_send)
         return real_send(client, node_id, request, **kwargs)
 
-    plan = runner.plan_run(config, FLOW, "run-1")
+    plan = batch_run.plan_run(config, FLOW, "run-1")
     monkeypatch.setattr(KafkaNetClient, "send", send)
     try:
         with pytest.raises(TargetStateError) as failed:
             copy_without_spark(flow, plan)
     finally:
-        runner.release_run(config, FLOW, "run-1")
+        batch_run.release_run(config, FLOW, "run-1")
         stranger.clear()
     assert f"batch for {remote}-0 at offset 1, where this copy expected it at 0" in str(failed.value)

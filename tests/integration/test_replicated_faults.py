@@ -43,7 +43,7 @@ from mirror_helpers import (
 from pyspark.sql import SparkSession
 from windows import WindowThread
 
-from mirrorflow.app import runner
+from mirrorflow.app import batch_run
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.core.plan import transactional_id
 from mirrorflow.core.window import WindowSummary
@@ -135,18 +135,18 @@ def _one_batch_per_record(clusters: Clusters, topic: str) -> None:
 def _run(config: MirrorConfig, run_id: str) -> str:
     """A whole run of the flow in this process, its copy as a copy task makes it (without Spark)."""
     flow = config.flow(FLOW)
-    plan = runner.plan_run(config, FLOW, run_id)
+    plan = batch_run.plan_run(config, FLOW, run_id)
     try:
-        copied = runner.execute_copy(
+        copied = batch_run.execute_copy(
             config,
             flow,
             plan,
             lambda: copy_without_spark(flow, plan),
         )
-        runner.commit_run(config, FLOW, run_id)
+        batch_run.commit_run(config, FLOW, run_id)
         return copied
     finally:
-        runner.release_run(config, FLOW, run_id)
+        batch_run.release_run(config, FLOW, run_id)
 
 
 def _copy_through(config: MirrorConfig, fault: Callable[[], None], remote: str) -> None:
@@ -305,7 +305,7 @@ def test_a_copy_frozen_past_the_brokers_expiry_check_and_resumed_appends_nothing
     _one_batch_per_record(replicated_clusters, topic)
     config = _config(write_replicated_config, topic)
     assert config.path is not None
-    runner.plan_run(config, FLOW, "run-1")
+    batch_run.plan_run(config, FLOW, "run-1")
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "include")}
     stale = subprocess.Popen(
         [sys.executable, "-c", STALE_COPY, str(config.path), FLOW, "run-1"],
@@ -315,7 +315,7 @@ def test_a_copy_frozen_past_the_brokers_expiry_check_and_resumed_appends_nothing
         _wait_for("200 records on the target", lambda: written_end(config, FLOW, remote) >= 200, 120)
         os.killpg(stale.pid, signal.SIGSTOP)
         assert written_end(config, FLOW, remote) < RECORDS, "the stale copy finished before it was frozen"
-        runner.release_run(config, FLOW, "run-1")
+        batch_run.release_run(config, FLOW, "run-1")
         _run(config, "run-2")
         after_newer = written_end(config, FLOW, remote)
         time.sleep(5)  # past the brokers' expiry check (every second)

@@ -10,7 +10,7 @@ import pytest
 from mirror_helpers import assert_same_records, create_topic, run_flow
 from pyspark.sql import SparkSession
 
-from mirrorflow.app import runner
+from mirrorflow.app import batch_run
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.batch_copy import CopySettings, copy_partitions, copy_result
 from mirrorflow.copy.flow_transaction import copied_in_one_transaction
@@ -40,15 +40,15 @@ def test_a_second_concurrent_run_is_refused_and_cannot_commit(
         "mirrorflow.lock.wait.seconds = 0\n"
     )
 
-    runner.plan_run(config, FLOW, "run-1")
+    batch_run.plan_run(config, FLOW, "run-1")
     with pytest.raises(FlowLockedError, match="locked by run run-1") as refused:
-        runner.plan_run(config, FLOW, "run-2")
+        batch_run.plan_run(config, FLOW, "run-2")
     assert "Run run-2 did not start" in str(refused.value)
     # The refused run has no plan; a commit in its name is refused too, and moves nothing.
     with pytest.raises(CommitConflictError):
         OffsetsStore(config.offsets_db_url).commit(FLOW, "run-2", [])
-    assert not runner.release_run(config, FLOW, "run-2")
-    assert runner.release_run(config, FLOW, "run-1")
+    assert not batch_run.release_run(config, FLOW, "run-2")
+    assert batch_run.release_run(config, FLOW, "run-1")
 
     report = run_flow(config, FLOW, "run-3", spark)
     assert report.records == 10
@@ -113,12 +113,12 @@ def test_a_copy_stopped_at_its_transactions_deadline_commits_what_it_copied_and_
             ),
         )
 
-    plan = runner.plan_run(config, FLOW, "short")
+    plan = batch_run.plan_run(config, FLOW, "short")
     try:
-        runner.execute_copy(config, flow, plan, lambda: copy_past_its_deadline(plan))
-        first = runner.commit_run(config, FLOW, "short").report
+        batch_run.execute_copy(config, flow, plan, lambda: copy_past_its_deadline(plan))
+        first = batch_run.commit_run(config, FLOW, "short").report
     finally:
-        runner.release_run(config, FLOW, "short")
+        batch_run.release_run(config, FLOW, "short")
 
     stopped = {(b.partition, b.source_end) for b in OffsetsStore(config.offsets_db_url).batches(FLOW)}
     assert len(stopped) == 2 and all(0 < end < 1_400 for _, end in stopped), stopped

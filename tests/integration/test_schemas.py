@@ -33,7 +33,7 @@ from mirror_helpers import create_topic, run_flow, write_mm2
 from pyspark.sql import SparkSession
 from windows import WindowThread
 
-from mirrorflow.app.runner import load_plan
+from mirrorflow.app.batch_run import load_plan
 from mirrorflow.app.verify import plan_verification
 from mirrorflow.copy.spark_verify import verify_ranges
 from mirrorflow.core.schema_ids import schema_id

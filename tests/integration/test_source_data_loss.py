@@ -11,8 +11,8 @@ import pytest
 from mirror_helpers import commit_group, create_topic, delete_records, recreate_topic, run_flow, topic_id
 from pyspark.sql import SparkSession
 
-from mirrorflow.app import runner
-from mirrorflow.app.runner import checkpoint_run
+from mirrorflow.app import batch_run
+from mirrorflow.app.batch_run import checkpoint_run
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_copy import copy_plan
 from mirrorflow.core.plan import SourceGap
@@ -156,9 +156,9 @@ def test_copies_an_interrupted_attempt_left_are_neither_duplicated_nor_taken_for
     run_flow(config, FLOW, "run-1", spark)
     sample_data.produce_samples(primary, topic, 1, 10, 10)
     # Run 2 copies records 10-19 and dies before its commit; then the source deletes up to 15.
-    plan = runner.plan_run(config, FLOW, "run-2")
+    plan = batch_run.plan_run(config, FLOW, "run-2")
     copy_plan(spark.sparkContext, config.flow(FLOW), plan)
-    runner.release_run(config, FLOW, "run-2")
+    batch_run.release_run(config, FLOW, "run-2")
     delete_records(primary, {(topic, 0): 15})
     sample_data.produce_samples(primary, topic, 1, 20, 5)
 
@@ -180,10 +180,10 @@ def test_records_deleted_between_plan_and_copy_fail_the_run_at_commit_naming_the
     flow = config.flow(FLOW)
     create_topic(primary, topic, 2)
     sample_data.produce_samples(primary, topic, 2, 0, 10)
-    plan = runner.plan_run(config, FLOW, "run-1")
+    plan = batch_run.plan_run(config, FLOW, "run-1")
     delete_records(primary, {(topic, 1): 4})
 
-    noted = runner.execute_copy(
+    noted = batch_run.execute_copy(
         config,
         flow,
         plan,
@@ -191,8 +191,8 @@ def test_records_deleted_between_plan_and_copy_fail_the_run_at_commit_naming_the
     )
     assert noted.startswith("copy of primary->backup stopped: flow primary->backup run run-1: planned source")
     with pytest.raises(SourceDataLostError) as caught:
-        runner.commit_run(config, FLOW, "run-1")
-    runner.release_run(config, FLOW, "run-1")
+        batch_run.commit_run(config, FLOW, "run-1")
+    batch_run.release_run(config, FLOW, "run-1")
 
     message = str(caught.value)
     assert message.startswith(

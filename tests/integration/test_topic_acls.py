@@ -77,7 +77,7 @@ from secured_helpers import (
     topic_resource,
 )
 
-from mirrorflow.app.runner import checkpoint_run, plan_run, release_run
+from mirrorflow.app.batch_run import checkpoint_run, plan_run, release_run
 from mirrorflow.config.clients import librdkafka_config
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.errors import AuthorizationError

@@ -9,7 +9,7 @@ from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, Kafka
 from mirror_helpers import assert_same_records, create_topic, run_flow, topics
 from pyspark.sql import SparkSession
 
-from mirrorflow.app import runner
+from mirrorflow.app import batch_run
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.errors import TargetStateError
 from mirrorflow.store.offsets_store import OffsetsStore
@@ -230,12 +230,12 @@ def test_config_sync_can_be_turned_off(
         f"primary->backup.enabled = true\nprimary->backup.topics = {u}\n"
         "primary->backup.sync.topic.configs.enabled = false\n"
     )
-    runner.plan_run(config, "primary->backup", "run-1")
-    runner.release_run(config, "primary->backup", "run-1")
+    batch_run.plan_run(config, "primary->backup", "run-1")
+    batch_run.release_run(config, "primary->backup", "run-1")
     _alter(primary, u, {"retention.bytes": (AlterConfigOp.SET, "2000000000")})
 
-    runner.plan_run(config, "primary->backup", "run-2")
-    runner.release_run(config, "primary->backup", "run-2")
+    batch_run.plan_run(config, "primary->backup", "run-2")
+    batch_run.release_run(config, "primary->backup", "run-2")
 
     # Created with the source's configs, then left alone.
     assert _topic_configs(backup, remote) == {"retention.bytes": "1000000000"}
@@ -255,7 +255,7 @@ def test_refused_remote_topic_creation_names_the_topic_and_plans_nothing(
     with pytest.raises(
         TargetStateError, match=f"cluster backup refused to create topics: .*primary.{unique_name}"
     ):
-        runner.plan_run(config, "primary->backup", "run-1")
+        batch_run.plan_run(config, "primary->backup", "run-1")
 
     store = OffsetsStore(config.offsets_db_url)
     assert store.progress("primary->backup") == {}

@@ -11,8 +11,8 @@ import pytest
 from mirror_helpers import commit_group, create_topic, run_flow
 from pyspark.sql import SparkSession
 
-from mirrorflow.app import runner
-from mirrorflow.app.runner import checkpoint_run
+from mirrorflow.app import batch_run
+from mirrorflow.app.batch_run import checkpoint_run
 from mirrorflow.app.verify import plan_verification
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_copy import copy_plan
@@ -69,15 +69,15 @@ def test_the_target_holds_what_the_chain_makes_of_the_source_and_translation_ski
     config = write_config(f"primary->backup.enabled = true\nprimary->backup.topics = {topic}\n{TRANSFORMS}")
     flow = config.flow(FLOW)
 
-    plan = runner.plan_run(config, FLOW, "run-1")
+    plan = batch_run.plan_run(config, FLOW, "run-1")
     try:
-        runner.execute_copy(config, flow, plan, lambda: copy_plan(spark.sparkContext, flow, plan))
+        batch_run.execute_copy(config, flow, plan, lambda: copy_plan(spark.sparkContext, flow, plan))
         # A retried copy of the same plan finds every record on the target: it reads them back
         # through the chain and writes nothing twice.
-        runner.execute_copy(config, flow, plan, lambda: copy_plan(spark.sparkContext, flow, plan))
-        report = runner.commit_run(config, FLOW, "run-1").report
+        batch_run.execute_copy(config, flow, plan, lambda: copy_plan(spark.sparkContext, flow, plan))
+        report = batch_run.commit_run(config, FLOW, "run-1").report
     finally:
-        runner.release_run(config, FLOW, "run-1")
+        batch_run.release_run(config, FLOW, "run-1")
 
     for p in range(2):
         source = sample_data.read_partition(primary.bootstrap, topic, p)

@@ -17,7 +17,7 @@ from kafka.admin import KafkaAdminClient
 from mirror_helpers import create_topic, run_flow, transactional_producer, wait_end
 from pyspark.sql import SparkSession
 
-from mirrorflow.app import runner
+from mirrorflow.app import batch_run
 from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy.spark_copy import copy_plan
@@ -69,7 +69,7 @@ def _copy(config: MirrorConfig, plan: Plan, spark: SparkSession) -> CopyResult:
 def _commit(config: MirrorConfig, run_id: str, result: CopyResult) -> RunReport:
     with OffsetsStore(config.offsets_db_url) as store:
         save_document(store, FLOW, run_id, "result", result.to_json())
-    return runner.commit_run(config, FLOW, run_id).report
+    return batch_run.commit_run(config, FLOW, run_id).report
 
 
 def test_copies_a_multi_partition_topic_exactly(
@@ -111,7 +111,7 @@ def test_reexecution_after_a_partial_write_skips_exactly_what_is_there(
     sample_data.produce_samples(primary.bootstrap, topic, 2, 0, count)
     config = _config(write_config, topic)
     try:
-        plan = runner.plan_run(config, FLOW, "run-1")
+        plan = batch_run.plan_run(config, FLOW, "run-1")
         assert [(p.partition, p.source_start, p.source_end, p.target_start) for p in plan.partitions] == [
             (0, 0, count, 0),
             (1, 0, count, 0),
@@ -131,7 +131,7 @@ def test_reexecution_after_a_partial_write_skips_exactly_what_is_there(
         ]
         report = _commit(config, "run-1", result)
     finally:
-        runner.release_run(config, FLOW, "run-1")
+        batch_run.release_run(config, FLOW, "run-1")
 
     for p in range(2):
         assert _read(backup, remote, p) == _expected(topic, p, 0, count), f"{remote}-{p}"
@@ -148,7 +148,7 @@ def test_records_someone_else_wrote_to_the_remote_partition_are_never_taken_for_
     sample_data.produce_samples(primary.bootstrap, topic, 1, 0, count)
     config = _config(write_config, topic)
     try:
-        plan = runner.plan_run(config, FLOW, "run-1")
+        plan = batch_run.plan_run(config, FLOW, "run-1")
         # After the plan, another producer appends 3 records of its own to the remote partition: the
         # copy would otherwise count them as an earlier attempt's and skip 3 source records.
         foreign = [sample_record("elsewhere", 0, i) for i in range(3)]
@@ -157,7 +157,7 @@ def test_records_someone_else_wrote_to_the_remote_partition_are_never_taken_for_
         with pytest.raises(TargetStateError) as caught:  # raised in a Spark task, classified again
             _copy(config, plan, spark)
     finally:
-        runner.release_run(config, FLOW, "run-1")
+        batch_run.release_run(config, FLOW, "run-1")
 
     assert str(caught.value).startswith(
         f"remote partition {remote}-0 offset 0 holds another record where this flow "
@@ -178,7 +178,7 @@ def test_executing_the_same_plan_twice_duplicates_nothing(
     sample_data.produce_samples(primary.bootstrap, topic, 2, 0, count)
     config = _config(write_config, topic)
     try:
-        plan = runner.plan_run(config, FLOW, "run-1")
+        plan = batch_run.plan_run(config, FLOW, "run-1")
         first = _copy(config, plan, spark)
         assert [(r.records, r.skipped) for r in first.partitions] == [(count, 0), (count, 0)]
         second = _copy(config, plan, spark)  # e.g. a task retried after the copy had succeeded
@@ -186,7 +186,7 @@ def test_executing_the_same_plan_twice_duplicates_nothing(
         assert [(r.target_start, r.sync_points) for r in second.partitions] == [(0, ()), (0, ())]
         report = _commit(config, "run-1", second)
     finally:
-        runner.release_run(config, FLOW, "run-1")
+        batch_run.release_run(config, FLOW, "run-1")
 
     for p in range(2):
         assert _read(backup, remote, p) == _expected(topic, p, 0, count), f"{remote}-{p}"
@@ -218,7 +218,7 @@ def test_partitions_share_one_task_per_core_and_each_is_copied_exactly(
         sample_data.produce(sample_data.producer(primary.bootstrap), topic, p, _expected(topic, p, 0, count))
     config = _config(write_config, topic)
     try:
-        plan = runner.plan_run(config, FLOW, "run-1")
+        plan = batch_run.plan_run(config, FLOW, "run-1")
         # An earlier attempt wrote the first k records of partition 4 before it crashed.
         sample_data.produce(sample_data.producer(backup.bootstrap), remote, 4, _expected(topic, 4, 0, k))
         spark.sparkContext.setJobGroup(unique_name, "copy")
@@ -226,7 +226,7 @@ def test_partitions_share_one_task_per_core_and_each_is_copied_exactly(
         report = _commit(config, "run-1", result)
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-        runner.release_run(config, FLOW, "run-1")
+        batch_run.release_run(config, FLOW, "run-1")
 
     assert _tasks_run(spark, unique_name) == spark.sparkContext.defaultParallelism == 2
     assert plan.task_count(2) == 2

@@ -14,7 +14,7 @@ import pytest
 from mirror_helpers import create_topic, in_transaction
 from pyspark.sql import SparkSession
 
-from mirrorflow.app import runner
+from mirrorflow.app import batch_run
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.copy import spark_copy
 from mirrorflow.copy.spark_copy import StandingCopy
@@ -45,13 +45,13 @@ def standing(spark: SparkSession, write_config: WriteConfig, unique_name: str) -
 def _micro_batch(config: MirrorConfig, run_id: str, copy: StandingCopy) -> int:
     """plan -> copy (one transaction) -> commit, as a window's micro-batch; the records it wrote."""
     try:
-        plan = runner.plan_run(config, FLOW, run_id)
+        plan = batch_run.plan_run(config, FLOW, run_id)
         result = in_transaction(config.flow(FLOW), copy)(plan)
         with OffsetsStore(config.offsets_db_url) as store:
             save_document(store, FLOW, run_id, "result", result.to_json())
-        return runner.commit_run(config, FLOW, run_id).report.records
+        return batch_run.commit_run(config, FLOW, run_id).report.records
     finally:
-        runner.release_run(config, FLOW, run_id)
+        batch_run.release_run(config, FLOW, run_id)
 
 
 def _the_one_job(spark: SparkSession) -> int:
@@ -94,13 +94,13 @@ def test_a_tasks_error_is_raised_as_its_class_and_a_fresh_job_copies_the_next_mi
     first_job = _the_one_job(spark)
     # Someone else's records where the copy would write: a task's own, classified error.
     foreign = [sample_record("elsewhere", 0, i) for i in range(2)]
-    plan = runner.plan_run(config, FLOW, "window#0")
+    plan = batch_run.plan_run(config, FLOW, "window#0")
     try:
         sample_data.produce(sample_data.producer(backup.bootstrap), f"primary.{poisoned}", 0, foreign)
         with pytest.raises(TargetStateError, match=rf"remote partition primary\.{poisoned}-0 offset 0 holds"):
             in_transaction(config.flow(FLOW), copy)(plan)
     finally:
-        runner.release_run(config, FLOW, "window#0")
+        batch_run.release_run(config, FLOW, "window#0")
     assert spark.sparkContext.statusTracker().getActiveJobsIds() == []  # the failed job's tasks ended
     assert sample_data.read_partition(backup.bootstrap, f"primary.{poisoned}", 0) == foreign
 

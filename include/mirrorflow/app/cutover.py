@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mirrorflow.app import runner
+from mirrorflow.app import batch_run
 from mirrorflow.app.checkpoints import forward_translations, group_spans
 from mirrorflow.app.flow_session import check_topic_subset
 from mirrorflow.app.remote_topics import remote_topic_changes
@@ -158,7 +158,7 @@ def drain(
     while True:
         drain_id = f"{run_id}.drain-{runs + 1}"
         try:
-            plan = runner.plan_run(config, flow_name, drain_id, RunOptions(topics=options.topics))
+            plan = batch_run.plan_run(config, flow_name, drain_id, RunOptions(topics=options.topics))
         except FlowLockedError:
             if clock() > deadline:
                 raise
@@ -169,9 +169,9 @@ def drain(
         try:
             if plan.partitions and not plan.in_process:
                 copy(plan)
-            report = runner.commit_run(config, flow_name, drain_id).report
+            report = batch_run.commit_run(config, flow_name, drain_id).report
         finally:
-            runner.release_run(config, flow_name, drain_id)
+            batch_run.release_run(config, flow_name, drain_id)
         records += report.records
         lag = {f"{p.topic}-{p.partition}": p.lag for p in report.partitions if p.lag}
         if not lag:

@@ -5,7 +5,7 @@ internal topics (heartbeats, offset syncs, checkpoints) and the flow's writer, e
 time a step needs it and closed with the session: nothing is opened twice within a run's task or a
 window. The steps take the session: the flow's lock (take, release), heartbeats, remote topic and ACL
 sync, the plan, the copy of a plan of heartbeats only, the commit and the metrics files. The batch run
-(``app.runner``) and the DR window (``app.dr_window``) are drivers of these steps; the checkpoint step
+(``app.batch_run``) and the DR window (``app.dr_window``) are drivers of these steps; the checkpoint step
 is ``app.checkpoints.emit_checkpoints``.
 
 Invariants:

@@ -378,7 +378,7 @@ def _recent_plans(store: OffsetsStore, flow: FlowConfig, limit: int) -> tuple[di
 
 
 def _copy_failure(store: OffsetsStore, flow: FlowConfig, run_id: str) -> str | None:
-    """The error the copy noted (see ``runner.execute_copy``)."""
+    """The error the copy noted (see ``batch_run.execute_copy``)."""
     note = find_document(store, flow.name, run_id, "copy_failed")
     if note is None:
         return None

@@ -1,5 +1,5 @@
 """The status page's view model over a real SQLite offsets table filled through its public API, run
-folders written as the runner writes them, and heartbeat readers standing in for Kafka."""
+folders written as the batch run writes them, and heartbeat readers standing in for Kafka."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from mirrorflow.app import runner
+from mirrorflow.app import batch_run
 from mirrorflow.app.status import flow_statuses
 from mirrorflow.app.status_values import (
     AirflowRun,
@@ -152,7 +152,7 @@ def _fill(config: MirrorConfig) -> None:
     store.release_lock(FLOW, "run-2")
 
     lost = _saved_plan(config, "run-3", 7200, (PartitionPlan("orders", 1, 80, 90, "primary.orders", 70),))
-    runner.execute_copy(config, flow, lost, _lost)  # notes the error for the commit task
+    batch_run.execute_copy(config, flow, lost, _lost)  # notes the error for the commit task
 
     _saved_plan(config, "run-4", 7300, ())
     clock.at(7300)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from config_texts import ONE_FLOW
 
-from mirrorflow.app.runner import execute_copy, run_turn
+from mirrorflow.app.batch_run import execute_copy, run_turn
 from mirrorflow.config.model import parse_config
 from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.core.turn import EarlierRun
