@@ -21,8 +21,8 @@ from mirrorflow.errors import CommitConflictError
 from mirrorflow.store import batch_log
 from mirrorflow.store.checkpoint_log import latest_checkpoint_metrics, record_checkpoints
 from mirrorflow.store.offsets_store import OffsetsStore
-from mirrorflow.store.schema import gaps_table, pruned_table
 from mirrorflow.store.status_reads import recovery_history, recovery_point, totals
+from mirrorflow.store.tables import gaps_table, pruned_table
 
 
 def test_a_dr_windows_micro_batches_coalesce_into_a_row_per_stretch(

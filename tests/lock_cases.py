@@ -179,9 +179,9 @@ def _commit(db_url: str, run_id: str, batches: list[Batch], barrier: Any) -> str
             return f"conflict:{error}"
 
 
-@pytest.mark.parametrize("schema_exists", [False, True])
-def test_two_processes_race_for_the_lock_exactly_one_wins(db_url: str, schema_exists: bool) -> None:
-    if schema_exists:
+@pytest.mark.parametrize("tables_exist", [False, True])
+def test_two_processes_race_for_the_lock_exactly_one_wins(db_url: str, tables_exist: bool) -> None:
+    if tables_exist:
         OffsetsStore(db_url).progress(FLOW)
     # On PostgreSQL both find no lock row and meet at inserting one: the primary key decides. SQLite
     # lets one writer in at a time.

@@ -30,8 +30,8 @@ from mirrorflow.store.run_documents import (
     recent_documents,
     save_document,
 )
-from mirrorflow.store.schema import metadata
 from mirrorflow.store.status_reads import failed_partitions, totals
+from mirrorflow.store.tables import metadata
 
 FLOW = "primary->backup"
 T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -38,10 +38,11 @@ from mirrorflow.errors import (
     TargetStateError,
     TransientError,
 )
-from mirrorflow.store import cli, schema
+from mirrorflow.store import cli
 from mirrorflow.store.database import redact_url
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import DocumentName, describe, find_document, save_document
+from mirrorflow.store.tables import metadata
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
 from mirrorflow_dev.processes import free_ports
@@ -350,14 +351,14 @@ def assert_message(actual: str, expected: str) -> None:
     assert rest or actual == expected
 
 
-def tables(url: str) -> dict[str, list[tuple[object, ...]]]:
+def rows_of(url: str) -> dict[str, list[tuple[object, ...]]]:
     """Every row of every table of the offsets database."""
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
             return {
                 table.name: sorted((tuple(row) for row in conn.execute(select(table))), key=repr)
-                for table in schema.metadata.sorted_tables
+                for table in metadata.sorted_tables
             }
     finally:
         engine.dispose()
@@ -415,7 +416,7 @@ def test_bad_state_stops_the_step_and_applies_nothing(
     case: StateCase, stage: Callable[[StateCase], Scene]
 ) -> None:
     scene = stage(case)
-    before = None if scene.state_url is None else tables(scene.state_url)
+    before = None if scene.state_url is None else rows_of(scene.state_url)
 
     with pytest.raises(case.error) as caught:
         STEPS[case.step](scene.config)
@@ -424,13 +425,13 @@ def test_bad_state_stops_the_step_and_applies_nothing(
     assert_message(str(caught.value), case.message.format(**scene.names))
     if scene.state_url is None:
         return  # nothing to look at: the database was never reached
-    after = tables(scene.state_url)
+    after = rows_of(scene.state_url)
     assert after == before
     if case.step == "commit":
         # The release task (the DAG's teardown) gives the lock back whatever the commit did.
         assert [row[:2] for row in after["mirror_locks"]] == [(FLOW, RUN)]
         assert batch_run.release_run(scene.config, FLOW, RUN)
-        assert tables(scene.state_url)["mirror_locks"] == []
+        assert rows_of(scene.state_url)["mirror_locks"] == []
     else:
         assert after["mirror_locks"] == []
 

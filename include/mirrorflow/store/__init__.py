@@ -10,6 +10,6 @@ package private to it):
 - ``handover``: a DR flow's lock passing from one window to the next, and the lease it is held by;
 - ``status_reads`` and ``read_model``: the status page's and the command line's reads and values;
 - ``cli``: ``python -m mirrorflow.store``.
-Private: the tables (``schema``), rows (``rows``), the engine (``database``) and the steps inside the
+Private: the tables (``tables``), rows (``rows``), the engine (``database``) and the steps inside the
 store's transactions (``batch_log``, ``partition_errors``, ``recovery_log``, ``retention``).
 """

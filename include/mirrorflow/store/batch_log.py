@@ -29,7 +29,7 @@ from mirrorflow.core.topic_partitions import TP
 from mirrorflow.core.translation import coalesce, trimmed
 from mirrorflow.errors import CommitConflictError
 from mirrorflow.store.rows import Log, batch_row, committed_batch
-from mirrorflow.store.schema import batches_table, gaps_table, progress_table, pruned_table
+from mirrorflow.store.tables import batches_table, gaps_table, progress_table, pruned_table
 
 
 def commit_step(conn: Connection, log: Log, row: dict[str, Any]) -> bool:

@@ -21,7 +21,7 @@ from mirrorflow.core.topic_partitions import TP
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import EmittedCheckpoint
 from mirrorflow.store.rows import committed_batch, emitted_checkpoint
-from mirrorflow.store.schema import batches_table, checkpoint_metrics_table, checkpoints_table
+from mirrorflow.store.tables import batches_table, checkpoint_metrics_table, checkpoints_table
 
 __all__ = [
     "checkpoints",

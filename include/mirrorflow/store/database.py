@@ -1,6 +1,6 @@
 """The database under the offsets store, whatever its SQLAlchemy URL: the engine (SQLite: the file's
 folder, a busy timeout, ``BEGIN IMMEDIATE`` for writes; PostgreSQL: connect, statement, lock-wait and
-TCP timeouts), its clock (``DatabaseClock``), the schema's creation, outages and read-only databases
+TCP timeouts), its clock (``DatabaseClock``), the tables' creation, outages and read-only databases
 as ``TransientError``, and insert-if-absent.
 
 ``OffsetsStore`` (``mirrorflow.store.offsets_store``) is the only user of the engine; the URL helpers
@@ -39,7 +39,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.schema import CreateColumn
 
 from mirrorflow.errors import ConfigError, TransientError
-from mirrorflow.store.schema import metadata
+from mirrorflow.store.tables import metadata
 
 DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 10
@@ -54,7 +54,7 @@ _PG_TCP_USER_TIMEOUT_MS = 20_000
 WRITE_OPTION = "mirrorflow_write"
 # Rows per INSERT statement of a bulk insert.
 INSERT_CHUNK = 500
-_SCHEMA_ADVISORY_LOCK = 0x6D6972726F72  # "mirror": serialises concurrent schema creation on PostgreSQL
+_TABLES_ADVISORY_LOCK = 0x6D6972726F72  # "mirror": serialises concurrent table creation on PostgreSQL
 # Errors by which a database says it cannot be reached now: worth a retry.
 _UNAVAILABLE = (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError)
 # SQLSTATE read_only_sql_transaction: a hot standby, or default_transaction_read_only.
@@ -183,7 +183,7 @@ class DatabaseClock:
             return self._reading
 
 
-def create_schema(engine: Engine) -> None:
+def create_tables(engine: Engine) -> None:
     """Create the tables that are missing, and the columns added since a table was first created;
     concurrent creators (other processes) are harmless."""
     for attempt in range(2):
@@ -193,7 +193,7 @@ def create_schema(engine: Engine) -> None:
                 with conn.begin():
                     if engine.dialect.name == "postgresql":
                         conn.execute(
-                            text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_ADVISORY_LOCK}
+                            text("SELECT pg_advisory_xact_lock(:key)"), {"key": _TABLES_ADVISORY_LOCK}
                         )
                     metadata.create_all(conn, checkfirst=True)
                     _add_missing_columns(conn)

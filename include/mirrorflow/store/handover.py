@@ -21,7 +21,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from mirrorflow.core.progress import Successor, as_utc
 from mirrorflow.store.offsets_store import OffsetsStore
-from mirrorflow.store.schema import locks_table, successors_table
+from mirrorflow.store.tables import locks_table, successors_table
 
 __all__ = ["hand_over", "offer_successor", "renew_lock", "successor_of", "withdraw_offer"]
 

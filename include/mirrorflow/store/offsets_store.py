@@ -33,9 +33,9 @@ checking the row count; unique constraints back every insert. On SQLite every wr
 starts with ``BEGIN IMMEDIATE`` (one writer at a time, across processes) and waits up to a busy
 timeout for other writers.
 
-Beside this module in ``mirrorflow.store``: the tables (``schema``), their rows as values and back
+Beside this module in ``mirrorflow.store``: the tables (``tables``), their rows as values and back
 (``rows``), the batch and gap logs' row steps (``batch_log``), the checkpoints emitted and their
-latencies (``checkpoint_log``), the engine, schema creation and outage handling (``database``), the
+latencies (``checkpoint_log``), the engine, table creation and outage handling (``database``), the
 values reads return besides core's (``read_model``), the status page's aggregates
 (``status_reads``) and the command line ``python -m mirrorflow.store`` (``cli``).
 """
@@ -74,8 +74,8 @@ from mirrorflow.store.database import (
     WRITE_OPTION,
     DatabaseClock,
     absent_sqlite_file,
-    create_schema,
     create_store_engine,
+    create_tables,
     insert_missing,
     outages_transient,
     redact_url,
@@ -96,7 +96,7 @@ from mirrorflow.store.rows import (
     progress_row,
     recorded_gap,
 )
-from mirrorflow.store.schema import (
+from mirrorflow.store.tables import (
     batches_table,
     checkpoints_table,
     gaps_table,
@@ -117,7 +117,7 @@ LOCK_POLL_SECONDS = 1.0
 class OffsetsStore:
     """Committed progress, batch log and flow locks of every flow, in the database at ``url``.
 
-    The schema is created on first use. ``clock`` (default: the database's, ``DatabaseClock``) stamps
+    The tables are created on first use. ``clock`` (default: the database's, ``DatabaseClock``) stamps
     rows and decides when a lock expires, so hosts whose clocks disagree agree on a lease.
     """
 
@@ -131,8 +131,8 @@ class OffsetsStore:
         self._redacted = redact_url(url)
         self._engine: Engine = create_store_engine(url, self._redacted, busy_timeout_seconds)
         self._clock = clock or DatabaseClock(self._engine, self._redacted)
-        self._schema_ready = False
-        self._schema_lock = threading.Lock()
+        self._tables_ready = False
+        self._tables_lock = threading.Lock()
 
     @staticmethod
     def absent(url: str) -> bool:
@@ -546,7 +546,7 @@ class OffsetsStore:
         return self._transaction(write=True)
 
     def read(self) -> AbstractContextManager[Connection]:
-        """A read transaction over the tables (``mirrorflow.store.schema``) for the store's own
+        """A read transaction over the tables (``mirrorflow.store.tables``) for the store's own
         reports made outside this class (``mirrorflow.store.status_reads``); database outages become
         ``TransientError``. Only for modules of ``mirrorflow.store``: the rest of mirrorflow reads
         plain values through the store's public reads."""
@@ -555,21 +555,21 @@ class OffsetsStore:
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[Connection]:
         """One transaction; database outages become ``TransientError``."""
-        self._ensure_schema()
+        self._ensure_tables()
         with outages_transient(self._redacted), self._engine.connect() as conn:
             conn.execution_options(**{WRITE_OPTION: write})
             with conn.begin():
                 yield conn
 
-    def _ensure_schema(self) -> None:
-        if self._schema_ready:
+    def _ensure_tables(self) -> None:
+        if self._tables_ready:
             return
-        with self._schema_lock:
-            if self._schema_ready:
+        with self._tables_lock:
+            if self._tables_ready:
                 return
             with outages_transient(self._redacted):
-                create_schema(self._engine)
-            self._schema_ready = True
+                create_tables(self._engine)
+            self._tables_ready = True
 
     def _lock_row(self, conn: Connection, flow: str, for_update: bool = False) -> LockInfo | None:
         query = select(locks_table).where(locks_table.c.flow == flow)

@@ -15,7 +15,7 @@ from sqlalchemy import Connection, delete, insert, select
 
 from mirrorflow.core.report import FailedPartition
 from mirrorflow.core.topic_partitions import TP
-from mirrorflow.store.schema import partition_errors_table
+from mirrorflow.store.tables import partition_errors_table
 
 __all__ = ["record_step"]
 

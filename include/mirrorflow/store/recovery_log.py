@@ -15,7 +15,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from mirrorflow.core.progress import as_utc
 from mirrorflow.core.recovery_point import HISTORY_RETENTION, minute_of, worst_seconds
-from mirrorflow.store.schema import recovery_history_table, recovery_table
+from mirrorflow.store.tables import recovery_history_table, recovery_table
 
 __all__ = ["advance_step"]
 

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, delete, func, select
 
-from mirrorflow.store.schema import checkpoint_metrics_table, partition_metrics_table
+from mirrorflow.store.tables import checkpoint_metrics_table, partition_metrics_table
 
 __all__ = ["prune_history_step"]
 

@@ -1,4 +1,4 @@
-"""Rows of the offsets database to values and back (``mirrorflow.store.schema`` has the tables), and
+"""Rows of the offsets database to values and back (``mirrorflow.store.tables`` has the tables), and
 the store's wording of a damaged row (``CorruptStateError`` with the repair).
 
 A row that becomes a value offset translation or a retried commit builds on (a batch, a gap) is
@@ -29,7 +29,7 @@ from mirrorflow.core.progress import (
 from mirrorflow.core.report import PartitionReport
 from mirrorflow.errors import CorruptStateError, PlanError
 from mirrorflow.store.read_model import EmittedCheckpoint, ProgressRecord
-from mirrorflow.store.schema import STATS_FIELDS, batches_table, gaps_table
+from mirrorflow.store.tables import STATS_FIELDS, batches_table, gaps_table
 
 # ------------------------------------------------------------------------------------------- times
 

@@ -21,7 +21,7 @@ from sqlalchemy import delete, func, insert, select
 from mirrorflow.core.progress import as_utc
 from mirrorflow.errors import PlanError
 from mirrorflow.store.offsets_store import OffsetsStore
-from mirrorflow.store.schema import run_documents_table
+from mirrorflow.store.tables import run_documents_table
 
 __all__ = [
     "RUNS_KEPT",

@@ -16,7 +16,7 @@ from mirrorflow.core.recovery_point import RecoveryStep
 from mirrorflow.core.topic_partitions import TP
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import PartitionErrorRecord, PartitionLag, RunTotals
-from mirrorflow.store.schema import (
+from mirrorflow.store.tables import (
     batches_table,
     partition_errors_table,
     partition_metrics_table,

@@ -19,7 +19,7 @@ from mirrorflow.core.progress import Batch, PartitionProgress
 from mirrorflow.core.translation import OffsetTranslator
 from mirrorflow.errors import CorruptStateError
 from mirrorflow.store.offsets_store import OffsetsStore
-from mirrorflow.store.schema import gaps_table, pruned_table
+from mirrorflow.store.tables import gaps_table, pruned_table
 
 FLOW = "primary->backup"
 TP, REMOTE = ("orders", 0), ("primary.orders", 0)

@@ -21,7 +21,7 @@ from mirrorflow.errors import CommitConflictError, ConfigError, CorruptStateErro
 from mirrorflow.store.checkpoint_log import checkpoints, record_checkpoints
 from mirrorflow.store.cli import main
 from mirrorflow.store.offsets_store import OffsetsStore
-from mirrorflow.store.schema import gaps_table
+from mirrorflow.store.tables import gaps_table
 
 FLOW = "primary->backup"
 RUN = "run-1"

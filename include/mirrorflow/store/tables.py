@@ -1,4 +1,4 @@
-"""The offsets database's schema: one ``MetaData`` with every table the store keeps.
+"""The offsets database's tables: one ``MetaData`` with every table the store keeps.
 
 ``mirror_progress`` (committed progress per partition), ``mirror_batches`` (the batch log),
 ``mirror_gaps`` (source ranges lost before they were mirrored), ``mirror_pruned`` (what the batch log
@@ -99,7 +99,7 @@ batches_table = Table(
     Column("bytes", BigInteger, nullable=False),
     Column("sync_points", Text, nullable=False),
     Column("committed_at", DateTime(timezone=True), nullable=False),
-    # Added after the table's first release: ``database.create_schema`` adds it to older databases.
+    # Added after the table's first release: ``database.create_tables`` adds it to older databases.
     Column("target_gaps", Text, nullable=False, server_default="[]"),
     UniqueConstraint("flow", "topic", "partition", "source_start"),
 )
