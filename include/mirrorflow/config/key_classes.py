@@ -29,10 +29,8 @@ from mirrorflow.config.java_clients import CONNECT_WORKER_KEYS, JAVA_CLIENT_KEYS
 from mirrorflow.config.keys import (
     DEPRECATED_ALIASES,
     FLOW_KEYS,
-    FLOW_SETTINGS,
     PROJECT_PREFIX,
     TOP_LEVEL_KEYS,
-    TOP_LEVEL_SETTINGS,
     H,
     Key,
     N,
@@ -46,6 +44,7 @@ from mirrorflow.config.property_view import (
     checked_whole_number,
     shown,
 )
+from mirrorflow.config.setting_keys import FLOW_SETTINGS, TOP_LEVEL_SETTINGS
 from mirrorflow.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -293,6 +292,34 @@ def _warn(uses: Sequence[KeyUse]) -> None:
             )
     for note, keys in by_note.items():
         log.warning("no effect here: %s (%s)", ", ".join(sorted(keys)), note)
+
+
+def settings_markdown() -> str:
+    """The README's table of this product's settings: one row per setting, or per run of settings that
+    share a note."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    groups: list[list[Key]] = []
+    for rule in (*FLOW_SETTINGS, *TOP_LEVEL_SETTINGS):
+        if groups and groups[-1][0].note == rule.note:
+            groups[-1].append(rule)
+        else:
+            groups.append([rule])
+    for group in groups:
+        names = ", ".join(f"`{_written(rule.name)}`" for rule in group)
+        defaults = list(dict.fromkeys(_default_shown(rule) for rule in group))
+        rows.append(f"| {names} | {', '.join(defaults)} | {group[0].note} |")
+    return "\n".join(rows) + "\n"
+
+
+def _written(name: str) -> str:
+    """A key as a user writes it: a prefix rule ``a.b.*`` as ``a.b.<key>``."""
+    return name[:-1] + "<key>" if name.endswith(".*") else name
+
+
+def _default_shown(rule: Key) -> str:
+    if rule.shown:
+        return rule.shown
+    return f"`{rule.default}`" if rule.default else "none"
 
 
 def markdown() -> str:

@@ -10,8 +10,9 @@ Invariant: a value read is of its row's kind, or a ``ConfigError`` naming the ke
 
 from __future__ import annotations
 
-from mirrorflow.config.keys import FLOW_KEYS, FLOW_SETTINGS, Key
+from mirrorflow.config.keys import FLOW_KEYS, Key
 from mirrorflow.config.property_view import PropertyView
+from mirrorflow.config.setting_keys import FLOW_SETTINGS
 
 _ROWS: dict[str, Key] = {row.name: row for row in (*FLOW_KEYS, *FLOW_SETTINGS)}
 

@@ -3,8 +3,9 @@
 a batch system (accepted, and warned about by name with the reason), or is **refused** (an error
 naming the key as written and what to do). The section a row is in says where its key may be
 written: ``TOP_LEVEL_KEYS`` and ``TOP_LEVEL_SETTINGS`` at top level only, ``FLOW_KEYS`` and
-``FLOW_SETTINGS`` at top level (every flow) or as ``<source>-><target>.<key>``, ``CLIENT_KEYS``
-(``config.client_keys``) as a cluster's or a flow's client settings.
+``FLOW_SETTINGS`` at top level (every flow) or as ``<source>-><target>.<key>`` (this product's
+settings: ``config.setting_keys``), ``CLIENT_KEYS`` (``config.client_keys``) as a cluster's or a
+flow's client settings.
 
 ``config.key_classes`` classifies a file's keys by these rows (a key no row takes is unknown) and
 writes the README's key table from MM2's; ``config.key_values`` reads a typed key by its row. So a
@@ -43,6 +44,8 @@ class Key:
     kind: str = "text"
     harmless: tuple[str, ...] = ()
     choices: tuple[str, ...] = ()
+    # The default as the README shows it, where more than the value (or "none") says.
+    shown: str = ""
 
     def matches(self, key: str) -> bool:
         return key.startswith(self.name[:-1]) if self.name.endswith(".*") else key == self.name
@@ -380,56 +383,3 @@ SCHEMA_FRAMED_VALUES = SCHEMA_REGISTRY + "framed.value.topics"
 SCHEMA_PLAIN_KEYS = SCHEMA_REGISTRY + "plain.key.topics"
 SCHEMA_PLAIN_VALUES = SCHEMA_REGISTRY + "plain.value.topics"
 OFFSETS_DB_URL = "mirrorflow.offsets.db.url"
-_PROJECT = "this product's setting (see the table of mirrorflow settings)"
-
-
-def _ours(name: str, default: str = "", kind: str = "text", choices: tuple[str, ...] = ()) -> Key:
-    return Key(name, H, _PROJECT, default, kind, choices=choices)
-
-
-# This product's settings of a flow, at top level (every flow) or as <source>-><target>.<key>. A
-# setting with choices defaults to its first; a number without a default is optional (none when
-# absent or empty). The README's table of mirrorflow settings, written by hand, says what each does.
-FLOW_SETTINGS: tuple[Key, ...] = (
-    _ours(SCHEDULE),
-    _ours(MAX_RECORDS_PER_PARTITION, "1000000", "pos"),
-    _ours(SPARK_CONN_ID, "spark_default"),
-    # Where a flow's Spark drivers run.
-    _ours(SPARK_DEPLOY_MODE, "client", choices=("client", "cluster")),
-    _ours(COPY_TIMEOUT, "21600", "pos"),  # 6 h
-    _ours(TASK_RETRIES, "2", "int"),
-    _ours(LOCK_WAIT, "60", "int"),
-    _ours(AIRFLOW_QUEUE),
-    _ours(AIRFLOW_POOL),
-    _ours(REVERSE_CHECKPOINTS, "false", "bool"),
-    # What a run does when source records it has not mirrored yet were deleted.
-    _ours(ON_SOURCE_DATA_LOSS, "fail", choices=("fail", "skip")),
-    # What a run does when one partition meets an error a retry would meet again.
-    _ours(ON_PARTITION_ERROR, "fail", choices=("fail", "isolate")),
-    _ours(ALERT_LAG_MAX_RECORDS, kind="int"),
-    _ours(ALERT_HEARTBEAT_AGE_MAX_SECONDS, kind="pos"),
-    _ours(ALERT_NOTIFIER),
-    # DR mode (config.dr): each run a window of micro-batches instead of one bounded copy.
-    _ours(MODE, "batch", choices=("batch", "dr")),
-    _ours(DR_WINDOW_SECONDS, "600", "pos"),
-    _ours(DR_IDLE_WAIT_MS, "250", "int"),
-    # The least time from one micro-batch's start to the next one's (Spark's trigger interval).
-    _ours(DR_TRIGGER_INTERVAL_MS, "0", "int"),
-    # How long a window goes on past its end while no next window is up to take the flow over.
-    _ours(DR_HANDOVER_WAIT, "600", "int"),
-    _ours(SPARK_CONF_PREFIX + "*"),
-    *(
-        _ours(f"{SCHEMA_REGISTRY}{side}.{key}")
-        for side in SCHEMA_REGISTRY_SIDES
-        for key in SCHEMA_REGISTRY_CLIENT_KEYS
-    ),
-    _ours(SCHEMA_SUBJECTS_INCLUDE, ".*"),
-    _ours(SCHEMA_SUBJECTS_EXCLUDE),
-    _ours(SCHEMA_STRATEGIES, "TopicNameStrategy, TopicRecordNameStrategy, RecordNameStrategy"),
-    _ours(SCHEMA_FRAMED_KEYS),
-    _ours(SCHEMA_FRAMED_VALUES),
-    _ours(SCHEMA_PLAIN_KEYS),
-    _ours(SCHEMA_PLAIN_VALUES),
-)
-# This product's settings that apply to all flows at once: at top level only.
-TOP_LEVEL_SETTINGS: tuple[Key, ...] = (_ours(STATE_DIR), _ours(OFFSETS_DB_URL))

@@ -1,6 +1,6 @@
 """Where this product keeps its state: the state folder (run folders, metrics files, reports) and the
 offsets database's URL, each from env or the config file's top level (``mirrorflow.state.dir``,
-``mirrorflow.offsets.db.url``: ``config.keys.TOP_LEVEL_SETTINGS``), else a default that serves one
+``mirrorflow.offsets.db.url``: ``config.setting_keys.TOP_LEVEL_SETTINGS``), else a default that serves one
 machine: the folder ``mirrorflow`` in Airflow's home (``AIRFLOW_HOME``, else Airflow's own default
 ``~/airflow``), and a SQLite file in it.
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from mirrorflow.config.key_values import choice, flag, number, optional_number
-from mirrorflow.config.keys import FLOW_SETTINGS, TASK_RETRIES
+from mirrorflow.config.keys import TASK_RETRIES
 from mirrorflow.config.property_view import PropertyView
+from mirrorflow.config.setting_keys import FLOW_SETTINGS
 from mirrorflow.errors import ConfigError
 
 NOTHING = PropertyView()
