@@ -21,6 +21,14 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from mirrorflow.mm2.filters import (
+    GROUPS_DEFAULT,
+    GROUPS_EXCLUDE_DEFAULT,
+    TOPICS_DEFAULT,
+    TOPICS_EXCLUDE_DEFAULT,
+)
+from mirrorflow.mm2.policy import SEPARATOR_CONFIG, SEPARATOR_DEFAULT
+
 
 class Treatment(enum.StrEnum):
     HONOURED = "honoured"
@@ -72,10 +80,10 @@ _TRANSACTION_BOUNDARY = (
 # MM2's connector and MirrorMaker settings, at top level (every flow) or as <source>-><target>.<key>.
 FLOW_KEYS: tuple[Key, ...] = (
     Key("enabled", H, "per flow only: flows are directional and off unless enabled", "false", "bool"),
-    Key("topics", H, "include regexes, comma-separated, full-name match", ".*"),
-    Key("topics.exclude", H, "exclude regexes; exclude wins", r".*[\-\.]internal, .*\.replica, __.*"),
-    Key("groups", H, "consumer groups whose positions are checkpointed", ".*"),
-    Key("groups.exclude", H, "consumer groups never checkpointed", "console-consumer-.*, connect-.*, __.*"),
+    Key("topics", H, "include regexes, comma-separated, full-name match", ", ".join(TOPICS_DEFAULT)),
+    Key("topics.exclude", H, "exclude regexes; exclude wins", ", ".join(TOPICS_EXCLUDE_DEFAULT)),
+    Key("groups", H, "consumer groups whose positions are checkpointed", ", ".join(GROUPS_DEFAULT)),
+    Key("groups.exclude", H, "consumer groups never checkpointed", ", ".join(GROUPS_EXCLUDE_DEFAULT)),
     Key(
         "config.properties.exclude",
         H,
@@ -88,7 +96,7 @@ FLOW_KEYS: tuple[Key, ...] = (
         "`DefaultReplicationPolicy` or `IdentityReplicationPolicy` (MM2 class names or short names)",
         "DefaultReplicationPolicy",
     ),
-    Key("replication.policy.separator", H, "separator of remote topic names", "."),
+    Key(SEPARATOR_CONFIG, H, "separator of remote topic names", SEPARATOR_DEFAULT),
     Key("replication.factor", H, f"for remote topics created on the target{_RF}", "2", "rf"),
     Key(
         "sync.topic.configs.enabled",
