@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from config_texts import KNOWN_SETTINGS
 from dag_parsing import import_error_line, parse_dags
 
 from mirrorflow.config.model import load_config
@@ -129,31 +130,7 @@ CONFIG_CASES = [
         "misspelt-setting",
         "primary->backup.mirrorflow.shedule = @daily",
         "primary->backup.mirrorflow.shedule",
-        "primary->backup.mirrorflow.shedule: unknown mirrorflow setting; known settings: "
-        "mirrorflow.schedule, mirrorflow.max.records.per.partition, mirrorflow.spark.conn.id, "
-        "mirrorflow.spark.deploy.mode, "
-        "mirrorflow.copy.timeout.seconds, mirrorflow.task.retries, mirrorflow.lock.wait.seconds, "
-        "mirrorflow.airflow.queue, mirrorflow.airflow.pool, mirrorflow.reverse.checkpoints.enabled, "
-        "mirrorflow.on.source.data.loss, mirrorflow.on.partition.error, "
-        "mirrorflow.alert.lag.max.records, mirrorflow.alert.heartbeat.age.max.seconds, "
-        "mirrorflow.alert.notifier, mirrorflow.mode, mirrorflow.dr.window.seconds, "
-        "mirrorflow.dr.idle.wait.ms, mirrorflow.dr.trigger.interval.ms, "
-        "mirrorflow.dr.handover.wait.seconds, "
-        "mirrorflow.spark.conf.<spark key>, "
-        "mirrorflow.schema.registry.source.url, mirrorflow.schema.registry.source.basic.auth.user.info, "
-        "mirrorflow.schema.registry.source.ssl.ca.location, "
-        "mirrorflow.schema.registry.source.ssl.certificate.location, "
-        "mirrorflow.schema.registry.source.ssl.key.location, mirrorflow.schema.registry.target.url, "
-        "mirrorflow.schema.registry.target.basic.auth.user.info, "
-        "mirrorflow.schema.registry.target.ssl.ca.location, "
-        "mirrorflow.schema.registry.target.ssl.certificate.location, "
-        "mirrorflow.schema.registry.target.ssl.key.location, mirrorflow.schema.registry.subjects.include, "
-        "mirrorflow.schema.registry.subjects.exclude, "
-        "mirrorflow.schema.registry.subject.name.strategies, "
-        "mirrorflow.schema.registry.framed.key.topics, mirrorflow.schema.registry.framed.value.topics, "
-        "mirrorflow.schema.registry.plain.key.topics, mirrorflow.schema.registry.plain.value.topics, "
-        "mirrorflow.state.dir, "
-        "mirrorflow.offsets.db.url",
+        "primary->backup.mirrorflow.shedule: unknown mirrorflow setting; known settings: " + KNOWN_SETTINGS,
     ),
     ConfigCase(
         "top-level-setting-per-flow",

@@ -45,6 +45,7 @@ that keeps it:
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
@@ -58,7 +59,7 @@ from mirrorflow.config.transforms import TransformConfig
 from mirrorflow.copy.partition_copy import PartitionCopy
 from mirrorflow.copy.produce_loop import ProduceLoop, other_writer
 from mirrorflow.copy.source_reader import BUFFER_BYTES, Budget, SourceReader, transformed
-from mirrorflow.core.compaction import Held, Removed, copied_sources
+from mirrorflow.core.compaction import Held, Removed, Undecided, copied_sources
 from mirrorflow.core.digest import record_digest
 from mirrorflow.core.plan import CopyResult, Grant, PartitionPlan, PartitionResult, Plan
 from mirrorflow.core.schema_ids import SchemaIdMap
@@ -77,6 +78,9 @@ from mirrorflow.kafka.connection import (
 from mirrorflow.kafka.faults import TIMEOUT_S, FaultPolicy
 from mirrorflow.kafka.fetched_batches import SourceRecord
 from mirrorflow.kafka.record_reads import batches_of, committed_from, records_of
+
+# How long a compacted topic keeps a tombstone once cleaned: the remote partition's may be gone after it.
+DELETE_RETENTION_MS = "delete.retention.ms"
 
 
 class BatchCopy:
@@ -174,9 +178,17 @@ class BatchCopy:
             self._compare_written(part, end)
         except TargetStateError:
             # Only once the stream compare failed: an unbroken prefix needs no more than it.
-            removed = Removed(_compacts(self.source, part.tp), _compacts(self.target, part.remote))
-            if not (any(removed) and self._match_compacted(part, end, removed)):
+            removed = self._removed(part)
+            if not ((removed.source or removed.target) and self._match_compacted(part, end, removed)):
                 raise
+
+    def _removed(self, part: PartitionCopy) -> Removed:
+        """On which side of ``part`` a cleaner may have removed records, and which tombstones the
+        remote partition's may have dropped: those older than its ``delete.retention.ms``."""
+        target = _compacts(self.target, part.remote)
+        retention = topic_config(self.target, part.remote, DELETE_RETENTION_MS) if target else None
+        before = None if retention is None else int(time.time() * 1000) - int(retention)
+        return Removed(_compacts(self.source, part.tp), target, before)
 
     def _compare_written(self, part: PartitionCopy, end: int) -> None:
         """The committed records past the planned target start, compared with the planned records one
@@ -273,6 +285,15 @@ class BatchCopy:
         )
         if copied is None:
             return False
+        if isinstance(copied, Undecided):
+            raise TargetStateError(
+                f"remote partition {plan.remote_topic}-{plan.partition}: an earlier attempt's copy, "
+                "committed past the offsets table, may have gone on past its last record the target holds, "
+                "into records the remote topic's cleaner removed since, up to the tombstone of source offset "
+                f"{copied.offset} of {plan.topic}-{plan.partition}, older than the remote topic's "
+                "delete.retention.ms: whether it copied them cannot be told, and copying them again could "
+                f"write them twice. {other_writer(plan.topic)}"
+            )
         part.count(copied.sources, [w.offset for w in written])
         part.already_written = len(written)
         part.position = copied.position
@@ -314,7 +335,7 @@ def _held(record: Encodable, stamped: bool) -> Held:
     timestamp where the target's broker stamps its own)."""
     timestamp = -1 if stamped else record.timestamp
     same = record_digest((record.key, record.value, record.headers, timestamp))
-    return Held(record.offset, same, record.key, record.value is None)
+    return Held(record.offset, same, record.key, record.value is None, record.timestamp)
 
 
 def _compacts(conn: Connection, tp: TP) -> bool:

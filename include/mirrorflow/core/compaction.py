@@ -52,8 +52,10 @@ match prove (they fit nowhere before it); and with this side on, a written recor
 planned one not covered is that record's copy, never one the source removed (else a plan whose end
 the target dropped would take its first records for written). What this cannot tell: a copy whose
 last records the target dropped, ending in a tombstone past its retention (``delete.retention.ms``,
-a day by default), with nothing written after them. Those are taken for not copied and copied
-again: a deleted key's last records written a second time, then its tombstone; never one lost.
+a day by default), with nothing written after them. Such a tombstone can be gone only once it is
+older than the remote topic's retention of tombstones (``Removed.tombstones_before_ms``): when the
+records planned after the copy could be such a dropped end, the answer is ``Undecided`` (neither
+copying them again, which could write them twice, nor skipping them, which could lose them).
 
 The source offsets of records removed by compaction are gone; each is given, in order, one of the
 free offsets right before the next kept record (or the first not covered, or the plan's end). The
@@ -72,7 +74,7 @@ import bisect
 from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import NamedTuple
 
-__all__ = ["Copied", "Held", "Removed", "copied_sources"]
+__all__ = ["Copied", "Held", "Removed", "Undecided", "copied_sources"]
 
 
 class Held(NamedTuple):
@@ -84,6 +86,8 @@ class Held(NamedTuple):
     same: Hashable
     key: Hashable
     tombstone: bool
+    # Its timestamp (ms): a tombstone's copy outlives its retention on the target no sooner.
+    at_ms: int = 0
 
 
 # Which of these keys the source holds past the plan's end.
@@ -100,10 +104,26 @@ class Copied(NamedTuple):
 
 class Removed(NamedTuple):
     """On which side a cleaner may have removed records since they were copied: the source's (its
-    topic compacts) and the remote partition's (the remote topic compacts)."""
+    topic compacts) and the remote partition's (the remote topic compacts); and, there, tombstones
+    stamped before ``tombstones_before_ms`` (now less the remote topic's ``delete.retention.ms``) may
+    be gone past their retention (``None``: none)."""
 
     source: bool
     target: bool
+    tombstones_before_ms: int | None = None
+
+    def dropped(self, record: Held) -> bool:
+        """Whether the remote partition's cleaner may have dropped the copy of tombstone ``record``."""
+        before = self.tombstones_before_ms
+        return self.target and record.tombstone and before is not None and record.at_ms < before
+
+
+class Undecided(NamedTuple):
+    """What the earlier attempt wrote may end in records the remote partition's cleaner removed since,
+    the last the tombstone at source ``offset`` past its retention: whether it copied them cannot be
+    told."""
+
+    offset: int
 
 
 def copied_sources(
@@ -113,15 +133,15 @@ def copied_sources(
     end: int,
     later: Later,
     removed: Removed,
-) -> Copied | None:
+) -> Copied | Undecided | None:
     """For each ``written`` record (target offsets, in order), the source offset it copies, from
     ``planned`` (the plan's records as the source holds them now, in order, in ``[start, end)``), and
-    where the copy goes on; ``None`` when compaction does not explain them (see the module's
-    docstring). ``removed`` says on
-    which side a cleaner may have removed records since the copy. Each candidate k costs O(n log n);
-    one is tried only if its last covered record was written and the records written after its copy
-    fit before the next planned record: with compaction as the cause, the first tried is the
-    answer."""
+    where the copy goes on; ``None`` when compaction does not explain them, ``Undecided`` when the
+    copy may have gone on in records the target dropped since (see the module's docstring).
+    ``removed`` says on which side a cleaner may have removed records since the copy. Each candidate
+    k costs O(n log n); one is tried only if its last covered record was written and the records
+    written after its copy fit before the next planned record: with compaction as the cause, the
+    first tried is the answer."""
     at: dict[Hashable, list[int]] = {}
     last_written: dict[Hashable, int] = {}
     for i, w in enumerate(written):
@@ -134,13 +154,43 @@ def copied_sources(
     ends = [
         k
         for k in range(most, -1, -1)
-        if not k or planned[k - 1].same in at or (removed.target and planned[k - 1].tombstone)
+        if not k or planned[k - 1].same in at or removed.dropped(planned[k - 1])
     ]
     for k in ends:
         found = _explained(written, planned, k, at, (start, end), last_written, last_planned, later, removed)
         if found is not None:
+            gone = _dropped_end(written, planned, k, removed)
+            if gone is not None:
+                return Undecided(gone)
             covered_end = planned[k - 1].offset + 1 if k else start
             return Copied(found, max(covered_end, found[-1] + 1 if found else start))
+    return None
+
+
+def _dropped_end(written: Sequence[Held], planned: Sequence[Held], k: int, removed: Removed) -> int | None:
+    """The offset of a tombstone past which the records planned after the first ``k`` could all have
+    been copied and removed by the target (each a record of a key a later one of them has, the last a
+    tombstone it may have dropped, no key of them written): nothing tells whether they were; else
+    ``None``."""
+    if not removed.target or removed.tombstones_before_ms is None:
+        return None
+    keys = {w.key for w in written}
+    following: dict[Hashable, int] = {}
+    next_of = [len(planned)] * len(planned)
+    for j in range(len(planned) - 1, k - 1, -1):
+        next_of[j] = following.get(planned[j].key, len(planned))
+        following[planned[j].key] = j
+    needed = k  # every record of the run before its end needs a later record of its key in the run
+    for m in range(k + 1, len(planned) + 1):
+        record = planned[m - 1]
+        if record.key in keys:
+            return None
+        if removed.dropped(record) and needed <= m:
+            return record.offset
+        if not record.tombstone or not removed.dropped(record):
+            needed = max(needed, next_of[m - 1] + 1)
+        if needed > len(planned):
+            return None
     return None
 
 
@@ -159,7 +209,7 @@ def _explained(
     the target's cleaner removed, and records the source's cleaner removed; else ``None``."""
     start, end = bounds
     stop = planned[k].offset if k < len(planned) else end
-    matched = _matched_from_the_right(written, planned, k, at, stop, removed.target)
+    matched = _matched_from_the_right(written, planned, k, at, stop, removed)
     if matched is None:
         return None
     sources = _placed(written, planned, matched, start, stop)
@@ -239,7 +289,7 @@ def _matched_from_the_right(
     k: int,
     at: dict[Hashable, list[int]],
     stop: int,
-    target_removed: bool,
+    removed: Removed,
 ) -> list[int | None] | None:
     """The position in ``written`` of each of the first ``k`` planned records, each the latest equal
     record before the next one's, or (the target compacts) ``None`` for one the target's cleaner
@@ -252,10 +302,10 @@ def _matched_from_the_right(
     for j in range(k - 1, -1, -1):
         candidates = at.get(planned[j].same, [])
         i = bisect.bisect_left(candidates, limit) - 1
-        removable = planned[j].tombstone or planned[j].key in covered_after
+        removable = removed.dropped(planned[j]) or planned[j].key in covered_after
         covered_after.add(planned[j].key)
         if i < 0:
-            if target_removed and removable:
+            if removed.target and removable:
                 continue
             return None
         limit = matched[j] = candidates[i]

@@ -6,7 +6,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
-from config_texts import BASE, NO_ENV, STATE_ENV
+from config_texts import BASE, KNOWN_SETTINGS, NO_ENV, STATE_ENV
 
 from mirrorflow.config.model import FlowConfig, MirrorSettings, parse_config
 from mirrorflow.config.property_view import PropertyView
@@ -404,28 +404,7 @@ def test_validation_messages_say_what_to_do() -> None:
             "default.replication.factor, got '0'; set e.g. 2"
         ),
         BASE + "mirrorflow.max.records = 5\n": (
-            "mirrorflow.max.records: unknown mirrorflow setting; known settings: mirrorflow.schedule, "
-            "mirrorflow.max.records.per.partition, mirrorflow.spark.conn.id, mirrorflow.spark.deploy.mode, "
-            "mirrorflow.spark.conf.<spark key>, mirrorflow.copy.timeout.seconds, "
-            "mirrorflow.on.source.data.loss, mirrorflow.on.partition.error, mirrorflow.task.retries, "
-            "mirrorflow.airflow.queue, mirrorflow.airflow.pool, mirrorflow.reverse.checkpoints.enabled, "
-            "mirrorflow.lock.wait.seconds, mirrorflow.alert.lag.max.records, "
-            "mirrorflow.alert.heartbeat.age.max.seconds, mirrorflow.alert.notifier, mirrorflow.mode, "
-            "mirrorflow.dr.window.seconds, mirrorflow.dr.idle.wait.ms, mirrorflow.dr.trigger.interval.ms, "
-            "mirrorflow.dr.handover.wait.seconds, mirrorflow.schema.registry.source.url, "
-            "mirrorflow.schema.registry.target.url, mirrorflow.schema.registry.source.basic.auth.user.info, "
-            "mirrorflow.schema.registry.source.ssl.ca.location, "
-            "mirrorflow.schema.registry.source.ssl.certificate.location, "
-            "mirrorflow.schema.registry.source.ssl.key.location, "
-            "mirrorflow.schema.registry.target.basic.auth.user.info, "
-            "mirrorflow.schema.registry.target.ssl.ca.location, "
-            "mirrorflow.schema.registry.target.ssl.certificate.location, "
-            "mirrorflow.schema.registry.target.ssl.key.location, "
-            "mirrorflow.schema.registry.subjects.include, mirrorflow.schema.registry.subjects.exclude, "
-            "mirrorflow.schema.registry.subject.name.strategies, "
-            "mirrorflow.schema.registry.framed.key.topics, mirrorflow.schema.registry.framed.value.topics, "
-            "mirrorflow.schema.registry.plain.key.topics, mirrorflow.schema.registry.plain.value.topics, "
-            "mirrorflow.state.dir, mirrorflow.offsets.db.url"
+            "mirrorflow.max.records: unknown mirrorflow setting; known settings: " + KNOWN_SETTINGS
         ),
         BASE + "backup.producer.transaction.timeout.ms = 0\n": (
             "backup.producer.transaction.timeout.ms: expected a positive whole number, got '0'; set e.g. "

@@ -9,10 +9,12 @@ from collections.abc import Collection, Hashable, Sequence
 
 import pytest
 
-from mirrorflow.core.compaction import Copied, Held, Removed, copied_sources
+from mirrorflow.core.compaction import Copied, Held, Removed, Undecided, copied_sources
 
 # Which side's cleaner removed records: only the source's (the remote topic does not compact), or both.
 SOURCE, BOTH = Removed(source=True, target=False), Removed(source=True, target=True)
+# Both, and the target's tombstones (stamped at 0 here) past their retention: any may be gone.
+DROPPING = Removed(source=True, target=True, tombstones_before_ms=1)
 # A record: (key, value); equal records are equal in key and value (and, here, timestamp).
 Rec = tuple[str, str | None]
 
@@ -47,6 +49,7 @@ def match(
     w: Sequence[Held], s: Sequence[Held], start: int, end: int, past: Past | None = None
 ) -> list[int] | None:
     found = copied_sources(w, s, start, end, past or Past(), SOURCE)
+    assert not isinstance(found, Undecided)  # only a remote topic that compacts leaves it undecided
     return None if found is None else found.sources
 
 
@@ -189,6 +192,7 @@ def test_what_compaction_leaves_is_matched_as_it_was_copied(seed: int) -> None:
     past = {log[i][0] for i in kept if i >= planned_end}
 
     copy = copied_sources(w, s, 0, planned_end, lambda wanted: past & wanted, SOURCE)
+    assert not isinstance(copy, Undecided)
     found = None if copy is None else copy.sources
 
     unexplained = [
@@ -209,9 +213,14 @@ def test_what_compaction_leaves_is_matched_as_it_was_copied(seed: int) -> None:
 
 
 def target_compacts(
-    w: Sequence[Held], s: Sequence[Held], start: int, end: int, past: Past | None = None
-) -> Copied | None:
-    return copied_sources(w, s, start, end, past or Past(), BOTH)
+    w: Sequence[Held],
+    s: Sequence[Held],
+    start: int,
+    end: int,
+    past: Past | None = None,
+    removed: Removed = DROPPING,
+) -> Copied | Undecided | None:
+    return copied_sources(w, s, start, end, past or Past(), removed)
 
 
 def test_records_the_remote_partitions_cleaner_removed_are_covered_without_a_copy() -> None:
@@ -226,9 +235,11 @@ def test_records_the_remote_partitions_cleaner_removed_are_covered_without_a_cop
 def test_a_tombstone_the_remote_partition_dropped_past_its_retention_is_covered() -> None:
     s = source((10, ("a", None)), (11, ("b", "1")), (12, ("c", None)), (13, ("d", "1")))
 
-    # c's tombstone, dropped as well or never copied: nothing written after it says which, so it is
-    # copied again (a tombstone twice, never one lost).
-    assert target_compacts(written(("b", "1")), s, 10, 14) == Copied([11], 12)
+    # c's tombstone, dropped as well or never copied: nothing written after it says which.
+    assert target_compacts(written(("b", "1")), s, 10, 14) == Undecided(12)
+    # Younger than the remote topic's delete.retention.ms, no tombstone can be gone: a's was never
+    # copied, and b=1 is someone else's.
+    assert target_compacts(written(("b", "1")), s, 10, 14, removed=BOTH) is None
     # Here d=1 was written after it: it was copied, and dropped.
     assert target_compacts(written(("b", "1"), ("d", "1")), s, 10, 14) == Copied([11, 13], 14)
 
@@ -267,14 +278,19 @@ def test_what_both_cleaners_leave_is_matched_as_it_was_copied(seed: int) -> None
     planned_end = rng.randint(1, len(log))
     copied = rng.randint(1, planned_end)
     kept = _compacted(log, rng.randint(0, len(log)), rng.random() < 0.5)
-    on_target = _compacted(log[:copied], rng.randint(0, copied), rng.random() < 0.5)
     stamp = [Held(i, (i, *r), r[0], r[1] is None) for i, r in enumerate(log)]
-    present = [i for i in range(copied) if i in on_target]
-    w = [stamp[i]._replace(offset=100 + i) for i in present]
     s = [stamp[i] for i in range(planned_end) if i in kept]
     past = {log[i][0] for i in kept if i >= planned_end}
 
-    copy = target_compacts(w, s, 0, planned_end, Past(*past))
+    dropping = rng.random() < 0.5
+    on_target = _compacted(log[:copied], rng.randint(0, copied), dropping)
+    present = [i for i in range(copied) if i in on_target]
+    w = [stamp[i]._replace(offset=100 + i) for i in present]
+
+    copy = target_compacts(w, s, 0, planned_end, Past(*past), DROPPING if dropping else BOTH)
+    if isinstance(copy, Undecided):  # only where tombstones may be gone: never a wrong answer
+        assert dropping
+        return
     found = None if copy is None else copy.sources
 
     unexplained = [
@@ -286,20 +302,20 @@ def test_what_both_cleaners_leave_is_matched_as_it_was_copied(seed: int) -> None
     ]
     covered = [i for i in range(copied) if i in kept]
     # A copy that ended in records the target dropped since (its last a tombstone past its retention)
-    # may not show how far it got: refused, or those records copied again; never taken for more.
+    # shows how far it got only by records written after them: else undecided or refused, never
+    # taken for less or more.
     lost_end = bool(covered) and covered[-1] not in on_target
     if unexplained or not w:
         assert found is None or not w
         return
     if found is None:
-        assert lost_end
+        assert lost_end, "refused what compaction explains"
         return
     uncovered = [i for i in range(copied, planned_end) if i in kept]
     assert found == sorted(set(found))
     assert all(0 <= o < (uncovered[0] if uncovered else planned_end) for o in found)
     assert all(found[n] == i for n, i in enumerate(present) if i in kept)
     assert copy is not None
-    # Never past a record not copied; past every one copied, but for a lost end, which is copied again.
+    # Never past a record not copied, and past every one copied.
     assert copy.position <= (uncovered[0] if uncovered else planned_end)
-    shown = [i for i in covered if i in on_target] if lost_end else covered
-    assert copy.position > (shown[-1] if shown else -1)
+    assert copy.position > (covered[-1] if covered else -1)
