@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection, Hashable, Sequence
+from typing import NamedTuple
 
 import pytest
 
@@ -174,9 +175,21 @@ def _compacted(log: list[Rec], clean: int, tombstones_gone: bool) -> set[int]:
     return kept
 
 
-@pytest.mark.parametrize("seed", range(300))
-def test_what_compaction_leaves_is_matched_as_it_was_copied(seed: int) -> None:
-    rng = random.Random(seed)
+class Story(NamedTuple):
+    """A random source log, the plan's end, how many records an earlier attempt copied, what the
+    source's cleaner kept, each record as the match holds it, the planned records it kept, and the
+    keys it holds past the plan."""
+
+    log: list[Rec]
+    planned_end: int
+    copied: int
+    kept: set[int]
+    stamp: list[Held]
+    planned: list[Held]
+    past: set[str]
+
+
+def _story(rng: random.Random) -> Story:
     keys = "abcdef"[: rng.randint(1, 6)]
     log: list[Rec] = [
         (rng.choice(keys), None if rng.random() < 0.15 else str(rng.randint(0, 2)))
@@ -187,9 +200,15 @@ def test_what_compaction_leaves_is_matched_as_it_was_copied(seed: int) -> None:
     kept = _compacted(log, rng.randint(0, len(log)), rng.random() < 0.5)
     # Every record its own timestamp (its offset): no two are equal.
     stamp = [Held(i, (i, *r), r[0], r[1] is None) for i, r in enumerate(log)]
-    w = [stamp[i]._replace(offset=100 + i) for i in range(copied)]
-    s = [stamp[i] for i in range(planned_end) if i in kept]
+    planned = [stamp[i] for i in range(planned_end) if i in kept]
     past = {log[i][0] for i in kept if i >= planned_end}
+    return Story(log, planned_end, copied, kept, stamp, planned, past)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_what_compaction_leaves_is_matched_as_it_was_copied(seed: int) -> None:
+    log, planned_end, copied, kept, stamp, s, past = _story(random.Random(seed))
+    w = [stamp[i]._replace(offset=100 + i) for i in range(copied)]
 
     copy = copied_sources(w, s, 0, planned_end, lambda wanted: past & wanted, SOURCE)
     assert not isinstance(copy, Undecided)
@@ -270,18 +289,7 @@ def test_removals_the_remote_partitions_cleaner_does_not_make_are_refused(
 @pytest.mark.parametrize("seed", range(300))
 def test_what_both_cleaners_leave_is_matched_as_it_was_copied(seed: int) -> None:
     rng = random.Random(seed)
-    keys = "abcdef"[: rng.randint(1, 6)]
-    log: list[Rec] = [
-        (rng.choice(keys), None if rng.random() < 0.15 else str(rng.randint(0, 2)))
-        for _ in range(rng.randint(1, 30))
-    ]
-    planned_end = rng.randint(1, len(log))
-    copied = rng.randint(1, planned_end)
-    kept = _compacted(log, rng.randint(0, len(log)), rng.random() < 0.5)
-    stamp = [Held(i, (i, *r), r[0], r[1] is None) for i, r in enumerate(log)]
-    s = [stamp[i] for i in range(planned_end) if i in kept]
-    past = {log[i][0] for i in kept if i >= planned_end}
-
+    log, planned_end, copied, kept, stamp, s, past = _story(rng)
     dropping = rng.random() < 0.5
     on_target = _compacted(log[:copied], rng.randint(0, copied), dropping)
     present = [i for i in range(copied) if i in on_target]
