@@ -252,8 +252,8 @@ def _ends_as_written(
     j, i = pairs[-1] if pairs else (-1, -1)
     after = len(written) - 1 - i
     previous = planned[j].offset if j >= 0 else start - 1
-    last = len(matched) - 1
-    return _free_before(planned[last].offset, previous, after, planned[j + 1 : last]) is None
+    taken = {p.offset for p in planned}
+    return _free_before(planned[len(matched) - 1].offset, previous, after, taken) is None
 
 
 def _target_removed_before(
@@ -325,34 +325,29 @@ def _placed(
     one of the free offsets (held by no planned record) right before the next matched record's
     (``stop`` after the last); ``None`` if they do not fit."""
     sources = [0] * len(written)
-    before, previous, after_matched = -1, start - 1, 0
+    taken = {p.offset for p in planned}
+    before, previous = -1, start - 1
     pairs = [(j, i) for j, i in enumerate(matched) if i is not None]
     for j, i in [*pairs, (len(matched), len(written))]:
         offset = planned[j].offset if j < len(matched) else stop
-        # The planned records between two matched ones are those the target removed: not free.
-        free = _free_before(offset, previous, i - before - 1, planned[after_matched:j])
+        removed = i - before - 1
+        free = _free_before(offset, previous, removed, taken)
         if free is None:
             return None
         sources[before + 1 : i] = free
         if i < len(written):
             sources[i] = offset
-        before, previous, after_matched = i, offset, j + 1
+        before, previous = i, offset
     return sources
 
 
-def _free_before(offset: int, previous: int, n: int, taken: Sequence[Held]) -> list[int] | None:
-    """The ``n`` highest offsets between ``previous`` and ``offset`` (both excluded) that none of
-    ``taken`` (the planned records between them, in order) holds, in order; ``None`` if there are
-    fewer. Counted first, then walked over ``n`` offsets and ``taken``: a gap the source's cleaner left
-    may be millions of offsets wide."""
-    if n > offset - previous - 1 - len(taken):
-        return None
+def _free_before(offset: int, previous: int, n: int, taken: Collection[int]) -> list[int] | None:
+    """The ``n`` highest offsets between ``previous`` and ``offset`` (both excluded) not ``taken``,
+    in order; ``None`` if there are fewer."""
     free: list[int] = []
-    candidate, t = offset - 1, len(taken) - 1
-    while len(free) < n:
-        if t >= 0 and taken[t].offset == candidate:
-            t -= 1
-        else:
+    candidate = offset - 1
+    while len(free) < n and candidate > previous:
+        if candidate not in taken:
             free.append(candidate)
         candidate -= 1
-    return free[::-1]
+    return free[::-1] if len(free) == n else None
