@@ -26,6 +26,7 @@ from mirrorflow.core.plan import transactional_id
 from mirrorflow.core.progress import run_of
 from mirrorflow.kafka.connection import Connection
 from mirrorflow.kafka.transactions import coordinator
+from mirrorflow.store.flow_lock import lock_holder
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import local_kafka, replicated_kafka
 from mirrorflow_dev.local_airflow import LocalAirflow
@@ -120,7 +121,7 @@ def _holder(store: OffsetsStore, stop: threading.Event) -> str | None:
     """The run holding the flow's lock, once one does."""
     deadline = time.monotonic() + HOLDER_TIMEOUT_S
     while time.monotonic() < deadline and not stop.is_set():
-        holder = store.lock_holder(FLOW)
+        holder = lock_holder(store, FLOW)
         if holder is not None:
             return run_of(holder)
         stop.wait(0.5)

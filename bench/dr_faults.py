@@ -71,6 +71,7 @@ from mirrorflow.app.window_lease import LEASE_SECONDS
 from mirrorflow.core.progress import run_of
 from mirrorflow.core.window import WindowSummary
 from mirrorflow.errors import TransientError
+from mirrorflow.store.flow_lock import lock_holder
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import recent_documents
 from mirrorflow_dev import local_postgres, replicated_kafka
@@ -119,7 +120,7 @@ def lock_state(d: Deployment) -> tuple[str | None, bool | None]:
     """Who holds the flow's lock, and whether that run's window task runs."""
     try:
         with OffsetsStore(d.postgres.url) as store:
-            holder = store.lock_holder(FLOW)
+            holder = lock_holder(store, FLOW)
     except TransientError as away:
         return f"unreadable: {away}", None
     if holder is None:

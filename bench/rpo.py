@@ -48,6 +48,7 @@ from scenarios import Options, ScenarioResult, prepare_airflow, start
 from workload import create_topics
 
 from mirrorflow.errors import TransientError
+from mirrorflow.store.flow_lock import lock_holder
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import local_kafka
 from mirrorflow_dev.local_airflow import LocalAirflow
@@ -473,7 +474,7 @@ def holders(db_url: str, flow: str = "source->target") -> Iterator[list[tuple[fl
         with OffsetsStore(db_url) as store:
             while not stop.wait(0.1):
                 try:
-                    holder = store.lock_holder(flow)
+                    holder = lock_holder(store, flow)
                 except TransientError:
                     continue  # the database not created yet, or busy
                 if not changes or changes[-1][1] != holder:

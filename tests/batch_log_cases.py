@@ -20,6 +20,7 @@ from mirrorflow.core.translation import OffsetTranslator, coalesce
 from mirrorflow.errors import CommitConflictError
 from mirrorflow.store import batch_log
 from mirrorflow.store.checkpoint_log import latest_checkpoint_metrics, record_checkpoints
+from mirrorflow.store.flow_lock import acquire_lock, release_lock
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.status_reads import recovery_history, recovery_point, totals
 from mirrorflow.store.tables import gaps_table, pruned_table
@@ -60,12 +61,12 @@ def test_a_dr_windows_micro_batches_coalesce_into_a_row_per_stretch(
     assert [b.run_id for b in store.batches(FLOW, partition=1)] == ["window#3"]
     assert store.coalesce_batches(FLOW, "window", {}) == 0
     # Only the window holding the lock may merge its rows.
-    store.release_lock(FLOW, "window")
+    release_lock(store, FLOW, "window")
     with pytest.raises(CommitConflictError, match="cannot coalesce its batch log"):
         store.coalesce_batches(FLOW, "window", {})
 
     # The next window's rows merge with the row they continue: one row per partition and stretch.
-    store.acquire_lock(FLOW, "next", ttl_seconds=600)
+    acquire_lock(store, FLOW, "next", ttl_seconds=600)
     clock.advance(1)
     store.commit(FLOW, "next#0", [_batch(source=(30, 40), target=(115, 125), sync_points=())], holder="next")
     # orders-1 lost source offsets [5, 7): its next row follows a gap, so it stays a row of its own.
@@ -111,8 +112,8 @@ def test_a_windows_rows_do_not_merge_into_a_row_that_holds_row_points_max_points
     exact = OffsetTranslator([first.as_batch()])
 
     # The next window's row continues it but finds it full: a row of its own.
-    store.release_lock(FLOW, "window")
-    store.acquire_lock(FLOW, "next", ttl_seconds=600)
+    release_lock(store, FLOW, "window")
+    acquire_lock(store, FLOW, "next", ttl_seconds=600)
     for n, (source, target) in enumerate([((30, 35), (120, 126)), ((35, 40), (126, 132))]):
         clock.advance(1)
         batch = _batch(
@@ -140,8 +141,8 @@ def test_a_commit_prunes_the_older_batch_log_below_the_source_log_start_keeping_
         FLOW, "run-1", [_batch(), _batch(partition=1, source=(0, 5), target=(50, 55), sync_points=())]
     )
     before = totals(store, FLOW)
-    store.release_lock(FLOW, "run-1")
-    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    release_lock(store, FLOW, "run-1")
+    acquire_lock(store, FLOW, "run-2", ttl_seconds=600)
     # orders-1 lost offsets [5, 7) before run-2 read them: a gap, then records from 7.
     store.commit(
         FLOW,
@@ -181,14 +182,14 @@ def test_a_commit_prunes_the_older_batch_log_below_the_source_log_start_keeping_
     }
 
     # The next commit cuts the gap too; translation from the log start on is what it was.
-    store.release_lock(FLOW, "run-2")
-    store.acquire_lock(FLOW, "run-3", ttl_seconds=600)
+    release_lock(store, FLOW, "run-2")
+    acquire_lock(store, FLOW, "run-3", ttl_seconds=600)
     store.commit(FLOW, "run-3", [], log_starts={("orders", 1): 8})
     assert store.gaps(FLOW) == []
     translator = OffsetTranslator(b.as_batch() for b in store.batches(FLOW, partition=1))
     assert [translator.translate(u) for u in (7, 8, 9, 10)] == [None, 56, 57, 57]
     assert totals(store, FLOW)[("orders", 1)] == (7, 2000)
-    store.release_lock(FLOW, "run-3")
+    release_lock(store, FLOW, "run-3")
     assert store.forget_topic(FLOW, "orders") == 7  # 2 progress, 3 batch log, 2 pruned rows
 
 

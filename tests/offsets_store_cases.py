@@ -1,5 +1,5 @@
 """The offsets table's cases that hold on every backend: the schema, anchors, commits, checkpoints, run
-documents, the CLI (the locks' in lock_cases.py, the batch log's in batch_log_cases.py). Not a test
+documents, the CLI (the lock's in flow_lock_cases.py, the batch log's in batch_log_cases.py). Not a test
 module itself: tests/unit/store/test_offsets_store.py runs them on SQLite files,
 tests/integration/test_offsets_store_postgres.py on a real PostgreSQL server (one per session, a
 schema per test), each module giving the ``db_url`` fixture, with the same expectations.
@@ -21,6 +21,7 @@ from mirrorflow.core.progress import Batch, CommittedBatch, GroupPosition, Parti
 from mirrorflow.core.report import FailedPartition, PartitionReport
 from mirrorflow.errors import CommitConflictError, PlanError
 from mirrorflow.store.checkpoint_log import checkpoints, latest_checkpoint_metrics, record_checkpoints
+from mirrorflow.store.flow_lock import acquire_lock, lock_holder, release_lock
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import PartitionErrorRecord
 from mirrorflow.store.run_documents import (
@@ -124,7 +125,7 @@ def test_schema_created_on_first_use(db_url: str) -> None:
     # A second store on the same database finds the schema and does not fail.
     with OffsetsStore(db_url) as again:
         assert again.batches(FLOW) == []
-        assert again.lock_holder(FLOW) is None
+        assert lock_holder(again, FLOW) is None
 
 
 def test_an_older_database_gets_the_columns_added_since(db_url: str) -> None:
@@ -148,7 +149,7 @@ def test_an_older_database_gets_the_columns_added_since(db_url: str) -> None:
 
 
 def test_anchor_inserts_new_partitions_and_never_overwrites(store: OffsetsStore, db_url: str) -> None:
-    store.acquire_lock(FLOW, "run-1", ttl_seconds=600)
+    acquire_lock(store, FLOW, "run-1", ttl_seconds=600)
     store.anchor(
         FLOW, "run-1", [PartitionProgress("orders", 0, 10, 100), PartitionProgress("orders", 1, 0, 0)]
     )
@@ -182,7 +183,7 @@ def test_anchor_requires_the_lock(store: OffsetsStore) -> None:
 
 
 def _anchored(store: OffsetsStore, run_id: str = "run-1") -> None:
-    store.acquire_lock(FLOW, run_id, ttl_seconds=600)
+    acquire_lock(store, FLOW, run_id, ttl_seconds=600)
     store.anchor(
         FLOW, run_id, [PartitionProgress("orders", 0, 10, 100), PartitionProgress("orders", 1, 0, 50)]
     )
@@ -263,8 +264,8 @@ def test_commit_moves_progress_and_logs_batches(store: OffsetsStore, clock: Fake
     ]  # fmt: skip
 
     # The next run resumes from there; the log keeps both batches of partition 0 in offset order.
-    store.release_lock(FLOW, "run-1")
-    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    release_lock(store, FLOW, "run-1")
+    acquire_lock(store, FLOW, "run-2", ttl_seconds=600)
     b2 = _batch(source=(20, 30), target=(108, 118), sync_points=())
     assert store.commit(FLOW, "run-2", [b2]) == 1
     assert store.progress(FLOW)[("orders", 0)] == PartitionProgress("orders", 0, 30, 118)
@@ -311,8 +312,8 @@ def test_run_metrics_are_committed_with_the_batches_once(store: OffsetsStore, db
     assert store.latest_writes(FLOW) == {("orders", 0): wrote}
     assert totals(store, FLOW) == {("orders", 0): (8, 1000), ("orders", 1): (5, 1000)}
 
-    store.release_lock(FLOW, "run-1")
-    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    release_lock(store, FLOW, "run-1")
+    acquire_lock(store, FLOW, "run-2", ttl_seconds=600)
     later = PartitionReport(
         "orders", 0, "primary.orders", records=10, bytes=500, lag=0,
         record_age=Stats(10, 5, 50, 250, 5), replication_latency=Stats(10, 9, 60, 300, 9), write_ms=20,
@@ -338,8 +339,8 @@ def test_same_start_with_other_values_or_run_conflicts(store: OffsetsStore, db_u
         "8 records, 1000 bytes, 2 sync points; run run-1 now commits source [10, 21)"
     )
     # Identical values but another run: not a retry of the same commit.
-    store.release_lock(FLOW, "run-1")
-    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    release_lock(store, FLOW, "run-1")
+    acquire_lock(store, FLOW, "run-2", ttl_seconds=600)
     with pytest.raises(CommitConflictError, match="already committed by run run-1"):
         store.commit(FLOW, "run-2", [_batch()])
     assert (_rows(db_url, "mirror_progress"), _rows(db_url, "mirror_batches")) == before
@@ -372,7 +373,7 @@ def test_target_position_is_compared_too(store: OffsetsStore, db_url: str) -> No
 
 
 def test_commit_without_anchor_conflicts(store: OffsetsStore, db_url: str) -> None:
-    store.acquire_lock(FLOW, "run-1", ttl_seconds=600)
+    acquire_lock(store, FLOW, "run-1", ttl_seconds=600)
     with pytest.raises(CommitConflictError, match=r"orders-0: .* has no progress: its starting"):
         store.commit(FLOW, "run-1", [_batch()])
     assert _rows(db_url, "mirror_batches") == []
@@ -380,7 +381,7 @@ def test_commit_without_anchor_conflicts(store: OffsetsStore, db_url: str) -> No
 
 def test_commit_without_the_lock_raises(store: OffsetsStore, clock: FakeClock, db_url: str) -> None:
     _anchored(store)
-    store.release_lock(FLOW, "run-1")
+    release_lock(store, FLOW, "run-1")
     with pytest.raises(CommitConflictError) as info:
         store.commit(FLOW, "run-1", [_batch()])
     assert str(info.value) == (
@@ -389,9 +390,9 @@ def test_commit_without_the_lock_raises(store: OffsetsStore, clock: FakeClock, d
         "Re-run the flow."
     )
     # Lock expired and taken over by another run: the old run's commit is refused.
-    store.acquire_lock(FLOW, "run-1", ttl_seconds=10)
+    acquire_lock(store, FLOW, "run-1", ttl_seconds=10)
     clock.advance(10)
-    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    acquire_lock(store, FLOW, "run-2", ttl_seconds=600)
     with pytest.raises(CommitConflictError, match=r"\(run run-2 holds it since 2030-01-02T03:04:15\+00:00\)"):
         store.commit(FLOW, "run-1", [_batch()])
     assert _rows(db_url, "mirror_batches") == []
@@ -399,7 +400,7 @@ def test_commit_without_the_lock_raises(store: OffsetsStore, clock: FakeClock, d
 
 
 def test_expired_but_not_taken_over_lock_still_commits(store: OffsetsStore, clock: FakeClock) -> None:
-    store.acquire_lock(FLOW, "run-1", ttl_seconds=10)
+    acquire_lock(store, FLOW, "run-1", ttl_seconds=10)
     store.anchor(FLOW, "run-1", [PartitionProgress("orders", 0, 10, 100)])
     clock.advance(3600)
     assert store.commit(FLOW, "run-1", [_batch()]) == 1
@@ -438,7 +439,7 @@ def test_cli_show_and_release_lock(db_url: str, clock: FakeClock) -> None:
         "released the lock of flow primary->backup held by run run-7 since 2030-01-02T03:04:05+00:00 "
         "(expiring 2030-01-02T03:14:05+00:00)\n"
     )
-    assert OffsetsStore(db_url).lock_holder(FLOW) is None
+    assert lock_holder(OffsetsStore(db_url), FLOW) is None
 
     again = store_cli("release-lock", "--flow", FLOW, "--db", db_url)
     assert (again.returncode, again.stdout) == (0, "flow primary->backup is not locked\n")

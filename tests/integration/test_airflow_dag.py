@@ -25,6 +25,7 @@ from mirror_helpers import (
 
 from mirrorflow.app.run_folder import metrics_file
 from mirrorflow.config.model import MirrorConfig, load_config
+from mirrorflow.store.flow_lock import lock_holder
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -93,7 +94,7 @@ def test_dag_runs_copy_exactly_and_only_what_is_new(
         assert f"mirrorflow_lag_records{{{labels}}} 0\n" in exported
     # A run with nothing new copies nothing: the backfill's rerun keeps that case, under the scheduler
     # (tests/integration/test_backfill.py).
-    assert store.lock_holder("primary->backup") is None
+    assert lock_holder(store, "primary->backup") is None
 
 
 # The plan refusing bad input before anything is written, through Airflow: make test keeps a trigger
@@ -121,7 +122,7 @@ def test_a_missing_spark_connection_fails_the_plan_before_anything_happens(
     )
     store = OffsetsStore(config.offsets_db_url)
     assert store.progress("primary->backup") == {}
-    assert store.lock_holder("primary->backup") is None
+    assert lock_holder(store, "primary->backup") is None
 
 
 def test_a_copy_that_times_out_is_killed_whole_and_commits_nothing(
@@ -153,7 +154,7 @@ def test_a_copy_that_times_out_is_killed_whole_and_commits_nothing(
     assert_all_gone(lambda p: marker in p.cmdline or marker in p.environ, "processes of the run")
     assert store.batches("primary->backup") == []
     assert {p.next_source_offset for p in store.progress("primary->backup").values()} == {0}
-    assert store.lock_holder("primary->backup") is None
+    assert lock_holder(store, "primary->backup") is None
     # The next run after a copy killed whole copies exactly once: the fault suite keeps that case for
     # copies killed at every stage (tests/integration/test_faults.py).
 
@@ -200,7 +201,7 @@ def test_a_killed_airflow_run_leaves_its_lock_and_the_next_run_after_release_cop
     marker = f"MIRROR_CONFIG={config.path}"  # inherited by everything the run started
     assert_all_gone(lambda p: marker in p.cmdline or marker in p.environ, "processes of the run")
     assert store.batches("primary->backup") == []
-    dead_run = store.lock_holder("primary->backup")
+    dead_run = lock_holder(store, "primary->backup")
     assert dead_run is not None  # its teardown never ran
     # No scheduler runs here to find the run dead: mark it failed, as a person would in the UI, or the
     # next run would wait for it too (an earlier run still running).

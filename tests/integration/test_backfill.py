@@ -18,6 +18,7 @@ import pytest
 from mirror_helpers import AIRFLOW, create_topic, running_airflow, wait_for_dag
 
 from mirrorflow.config.model import MirrorConfig
+from mirrorflow.store.flow_lock import lock_holder
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_airflow import LocalAirflow
@@ -151,7 +152,7 @@ def test_a_backfill_copies_one_interval_per_run_and_a_rerun_copies_nothing(
         assert again[1]["end_date"] > runs[1]["end_date"]
         assert len(store.batches(FLOW, topic)) == 4
         _assert_copied_first(primary, backup, topic, 9)
-        assert store.lock_holder(FLOW) is None
+        assert lock_holder(store, FLOW) is None
 
 
 # The same bound as the backfill's runs, from the scheduler's own schedule: make test keeps the backfill.

@@ -40,6 +40,7 @@ from mirrorflow.errors import (
 )
 from mirrorflow.store import cli
 from mirrorflow.store.database import redact_url
+from mirrorflow.store.flow_lock import acquire_lock, lock_info, release_lock
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import DocumentName, describe, find_document, save_document
 from mirrorflow.store.tables import metadata
@@ -99,9 +100,9 @@ def as_is(scene: Scene) -> None:
 def anchored(scene: Scene, target: int = 0) -> None:
     """An earlier run anchored the partition at (source 0, ``target``) and finished."""
     with scene.store() as store:
-        store.acquire_lock(FLOW, EARLIER_RUN, 600)
+        acquire_lock(store, FLOW, EARLIER_RUN, 600)
         store.anchor(FLOW, EARLIER_RUN, [PartitionProgress(scene.topic, 0, 0, target)])
-        store.release_lock(FLOW, EARLIER_RUN)
+        release_lock(store, FLOW, EARLIER_RUN)
 
 
 def progress_corrupted(scene: Scene) -> None:
@@ -117,9 +118,9 @@ def batch_log_corrupted(scene: Scene) -> None:
     """An earlier run committed the partition's 5 records; then its sync points were cut short."""
     anchored(scene)
     with scene.store() as store:
-        store.acquire_lock(FLOW, EARLIER_RUN, 600)
+        acquire_lock(store, FLOW, EARLIER_RUN, 600)
         store.commit(FLOW, EARLIER_RUN, [Batch(scene.topic, 0, f"primary.{scene.topic}", 0, 5, 0, 5, 5, 320)])
-        store.release_lock(FLOW, EARLIER_RUN)
+        release_lock(store, FLOW, EARLIER_RUN)
     scene.sql("UPDATE mirror_batches SET sync_points = '[[0, 0' WHERE topic = '{topic}'")
     # A group positioned on the partition: a checkpoint pass reads the rows its position needs.
     source = scene.config.clusters["primary"].bootstrap_servers
@@ -397,7 +398,7 @@ def stage(
         scene = Scene(config, topic, names, state_url)
         names.update(plan=describe(FLOW, RUN, "plan"), result=describe(FLOW, RUN, "copy result"))
         if state_url is not None:
-            OffsetsStore(state_url).lock_info(FLOW)  # the schema exists before the row's setup
+            lock_info(OffsetsStore(state_url), FLOW)  # the schema exists before the row's setup
         case.setup(scene)
         return scene
 

@@ -29,6 +29,7 @@ from mirror_helpers import (
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.core.window import WindowSummary
 from mirrorflow.errors import TransientError
+from mirrorflow.store.flow_lock import force_release_lock, lock_holder
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import recent_documents
 from mirrorflow_dev import sample_data
@@ -120,7 +121,7 @@ def test_dr_windows_through_airflow_mirror_while_records_arrive(
     assert sorted((b.partition, b.source_start, window_run(b.run_id)) for b in store.batches(FLOW)) == [
         (p, 0, second_id) for p in range(PARTITIONS)
     ]
-    assert store.lock_holder(FLOW) is None
+    assert lock_holder(store, FLOW) is None
     # The window's own words reach the task log through spark-submit's output.
     assert f"flow {FLOW} window manual__" in first.stdout + first.stderr
 
@@ -160,7 +161,7 @@ def test_a_dr_window_killed_in_the_middle_loses_and_duplicates_nothing(
         run.wait(timeout=30)
     marker = f"MIRROR_CONFIG={config.path}"  # inherited by everything the run started
     assert_all_gone(lambda p: marker in p.cmdline or marker in p.environ, "processes of the window")
-    dead = store.lock_holder(FLOW)
+    dead = lock_holder(store, FLOW)
     assert dead is not None  # its teardown never ran
     released = subprocess.run(
         [sys.executable, "-m", "mirrorflow.store", "release-lock", "--flow", FLOW,
@@ -192,7 +193,7 @@ def _freeze_outside_a_transaction(run: subprocess.Popen[str], config: MirrorConf
     for _ in range(50):
         os.killpg(run.pid, signal.SIGSTOP)
         try:
-            taken = quick.force_release_lock(FLOW)
+            taken = force_release_lock(quick, FLOW)
         except TransientError:
             os.killpg(run.pid, signal.SIGCONT)
             time.sleep(0.05)

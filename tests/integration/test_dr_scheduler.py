@@ -27,6 +27,7 @@ from mirrorflow.app.window_lease import LEASE_SECONDS
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.core.progress import run_of
 from mirrorflow.core.window import WindowSummary
+from mirrorflow.store.flow_lock import lock_holder
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import describe, read_document
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -59,7 +60,7 @@ class Holders:
 
     def _watch(self) -> None:
         while not self._stop.wait(0.1):
-            holder = self._store.lock_holder(FLOW)
+            holder = lock_holder(self._store, FLOW)
             if not self.changes or self.changes[-1][1] != holder:
                 self.changes.append((time.monotonic(), holder))
 

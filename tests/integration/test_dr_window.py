@@ -35,7 +35,7 @@ from mirrorflow.core.progress import PartitionProgress, is_holder_of
 from mirrorflow.core.window import WindowSummary
 from mirrorflow.errors import FlowLockedError, TransientError
 from mirrorflow.store.checkpoint_log import checkpoints
-from mirrorflow.store.handover import successor_of
+from mirrorflow.store.flow_lock import acquire_lock, force_release_lock, successor_of
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.status_reads import failed_partitions, recovery_history, recovery_point, totals
 from mirrorflow_dev import sample_data
@@ -233,7 +233,7 @@ def test_a_window_killed_before_its_commit_leaves_nothing_twice(
     store = OffsetsStore(config.offsets_db_url)
     assert store.batches(FLOW) == []  # written to the target, its transaction aborted
     # The lock expires with the dead window (here: at once); the next window takes the flow over.
-    assert store.force_release_lock(FLOW) is not None
+    assert force_release_lock(store, FLOW) is not None
     sample_data.produce_samples(primary.bootstrap, topic, 2, 300, 50)
     summary = dr_window.run_window(config, FLOW, "window-2", copy)
     batch_run.release_run(config, FLOW, "window-2")
@@ -255,7 +255,7 @@ def test_a_window_whose_predecessor_never_hands_over_gives_up_naming_it(
 ) -> None:
     create_topic(kafka_clusters["primary"].bootstrap, unique_name, 1)
     config = _dr_config(write_config, unique_name, window_s=1)
-    OffsetsStore(config.offsets_db_url).acquire_lock(FLOW, "window-1", 3600)
+    acquire_lock(OffsetsStore(config.offsets_db_url), FLOW, "window-1", 3600)
     # It waits a window, the wait for a handover and a lease (here shortened) before giving up.
     monkeypatch.setattr(dr_window, "LEASE_SECONDS", 1)
 
@@ -429,7 +429,7 @@ def test_a_window_frozen_mid_transaction_and_woken_while_the_next_one_mirrors_le
         while True:
             os.killpg(old.pid, signal.SIGSTOP)
             try:
-                taken = store.force_release_lock(FLOW)
+                taken = force_release_lock(store, FLOW)
                 break
             except TransientError:
                 os.killpg(old.pid, signal.SIGCONT)

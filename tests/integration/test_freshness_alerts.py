@@ -12,6 +12,7 @@ import pytest
 from mirror_helpers import airflow, create_topic, migrated_airflow
 
 from mirrorflow.config.model import MirrorConfig
+from mirrorflow.store.flow_lock import lock_holder
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -66,6 +67,6 @@ def test_a_stale_run_fails_its_freshness_task_and_calls_the_notifier(
     assert alerts[0]["error"].startswith(f"StaleMirrorError: {message}")
     # What the run copied is committed all the same, and its lock given back.
     assert {p: pos.next_source_offset for (_, p), pos in store.progress(FLOW).items()} == {0: 4, 1: 4}
-    assert store.lock_holder(FLOW) is None
+    assert lock_holder(store, FLOW) is None
     # A lag within the limit passes the check: every other flow run through Airflow shows it, and the
     # check's bounds are unit-tested (tests/unit/app/test_freshness.py).

@@ -1,5 +1,5 @@
 """The offsets table on a real PostgreSQL server (one per session, a role and schema per test): every
-case of offsets_store_cases.py, lock_cases.py, batch_log_cases.py and handover_cases.py, with the
+case of offsets_store_cases.py, flow_lock_cases.py and batch_log_cases.py, with the
 same expectations as on SQLite (tests/unit/store/test_offsets_store.py).
 """
 
@@ -12,8 +12,7 @@ import pytest
 from batch_log_cases import *  # noqa: F403
 
 # The cases' tests and fixtures, imported for pytest to collect them here, on PostgreSQL.
-from handover_cases import *  # noqa: F403
-from lock_cases import *  # noqa: F403
+from flow_lock_cases import *  # noqa: F403
 from offsets_store_cases import *  # noqa: F403
 from offsets_store_cases import FLOW
 from sqlalchemy import create_engine, text
@@ -21,7 +20,7 @@ from sqlalchemy import create_engine, text
 from mirrorflow.errors import FlowLockedError, TransientError
 from mirrorflow.store import database
 from mirrorflow.store.database import create_store_engine
-from mirrorflow.store.handover import renew_lock
+from mirrorflow.store.flow_lock import acquire_lock, renew_lock
 from mirrorflow.store.offsets_store import OffsetsStore
 
 
@@ -36,7 +35,7 @@ def test_a_lease_renewal_behind_a_stuck_transaction_fails_in_time(db_url: str) -
     waits no longer than the lock-wait timeout, and fails as passing, long before its 30 s lease
     would run out, so the window finds out and stops in time (``app.window_lease``)."""
     with OffsetsStore(db_url) as store, OffsetsStore(db_url) as other:
-        store.acquire_lock(FLOW, "w1", 30)
+        acquire_lock(store, FLOW, "w1", 30)
         stuck = create_engine(db_url)
         try:
             with stuck.begin() as conn:
@@ -58,12 +57,12 @@ def test_a_host_whose_clock_runs_ahead_neither_takes_a_live_lease_over_nor_stamp
     """Leases are judged by the server's clock (``store.database.DatabaseClock``): a worker whose wall
     clock runs ten minutes ahead sees a window's 30 s lease as live, as the server does."""
     with OffsetsStore(db_url) as store:
-        store.acquire_lock(FLOW, "w1", 30)
+        acquire_lock(store, FLOW, "w1", 30)
     monkeypatch.setattr(database, "host_now", lambda: datetime.now(UTC) + timedelta(minutes=10))
     with OffsetsStore(db_url) as skewed:
         assert database.host_now() - datetime.now(UTC) > timedelta(minutes=9)
         with pytest.raises(FlowLockedError, match="locked by run w1"):
-            skewed.acquire_lock(FLOW, "w2", 30)
+            acquire_lock(skewed, FLOW, "w2", 30)
         with create_engine(db_url).connect() as conn:
             server = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
         assert abs(skewed.now() - server) < timedelta(seconds=1)

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 from mirrorflow.app import batch_run
 from mirrorflow.config.model import MirrorConfig
 from mirrorflow.errors import TargetStateError
+from mirrorflow.store.flow_lock import lock_holder
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -259,4 +260,4 @@ def test_refused_remote_topic_creation_names_the_topic_and_plans_nothing(
 
     store = OffsetsStore(config.offsets_db_url)
     assert store.progress("primary->backup") == {}
-    assert store.lock_holder("primary->backup") is None
+    assert lock_holder(store, "primary->backup") is None

@@ -12,6 +12,7 @@ import pytest
 from mirror_helpers import airflow, create_topic, migrated_airflow, topics
 
 from mirrorflow.config.model import MirrorConfig
+from mirrorflow.store.flow_lock import lock_holder
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow_dev import sample_data
 from mirrorflow_dev.local_kafka import LocalCluster
@@ -77,7 +78,7 @@ def test_trigger_params_narrow_and_bound_runs(
     assert f"primary.{b}" not in shown
     assert not {f"primary.{a}", f"primary.{b}", f"primary.{c}"} & topics(backup.bootstrap)
     assert store.progress(FLOW) == {}
-    assert store.lock_holder(FLOW) is None
+    assert lock_holder(store, FLOW) is None
 
     # A subset with a cap: three records of each partition of a, nothing of b or c.
     _trigger(env, tmp_path, {"topics": [a], "max_records_per_partition": 3})
@@ -85,7 +86,7 @@ def test_trigger_params_narrow_and_bound_runs(
         assert _mirrored(backup, f"primary.{a}", p) == _samples(a, p, range(3))
     assert {(t, p) for t, p in store.progress(FLOW)} == {(a, 0), (a, 1)}
     assert not {f"primary.{b}", f"primary.{c}"} & topics(backup.bootstrap)
-    assert store.lock_holder(FLOW) is None
+    assert lock_holder(store, FLOW) is None
 
 
 # Where partitions never mirrored start, through Airflow: make test keeps the params that narrow and
@@ -113,7 +114,7 @@ def test_trigger_params_start_runs(
         assert _mirrored(backup, f"primary.{a}", p) == _samples(a, p, range(10))
     assert _mirrored(backup, f"primary.{b}", 0) == _samples(b, 0, range(5, 7))
     assert _mirrored(backup, f"primary.{c}", 0) == _samples(c, 0, range(3, 8))
-    assert store.lock_holder(FLOW) is None
+    assert lock_holder(store, FLOW) is None
 
 
 @pytest.mark.parametrize(
@@ -152,4 +153,4 @@ def test_invalid_trigger_params_fail_before_anything_is_written(
     assert f"primary.{unique_name}" not in topics(backup.bootstrap)
     store = OffsetsStore(config.offsets_db_url)
     assert store.progress(FLOW) == {}
-    assert store.lock_holder(FLOW) is None
+    assert lock_holder(store, FLOW) is None

@@ -41,6 +41,7 @@ from mirrorflow.errors import (
     WriterFencedError,
     error_class,
 )
+from mirrorflow.store.flow_lock import lock_info, release_lock
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import describe, find_document, read_document, save_document
 
@@ -76,7 +77,7 @@ def plan_run(
             if plan.in_process:
                 _copy_and_save(session.store, flow, plan, lambda: session.copy_in_process(plan))
         except BaseException:
-            session.store.release_lock(flow.name, run_id)
+            release_lock(session.store, flow.name, run_id)
             raise
     for gap in plan.gaps:
         log.warning(
@@ -113,7 +114,7 @@ def run_turn(config: MirrorConfig, flow_name: str, run_id: str, earlier: Earlier
     Writes nothing."""
     flow = config.flow(flow_name)
     with OffsetsStore(config.offsets_db_url) as store:
-        return turn(flow.name, run_id, earlier, store.lock_info(flow.name), store.now())
+        return turn(flow.name, run_id, earlier, lock_info(store, flow.name), store.now())
 
 
 def dry_run(config: MirrorConfig, flow_name: str, run_id: str, options: RunOptions) -> DryRun:

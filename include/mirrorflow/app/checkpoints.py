@@ -43,6 +43,7 @@ from mirrorflow.errors import CommitConflictError, CorruptStateError, PlanError
 from mirrorflow.kafka.record_reads import control_plane_read, first_committed
 from mirrorflow.mm2.records import Checkpoint
 from mirrorflow.store.checkpoint_log import batches_from, checkpoints, record_checkpoints
+from mirrorflow.store.flow_lock import lock_holder
 from mirrorflow.store.offsets_store import OffsetsStore
 
 log = logging.getLogger(__name__)
@@ -211,7 +212,7 @@ def emit_checkpoints(session: FlowSession) -> CheckpointReport:
     emit, untranslated = next_positions(committed, translations, previous)
     if emit:
         holder = session.holder
-        if holder is not None and store.lock_holder(flow.name) != holder:
+        if holder is not None and lock_holder(store, flow.name) != holder:
             raise CommitConflictError(
                 f"flow {flow.name}: run {holder} cannot emit checkpoints: it no longer holds the "
                 "flow's lock (another run took it over); nothing was written"

@@ -17,6 +17,7 @@ import threading
 from datetime import timedelta
 
 from mirrorflow.errors import FlowLockedError
+from mirrorflow.store.flow_lock import lock_info
 from mirrorflow.store.offsets_store import OffsetsStore
 
 # Stop this long before the lock expires: room for the producer's in-flight requests to end.
@@ -27,7 +28,7 @@ EXIT_CODE = 75  # EX_TEMPFAIL
 def lock_deadline(offsets_db_url: str, flow: str, run_id: str) -> timedelta:
     """How long the copy of ``run_id`` may still run; refuses a run that does not hold the lock."""
     with OffsetsStore(offsets_db_url) as store:
-        lock = store.lock_info(flow)
+        lock = lock_info(store, flow)
         if lock is None or lock.run_id != run_id:
             holder = "nobody" if lock is None else f"run {lock.run_id}"
             raise FlowLockedError(

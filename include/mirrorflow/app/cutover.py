@@ -34,6 +34,7 @@ from mirrorflow.core.report import markdown_table
 from mirrorflow.core.verdicts import VerifyResult
 from mirrorflow.errors import DrainTimeoutError, FlowLockedError, ParamError
 from mirrorflow.kafka.admin import ClusterAdmin
+from mirrorflow.store.flow_lock import lock_holder
 from mirrorflow.store.offsets_store import OffsetsStore
 
 DRAIN_TIMEOUT_SECONDS_DEFAULT = 1800
@@ -122,7 +123,7 @@ def preflight(config: MirrorConfig, flow_name: str, options: CutoverOptions) -> 
             "groups": groups,
             "lag": lag,
             "lag_total": sum(lag.values()),
-            "lock_holder": store.lock_holder(flow.name),
+            "lock_holder": lock_holder(store, flow.name),
         }
 
 

@@ -57,7 +57,7 @@ from mirrorflow.errors import (
 )
 from mirrorflow.kafka.faults import FaultPolicy, WindowAction
 from mirrorflow.store.checkpoint_log import last_emitted_at
-from mirrorflow.store.handover import successor_of
+from mirrorflow.store.flow_lock import successor_of
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import describe, read_document, save_document
 

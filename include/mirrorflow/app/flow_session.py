@@ -60,6 +60,7 @@ from mirrorflow.kafka.offset_syncs import emit_offset_syncs, open_offset_syncs
 from mirrorflow.kafka.record_reads import record_digests
 from mirrorflow.mm2.acl_rules import TopicAcl, missing_acls, target_acls
 from mirrorflow.store.checkpoint_log import latest_checkpoint_metrics
+from mirrorflow.store.flow_lock import acquire_lock, lock_holder, release_lock, require_lock
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import prune_documents
 from mirrorflow.store.status_reads import recovery_point, totals
@@ -119,7 +120,7 @@ class FlowSession:
         window's predecessor still releasing it); a crashed run's lock is taken over once it expires,
         after every copy attempt of that run has timed out."""
         flow, store = self.flow, self.store
-        holder = store.lock_holder(flow.name)
+        holder = lock_holder(store, flow.name)
         if holder is not None and holder != self.run_id and flow.settings.lock_wait_seconds:
             log.info(
                 "flow %s is locked by run %s; waiting up to %d s for it",
@@ -127,14 +128,14 @@ class FlowSession:
                 holder,
                 flow.settings.lock_wait_seconds,
             )
-        store.acquire_lock(flow.name, self.run_id, flow.lock_ttl_seconds, flow.settings.lock_wait_seconds)
+        acquire_lock(store, flow.name, self.run_id, flow.lock_ttl_seconds, flow.settings.lock_wait_seconds)
         self.locked = True
 
     def release(self) -> bool:
         """Give the flow's lock back if the session's run holds it (whether it did is returned), then
         bound what the flow keeps: its metrics history (a week), its runs' documents (the newest 100)."""
         flow, store = self.flow, self.store
-        released = store.release_lock(flow.name, self.run_id)
+        released = release_lock(store, flow.name, self.run_id)
         self.locked = False
         rows = store.prune_history(flow.name)
         runs = prune_documents(store, flow.name, spare=self.run_id)
@@ -234,7 +235,7 @@ class FlowSession:
             # A run whose lock was taken over meanwhile planned on a stale view of progress: the newer
             # run's writes look like a foreign writer's. Say what really happened.
             if self.holder is not None:
-                store.require_lock(flow.name, self.holder, "plan")
+                require_lock(store, flow.name, self.holder, "plan")
             raise
         return replace(planned, plan=replace(planned.plan, narrowed=bool(options.topics)))
 
@@ -290,7 +291,7 @@ class FlowSession:
                 settings.target,
                 transactional_id(flow),
                 min(WINDOW_TRANSACTION_TIMEOUT_MS, transaction_timeout_ms(settings.target)),
-                lambda: store.require_lock(flow, self.run_id, "fence the flow's writer"),
+                lambda: require_lock(store, flow, self.run_id, "fence the flow's writer"),
             )
         )
 

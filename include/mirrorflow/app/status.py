@@ -52,6 +52,7 @@ from mirrorflow.errors import MirrorError
 from mirrorflow.kafka.admin import ClusterAdmin
 from mirrorflow.kafka.heartbeats import freshness_seconds
 from mirrorflow.store.checkpoint_log import emitted_checkpoints, latest_checkpoint_metrics
+from mirrorflow.store.flow_lock import lock_info
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.read_model import RunTotals
 from mirrorflow.store.run_documents import describe, find_document, recent_documents
@@ -212,7 +213,7 @@ def _read_flow(
     counted = totals(store, name)
     writes = store.latest_writes(name)
     gaps = tuple(store.gaps(name))
-    lock = store.lock_info(name)
+    lock = lock_info(store, name)
     latencies = {
         (c.group, c.remote_topic, c.partition): c.latency_ms for c in latest_checkpoint_metrics(store, name)
     }

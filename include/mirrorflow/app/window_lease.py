@@ -26,7 +26,14 @@ from collections.abc import Callable
 
 from mirrorflow.app.copy_guard import stop_process
 from mirrorflow.errors import CommitConflictError, FlowLockedError, TransientError
-from mirrorflow.store.handover import hand_over, offer_successor, renew_lock, withdraw_offer
+from mirrorflow.store.flow_lock import (
+    acquire_lock,
+    hand_over,
+    lock_info,
+    offer_successor,
+    renew_lock,
+    withdraw_offer,
+)
 from mirrorflow.store.offsets_store import OffsetsStore
 
 log = logging.getLogger(__name__)
@@ -77,13 +84,13 @@ def await_turn(
     offered_at = float("-inf")
     try:
         while True:
-            lock = store.lock_info(flow)
+            lock = lock_info(store, flow)
             if lock is None or lock.free_for(run_id, store.now()):
                 try:
-                    store.acquire_lock(flow, run_id, LEASE_SECONDS)
+                    acquire_lock(store, flow, run_id, LEASE_SECONDS)
                     return
                 except FlowLockedError:
-                    lock = store.lock_info(flow)  # another window was quicker
+                    lock = lock_info(store, flow)  # another window was quicker
             now = clock()
             if now >= deadline and lock is not None:
                 raise FlowLockedError(

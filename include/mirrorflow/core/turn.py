@@ -5,7 +5,7 @@ or runs started together, are copied in logical-date order; and for the flow's l
 starts once the run holding it is done instead of failing at once. Invariants:
 
 - The lock is free for a run when nobody holds it, when the run itself holds it (a retried or
-  cleared task of that run), or when it has expired: ``OffsetsStore.acquire_lock`` takes an expired
+  cleared task of that run), or when it has expired: ``store.flow_lock.acquire_lock`` takes an expired
   lock over, so waiting longer for one gains nothing.
 - A run gives up only once it has waited its limit or longer, and then names every run it was still
   waiting for and what to do about each.

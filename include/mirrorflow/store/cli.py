@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from mirrorflow.config.model import load_config
 from mirrorflow.core.progress import format_time
 from mirrorflow.errors import MirrorError
+from mirrorflow.store.flow_lock import force_release_lock, lock_info
 from mirrorflow.store.offsets_store import OffsetsStore
 
 __all__ = ["main"]
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with OffsetsStore(args.db or _default_db_url()) as store:
             if args.command == "release-lock":
-                released = store.force_release_lock(args.flow)
+                released = force_release_lock(store, args.flow)
                 if released is None:
                     print(f"flow {args.flow} is not locked")
                 else:
@@ -70,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _show(store: OffsetsStore, flow: str) -> None:
-    lock = store.lock_info(flow)
+    lock = lock_info(store, flow)
     if lock is None:
         print(f"flow {flow}: not locked")
     else:

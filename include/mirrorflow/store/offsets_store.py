@@ -1,15 +1,13 @@
-"""The offsets table: committed progress, the batch log, the per-flow lock, the last checkpoint
-emitted per consumer group and partition, and the metrics history, in one SQL database.
+"""The offsets table: committed progress, the batch log, the last checkpoint emitted per consumer
+group and partition, and the metrics history, in one SQL database (a flow's lock: ``store.flow_lock``).
 
 Works on any SQLAlchemy URL: a SQLite file by default (one machine), PostgreSQL in production.
 
 Invariants:
 
-- A flow has at most one lock holder (``mirror_locks`` has one row per flow, keyed by the flow). A
-  run takes the lock before planning and keeps it until it has committed; another run can take it
-  only once it has expired. An expired lock still belongs to its run until another run takes it over
-  or it is released: the takeover and a commit serialise on the lock row, so whichever comes first
-  wins and the other one sees it.
+- A run writes only while it holds its flow's lock (``store.flow_lock``, all the lock's SQL): every
+  write of a run locks the lock row first (``check_lock``), so a takeover and a commit serialise on
+  it, and whichever comes first wins and the other one sees it.
 - Progress moves only in ``commit``, only forward, and only from the exact position the plan started
   from (compare-and-set on both the source and the target offset). ``anchor`` only inserts the
   starting position of a partition that has none yet; it never moves existing progress.
@@ -43,30 +41,27 @@ values reads return besides core's (``read_model``), the status page's aggregate
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from sqlalchemy import Connection, Engine, case, delete, exc, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, delete, func, insert, select
 
 from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import (
     Batch,
     CommittedBatch,
-    LockInfo,
     PartitionProgress,
     RecordedGap,
     TopicIdentity,
     as_utc,
     format_time,
-    is_holder_of,
 )
 from mirrorflow.core.recovery_point import HISTORY_RETENTION
 from mirrorflow.core.report import FailedPartition, PartitionReport
 from mirrorflow.core.topic_partitions import TP
-from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError, TransientError
+from mirrorflow.errors import FlowLockedError, PlanError
 from mirrorflow.store.batch_log import ROW_POINTS_MAX, coalesce_window, commit_step, prune_step
 from mirrorflow.store.database import (
     DEFAULT_BUSY_TIMEOUT_SECONDS,
@@ -80,6 +75,7 @@ from mirrorflow.store.database import (
     outages_transient,
     redact_url,
 )
+from mirrorflow.store.flow_lock import check_lock, lock_row
 from mirrorflow.store.partition_errors import record_step
 from mirrorflow.store.read_model import ProgressRecord
 from mirrorflow.store.recovery_log import advance_step
@@ -100,7 +96,6 @@ from mirrorflow.store.tables import (
     batches_table,
     checkpoints_table,
     gaps_table,
-    locks_table,
     partition_errors_table,
     partition_metrics_table,
     progress_table,
@@ -108,14 +103,11 @@ from mirrorflow.store.tables import (
     topics_table,
 )
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT_SECONDS", "LOCK_POLL_SECONDS", "ROW_POINTS_MAX", "OffsetsStore"]
-
-# How often a run waiting for its flow's lock looks again.
-LOCK_POLL_SECONDS = 1.0
+__all__ = ["DEFAULT_BUSY_TIMEOUT_SECONDS", "ROW_POINTS_MAX", "OffsetsStore"]
 
 
 class OffsetsStore:
-    """Committed progress, batch log and flow locks of every flow, in the database at ``url``.
+    """Committed progress and the batch log of every flow, in the database at ``url``.
 
     The tables are created on first use. ``clock`` (default: the database's, ``DatabaseClock``) stamps
     rows and decides when a lock expires, so hosts whose clocks disagree agree on a lease.
@@ -153,117 +145,6 @@ class OffsetsStore:
 
     def __exit__(self, *_: object) -> None:
         self.close()
-
-    # ---------------------------------------------------------------------------------------- locks
-
-    def acquire_lock(
-        self,
-        flow: str,
-        run_id: str,
-        ttl_seconds: int,
-        wait_seconds: float = 0.0,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        """Take ``flow``'s lock for ``run_id`` until now + ``ttl_seconds``.
-
-        Re-entrant: the run holding the lock (a retried task of the same run) refreshes its expiry.
-        A lock of another run is taken over only once expired; while it is held, this looks again
-        every ``LOCK_POLL_SECONDS`` for up to ``wait_seconds`` (by the store's clock), then raises
-        ``FlowLockedError``.
-        """
-        if ttl_seconds <= 0:
-            raise ValueError(f"ttl_seconds must be positive, got {ttl_seconds}")
-        deadline = self.now() + timedelta(seconds=wait_seconds)
-        while True:
-            try:
-                return self._take_lock(flow, run_id, ttl_seconds)
-            except FlowLockedError:
-                left = (deadline - self.now()).total_seconds()
-                if left <= 0:
-                    raise
-            sleep(min(LOCK_POLL_SECONDS, left))
-
-    def _take_lock(self, flow: str, run_id: str, ttl_seconds: int) -> None:
-        """One attempt of ``acquire_lock``."""
-        locks = locks_table
-        for _attempt in range(5):
-            now = self.now()
-            expires = now + timedelta(seconds=ttl_seconds)
-            with self._transaction(write=True) as conn:
-                taken = conn.execute(
-                    update(locks)
-                    .where(
-                        locks.c.flow == flow,
-                        or_(locks.c.run_id == run_id, locks.c.expires_at <= now),
-                    )
-                    .values(
-                        run_id=run_id,
-                        acquired_at=case((locks.c.run_id == run_id, locks.c.acquired_at), else_=now),
-                        expires_at=expires,
-                    )
-                )
-                if taken.rowcount == 1:
-                    return
-                holder = self._lock_row(conn, flow)
-                if holder is not None:
-                    if not holder.free_for(run_id, now):
-                        raise FlowLockedError(holder.refusal(run_id))
-                    continue  # released or expired since the UPDATE looked: try again
-                try:
-                    with conn.begin_nested():
-                        conn.execute(
-                            insert(locks).values(
-                                flow=flow, run_id=run_id, acquired_at=now, expires_at=expires
-                            )
-                        )
-                    return
-                except exc.IntegrityError:
-                    continue  # another run inserted the lock at the same moment: look again
-        raise TransientError(f"flow {flow}: the lock kept changing hands while run {run_id} tried to take it")
-
-    def release_lock(self, flow: str, run_id: str) -> bool:
-        """Release ``flow``'s lock if ``run_id`` (or an attempt of it: ``core.progress.attempt_holder``)
-        holds it; ``False`` if it does not."""
-        with self._transaction(write=True) as conn:
-            holder = self._lock_row(conn, flow, for_update=True)
-            if holder is None or not is_holder_of(holder.run_id, run_id):
-                return False
-            result = conn.execute(
-                delete(locks_table).where(locks_table.c.flow == flow, locks_table.c.run_id == holder.run_id)
-            )
-            return result.rowcount == 1
-
-    def force_release_lock(self, flow: str) -> LockInfo | None:
-        """Release ``flow``'s lock whoever holds it (an operator's decision that the holder is dead).
-
-        Returns the lock that was released, ``None`` if the flow was not locked.
-        """
-        with self._transaction(write=True) as conn:
-            holder = self._lock_row(conn, flow, for_update=True)
-            if holder is None:
-                return None
-            conn.execute(
-                delete(locks_table).where(locks_table.c.flow == flow, locks_table.c.run_id == holder.run_id)
-            )
-            return holder
-
-    def lock_holder(self, flow: str) -> str | None:
-        """The run holding ``flow``'s lock, ``None`` if unlocked.
-
-        An expired lock still has its holder until another run takes it over or it is released.
-        """
-        info = self.lock_info(flow)
-        return None if info is None else info.run_id
-
-    def require_lock(self, flow: str, holder: str, action: str) -> None:
-        """Raise ``CommitConflictError`` saying ``holder`` cannot ``action`` unless it holds
-        ``flow``'s lock."""
-        with self._transaction(write=False) as conn:
-            self._check_lock(conn, flow, holder, action)
-
-    def lock_info(self, flow: str) -> LockInfo | None:
-        with self._transaction(write=False) as conn:
-            return self._lock_row(conn, flow)
 
     # ------------------------------------------------------------------------------------- progress
 
@@ -327,7 +208,7 @@ class OffsetsStore:
                 )
             wanted[key] = entry
         with self._transaction(write=True) as conn:
-            self._check_lock(conn, flow, run_id, "anchor")
+            check_lock(conn, flow, run_id, "anchor")
             now = self.now()
             rows = [progress_row(flow, run_id, e, now) for e in wanted.values()]
             insert_missing(conn, progress_table, rows)
@@ -382,7 +263,7 @@ class OffsetsStore:
                 )
             seen.add(key)
         with self._transaction(write=True) as conn:
-            self._check_lock(conn, flow, holder or run_id, "commit")
+            check_lock(conn, flow, holder or run_id, "commit")
             now = self.now()
             # Gaps first: a partition's batch of this run starts where its gap ends.
             for gap in gaps:
@@ -505,7 +386,7 @@ class OffsetsStore:
         log start to the end of its remote topic. Refused (``FlowLockedError``) while a run holds the
         flow's lock. Returns how many rows were deleted."""
         with self._transaction(write=True) as conn:
-            holder = self._lock_row(conn, flow, for_update=True)
+            holder = lock_row(conn, flow, for_update=True)
             if holder is not None:
                 raise FlowLockedError(
                     f"flow {flow} is locked by run {holder.run_id} since "
@@ -537,7 +418,7 @@ class OffsetsStore:
         ``CommitConflictError`` saying it cannot ``action``); for the store's own modules, as
         ``read``."""
         with self._transaction(write=True) as conn:
-            self._check_lock(conn, flow, holder, action)
+            check_lock(conn, flow, holder, action)
             yield conn
 
     def write(self) -> AbstractContextManager[Connection]:
@@ -570,26 +451,3 @@ class OffsetsStore:
             with outages_transient(self._redacted):
                 create_tables(self._engine)
             self._tables_ready = True
-
-    def _lock_row(self, conn: Connection, flow: str, for_update: bool = False) -> LockInfo | None:
-        query = select(locks_table).where(locks_table.c.flow == flow)
-        if for_update:
-            query = query.with_for_update()
-        row = conn.execute(query).first()
-        if row is None:
-            return None
-        return LockInfo(row.flow, row.run_id, as_utc(row.acquired_at), as_utc(row.expires_at))
-
-    def _check_lock(self, conn: Connection, flow: str, run_id: str, action: str) -> None:
-        """Lock the flow's lock row for the rest of the transaction; it must belong to ``run_id``."""
-        holder = self._lock_row(conn, flow, for_update=True)
-        if holder is None or holder.run_id != run_id:
-            if holder is None:
-                state = "nobody holds it"
-            else:
-                state = f"run {holder.run_id} holds it since {format_time(holder.acquired_at)}"
-            raise CommitConflictError(
-                f"flow {flow}: run {run_id} cannot {action}: it does not hold the flow's lock ({state}); "
-                "the lock was released, or expired and was taken over by another run. Nothing was "
-                "written. Re-run the flow."
-            )

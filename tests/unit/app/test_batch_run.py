@@ -14,6 +14,7 @@ from mirrorflow.config.model import parse_config
 from mirrorflow.core.plan import CopyResult, Plan
 from mirrorflow.core.turn import EarlierRun
 from mirrorflow.errors import WriterFencedError
+from mirrorflow.store.flow_lock import acquire_lock, lock_holder, release_lock
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import find_document, save_document
 
@@ -26,18 +27,18 @@ def test_a_run_waits_while_another_run_holds_the_lock_and_takes_nothing(tmp_path
     )
     with OffsetsStore(config.offsets_db_url) as store:
         assert run_turn(config, FLOW, "run-2", None).due
-        store.acquire_lock(FLOW, "run-1", ttl_seconds=3600)
+        acquire_lock(store, FLOW, "run-1", ttl_seconds=3600)
 
         waiting = run_turn(config, FLOW, "run-2", None)
         assert waiting.holder is not None and waiting.holder.run_id == "run-1"
         assert run_turn(config, FLOW, "run-1", None).due  # its own lock
-        assert store.lock_holder(FLOW) == "run-1"
+        assert lock_holder(store, FLOW) == "run-1"
         earlier = EarlierRun("run-0", "queued", datetime(2025, 3, 1, tzinfo=UTC))
         assert run_turn(config, FLOW, "run-1", earlier).earlier == earlier
 
-        store.release_lock(FLOW, "run-1")
+        release_lock(store, FLOW, "run-1")
         assert run_turn(config, FLOW, "run-2", None).due
-        assert store.lock_holder(FLOW) is None
+        assert lock_holder(store, FLOW) is None
 
 
 def test_a_fenced_copy_fails_its_task_and_leaves_the_newer_attempts_result(tmp_path: Path) -> None:

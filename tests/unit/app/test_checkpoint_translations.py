@@ -18,6 +18,7 @@ from mirrorflow.core.plan import SourceGap
 from mirrorflow.core.progress import Batch, PartitionProgress
 from mirrorflow.core.translation import OffsetTranslator
 from mirrorflow.errors import CorruptStateError
+from mirrorflow.store.flow_lock import acquire_lock, release_lock
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.tables import gaps_table, pruned_table
 
@@ -53,7 +54,7 @@ def store(tmp_path: Path, request: pytest.FixtureRequest) -> OffsetsStore:
     source, target = 0, 0
     for window in range(3):
         holder = f"w{window}"
-        store.acquire_lock(FLOW, holder, ttl_seconds=600)
+        acquire_lock(store, FLOW, holder, ttl_seconds=600)
         if window == 0:
             store.anchor(FLOW, holder, [PartitionProgress(*TP, 0, 0)])
         gaps: list[SourceGap] = []
@@ -66,8 +67,8 @@ def store(tmp_path: Path, request: pytest.FixtureRequest) -> OffsetsStore:
             source, target = batch.source_end, batch.target_end
         if window == 0:
             store.coalesce_batches(FLOW, holder, {})
-        store.release_lock(FLOW, holder)
-    store.acquire_lock(FLOW, "w3", ttl_seconds=600)
+        release_lock(store, FLOW, holder)
+    acquire_lock(store, FLOW, "w3", ttl_seconds=600)
     store.coalesce_batches(FLOW, "w3", {} if request.param is None else {TP: request.param})
     return store
 
@@ -101,7 +102,7 @@ def _lost_between_batches(tmp_path: Path, before: int) -> tuple[OffsetsStore, Of
     that last micro-batch came: the gap cut, the batch before it kept (and the pruned range's start
     where the gap began). With the translator of the log before that."""
     store = OffsetsStore(f"sqlite:///{tmp_path / 'offsets.db'}")
-    store.acquire_lock(FLOW, "w", ttl_seconds=600)
+    acquire_lock(store, FLOW, "w", ttl_seconds=600)
     store.anchor(FLOW, "w", [PartitionProgress(*TP, 0, 0)])
     batches: list[Batch] = []
     for n in range(before):

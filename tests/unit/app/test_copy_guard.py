@@ -12,6 +12,7 @@ import pytest
 
 from mirrorflow.app.copy_guard import EXIT_CODE, MARGIN, lock_deadline
 from mirrorflow.errors import FlowLockedError
+from mirrorflow.store.flow_lock import acquire_lock, lock_info
 from mirrorflow.store.offsets_store import OffsetsStore
 
 FLOW = "primary->backup"
@@ -22,8 +23,8 @@ def test_the_deadline_is_the_lock_expiry_less_a_margin_for_the_holder_only(tmp_p
     with pytest.raises(FlowLockedError, match=r"run run-1 does not hold the flow's lock \(nobody does\)"):
         lock_deadline(url, FLOW, "run-1")
     with OffsetsStore(url) as store:
-        store.acquire_lock(FLOW, "run-1", ttl_seconds=3600)
-        expires = store.lock_info(FLOW).expires_at  # type: ignore[union-attr]
+        acquire_lock(store, FLOW, "run-1", ttl_seconds=3600)
+        expires = lock_info(store, FLOW).expires_at  # type: ignore[union-attr]
 
         left = expires - MARGIN - store.now()
 

@@ -28,6 +28,7 @@ from mirrorflow.core.recovery_point import RecoveryPoint, RecoveryStep
 from mirrorflow.core.report import PartitionReport
 from mirrorflow.errors import SourceDataLostError, TransientError
 from mirrorflow.store.checkpoint_log import record_checkpoints
+from mirrorflow.store.flow_lock import acquire_lock, release_lock
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.run_documents import save_document
 
@@ -99,7 +100,7 @@ def _fill(config: MirrorConfig) -> None:
             PartitionPlan("orders", 1, 0, 50, "primary.orders", 0),
         ),
     )
-    store.acquire_lock(FLOW, "run-1", 600)
+    acquire_lock(store, FLOW, "run-1", 600)
     store.anchor(FLOW, "run-1", [PartitionProgress("orders", 0, 0, 0), PartitionProgress("orders", 1, 0, 0)])
     clock.at(60)
     store.commit(
@@ -120,11 +121,11 @@ def _fill(config: MirrorConfig) -> None:
             ),
         ],
     )  # fmt: skip
-    store.release_lock(FLOW, "run-1")
+    release_lock(store, FLOW, "run-1")
 
     _saved_plan(config, "run-2", 3600, (PartitionPlan("orders", 1, 60, 80, "primary.orders", 50),))
     clock.at(3600)
-    store.acquire_lock(FLOW, "run-2", 600)
+    acquire_lock(store, FLOW, "run-2", 600)
     clock.at(3660)
     store.commit(
         FLOW,
@@ -149,14 +150,14 @@ def _fill(config: MirrorConfig) -> None:
         ],
         latency_ms=12,
     )
-    store.release_lock(FLOW, "run-2")
+    release_lock(store, FLOW, "run-2")
 
     lost = _saved_plan(config, "run-3", 7200, (PartitionPlan("orders", 1, 80, 90, "primary.orders", 70),))
     batch_run.execute_copy(config, flow, lost, _lost)  # notes the error for the commit task
 
     _saved_plan(config, "run-4", 7300, ())
     clock.at(7300)
-    store.acquire_lock(FLOW, "run-4", 600)
+    acquire_lock(store, FLOW, "run-4", 600)
     store.close()
 
 
@@ -409,7 +410,7 @@ def test_the_recovery_point_is_the_age_of_the_last_whole_commit_and_0_only_when_
     config = _config(tmp_path)
     as_of = datetime.now(UTC) - timedelta(seconds=30)
     with OffsetsStore(config.offsets_db_url) as store:
-        store.acquire_lock(FLOW, "run-1", 600)
+        acquire_lock(store, FLOW, "run-1", 600)
         store.anchor(FLOW, "run-1", [PartitionProgress("orders", 0, 0, 0)])
         store.commit(
             FLOW,

@@ -13,7 +13,15 @@ import pytest
 from mirrorflow.app import window_lease
 from mirrorflow.app.window_lease import LEASE_SECONDS, Lease, await_turn
 from mirrorflow.errors import FlowLockedError
-from mirrorflow.store.handover import hand_over, offer_successor, successor_of
+from mirrorflow.store.flow_lock import (
+    acquire_lock,
+    force_release_lock,
+    hand_over,
+    lock_holder,
+    lock_info,
+    offer_successor,
+    successor_of,
+)
 from mirrorflow.store.offsets_store import OffsetsStore
 
 FLOW = "primary->backup"
@@ -50,14 +58,14 @@ def test_a_free_lock_is_taken_at_once_with_a_lease(store: OffsetsStore) -> None:
 
     await_turn(store, FLOW, "w1", 60, clock=ticks.clock, sleep=ticks.sleep)
 
-    lock = store.lock_info(FLOW)
+    lock = lock_info(store, FLOW)
     assert lock is not None and lock.run_id == "w1"
     assert (lock.expires_at - store.now()).total_seconds() == pytest.approx(LEASE_SECONDS, abs=2)
     assert ticks.now == 0.0
 
 
 def test_a_window_waits_as_the_holders_successor_and_gives_up_naming_it(store: OffsetsStore) -> None:
-    store.acquire_lock(FLOW, "w1", LEASE_SECONDS)
+    acquire_lock(store, FLOW, "w1", LEASE_SECONDS)
     ticks = Ticks()
     offered: list[str | None] = []
     ticks.on_sleep = lambda: offered.append(getattr(successor_of(store, FLOW), "run_id", None))
@@ -67,11 +75,11 @@ def test_a_window_waits_as_the_holders_successor_and_gives_up_naming_it(store: O
 
     assert set(offered) == {"w2"}
     assert successor_of(store, FLOW) is None  # its offer withdrawn as it gave up
-    assert store.lock_holder(FLOW) == "w1"
+    assert lock_holder(store, FLOW) == "w1"
 
 
 def test_a_window_takes_the_lock_its_holder_hands_over(store: OffsetsStore) -> None:
-    store.acquire_lock(FLOW, "w1", LEASE_SECONDS)
+    acquire_lock(store, FLOW, "w1", LEASE_SECONDS)
     ticks = Ticks()
     handed: list[str | None] = []
 
@@ -84,7 +92,7 @@ def test_a_window_takes_the_lock_its_holder_hands_over(store: OffsetsStore) -> N
     await_turn(store, FLOW, "w2", 60, clock=ticks.clock, sleep=ticks.sleep)
 
     assert handed == ["w2"]
-    assert store.lock_holder(FLOW) == "w2"
+    assert lock_holder(store, FLOW) == "w2"
     assert successor_of(store, FLOW) is None
 
 
@@ -92,7 +100,7 @@ def test_a_lease_ends_its_window_once_the_lock_is_another_runs(
     url: str, store: OffsetsStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(window_lease, "RENEW_EVERY_S", 0.05)
-    store.acquire_lock(FLOW, "w1", LEASE_SECONDS)
+    acquire_lock(store, FLOW, "w1", LEASE_SECONDS)
     lost = threading.Event()
     why: list[str] = []
 
@@ -101,8 +109,8 @@ def test_a_lease_ends_its_window_once_the_lock_is_another_runs(
         lost.set()
 
     with Lease(url, FLOW, "w1", on_lost):
-        store.force_release_lock(FLOW)
-        store.acquire_lock(FLOW, "w2", LEASE_SECONDS)
+        force_release_lock(store, FLOW)
+        acquire_lock(store, FLOW, "w2", LEASE_SECONDS)
         assert lost.wait(10)
 
     (message,) = why
@@ -116,16 +124,16 @@ def test_a_lease_renews_its_lock_until_it_hands_the_flow_over(
     url: str, store: OffsetsStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(window_lease, "RENEW_EVERY_S", 0.05)
-    store.acquire_lock(FLOW, "w1", 1)
-    first = store.lock_info(FLOW)
+    acquire_lock(store, FLOW, "w1", 1)
+    first = lock_info(store, FLOW)
     with Lease(url, FLOW, "w1", lambda why: pytest.fail(why)) as lease:
         renewed = threading.Event()
         while not renewed.wait(0.05):
-            lock = store.lock_info(FLOW)
+            lock = lock_info(store, FLOW)
             if lock is not None and first is not None and lock.expires_at > first.expires_at:
                 renewed.set()
         assert lease.hand_over(store) is None  # nobody waits: it keeps the lock
         offer_successor(store, FLOW, "w2")
         assert lease.hand_over(store) == "w2"
 
-    assert store.lock_holder(FLOW) == "w2"
+    assert lock_holder(store, FLOW) == "w2"

@@ -1,5 +1,5 @@
 """The offsets table on real SQLite files: every case of offsets_store_cases.py (anchors, commits, the
-CLI), lock_cases.py (locks, racing and crashing processes) and batch_log_cases.py (the batch log) on a
+CLI) and batch_log_cases.py (the batch log) on a
 SQLite file of each test's own, and what only SQLite, or no database at all, shows.
 tests/integration/test_offsets_store_postgres.py runs the same cases on a real PostgreSQL server.
 """
@@ -14,7 +14,6 @@ import pytest
 
 # The cases' tests and fixtures, imported for pytest to collect them here, on SQLite.
 from batch_log_cases import *  # noqa: F403
-from lock_cases import *  # noqa: F403
 from offsets_store_cases import *  # noqa: F403
 from offsets_store_cases import FLOW, TABLES, store_cli
 

@@ -20,6 +20,7 @@ from mirrorflow.core.translation import OffsetTranslator
 from mirrorflow.errors import CommitConflictError, ConfigError, CorruptStateError, FlowLockedError, PlanError
 from mirrorflow.store.checkpoint_log import checkpoints, record_checkpoints
 from mirrorflow.store.cli import main
+from mirrorflow.store.flow_lock import acquire_lock, release_lock
 from mirrorflow.store.offsets_store import OffsetsStore
 from mirrorflow.store.tables import gaps_table
 
@@ -48,7 +49,7 @@ def store_at(tmp_path: Path) -> OffsetsStore:
 
 def anchored(tmp_path: Path) -> OffsetsStore:
     store = store_at(tmp_path)
-    store.acquire_lock(FLOW, RUN, 60)
+    acquire_lock(store, FLOW, RUN, 60)
     store.anchor(FLOW, RUN, [PartitionProgress("orders", 0, 100, 40)])
     return store
 
@@ -150,8 +151,8 @@ def test_a_gap_moves_progress_only_from_where_it_starts(tmp_path: Path) -> None:
 def test_a_gap_committed_by_another_run_is_a_conflict(tmp_path: Path) -> None:
     store = anchored(tmp_path)
     store.commit(FLOW, RUN, [], gaps=[GAP])
-    store.release_lock(FLOW, RUN)
-    store.acquire_lock(FLOW, "run-2", 60)
+    release_lock(store, FLOW, RUN)
+    acquire_lock(store, FLOW, "run-2", 60)
 
     with pytest.raises(CommitConflictError) as caught:
         store.commit(FLOW, "run-2", [], gaps=[GAP])
@@ -166,7 +167,7 @@ def test_a_gap_committed_by_another_run_is_a_conflict(tmp_path: Path) -> None:
 
 def test_topic_ids_are_recorded_with_the_anchors_and_never_overwritten(tmp_path: Path) -> None:
     store = store_at(tmp_path)
-    store.acquire_lock(FLOW, RUN, 60)
+    acquire_lock(store, FLOW, RUN, 60)
     store.anchor(FLOW, RUN, [], [TopicIdentity("orders", "id-1", "primary.orders")])
     store.anchor(FLOW, RUN, [], [TopicIdentity("orders", "id-2", "primary.orders")])
 
@@ -192,7 +193,7 @@ def test_forget_topic_removes_the_flows_state_of_that_topic_only(
 
     with pytest.raises(FlowLockedError, match="locked by run run-1"):
         store.forget_topic(FLOW, "orders")
-    store.release_lock(FLOW, RUN)
+    release_lock(store, FLOW, RUN)
     db = f"sqlite:///{tmp_path / 'offsets.db'}"
     assert main(["forget-topic", "--flow", FLOW, "--topic", "orders", "--db", db]) == 0
 

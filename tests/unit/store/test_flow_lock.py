@@ -1,5 +1,6 @@
-"""A DR flow's lock passing from one window to the next, on real SQLite files: every case of
-handover_cases.py (tests/integration/test_offsets_store_postgres.py runs them on PostgreSQL)."""
+"""A flow's lock on real SQLite files: every case of flow_lock_cases.py (taking, waiting, releasing,
+racing and crashing processes, a DR window's lease and handover); tests/integration/
+test_offsets_store_postgres.py runs them on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 # The cases' tests and fixtures, imported for pytest to collect them here, on SQLite.
-from handover_cases import *  # noqa: F403
+from flow_lock_cases import *  # noqa: F403
 from offsets_store_cases import clock, store  # noqa: F401 (the cases' fixtures)
 
 

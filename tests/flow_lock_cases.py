@@ -1,6 +1,8 @@
-"""The offsets table's lock cases that hold on every backend: taking, waiting, releasing, racing
-processes and a holder killed in its commit. Not a test module itself: it runs where
-offsets_store_cases.py runs, with the same ``db_url`` fixture and expectations.
+"""A flow's lock (``mirrorflow.store.flow_lock``), cases that hold on every backend: taking, waiting,
+releasing, racing processes, a holder killed in its commit, and a DR window's lease and handover to
+the next. Not a test module itself: tests/unit/store/test_flow_lock.py runs the cases on SQLite
+files, tests/integration/test_offsets_store_postgres.py on PostgreSQL, each giving the ``db_url``
+fixture and offsets_store_cases.py's ``store`` and ``clock``.
 """
 
 from __future__ import annotations
@@ -17,60 +19,79 @@ import pytest
 from offsets_store_cases import FLOW, LATER, T0, FakeClock, _anchored, _batch, _rows
 from sqlalchemy import Engine, event
 
-from mirrorflow.core.progress import Batch, CommittedBatch, LockInfo
+from mirrorflow.core.progress import (
+    SUCCESSOR_FRESH_SECONDS,
+    Batch,
+    CommittedBatch,
+    LockInfo,
+    Successor,
+    attempt_holder,
+)
 from mirrorflow.errors import CommitConflictError, FlowLockedError, PlanError
+from mirrorflow.store.flow_lock import (
+    acquire_lock,
+    hand_over,
+    lock_holder,
+    lock_info,
+    offer_successor,
+    release_lock,
+    renew_lock,
+    require_lock,
+    successor_of,
+    withdraw_offer,
+)
 from mirrorflow.store.offsets_store import OffsetsStore
 
 # ----------------------------------------------------------------------------------------------- locks
 
 
 def test_lock_acquire_reentrant_and_refused(store: OffsetsStore, clock: FakeClock) -> None:
-    store.acquire_lock(FLOW, "run-1", ttl_seconds=600)
-    assert store.lock_holder(FLOW) == "run-1"
-    info = store.lock_info(FLOW)
+    acquire_lock(store, FLOW, "run-1", ttl_seconds=600)
+    assert lock_holder(store, FLOW) == "run-1"
+    info = lock_info(store, FLOW)
     assert info is not None
     assert (info.acquired_at, info.expires_at) == (T0, T0 + timedelta(seconds=600))
 
     # Re-entrant: a retried task of the same run refreshes the expiry, keeps acquired_at.
     clock.advance(60)
-    store.acquire_lock(FLOW, "run-1", ttl_seconds=600)
-    info = store.lock_info(FLOW)
+    acquire_lock(store, FLOW, "run-1", ttl_seconds=600)
+    info = lock_info(store, FLOW)
     assert info is not None
     assert (info.run_id, info.acquired_at, info.expires_at) == ("run-1", T0, T0 + timedelta(seconds=660))
 
     with pytest.raises(FlowLockedError) as refused:
-        store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+        acquire_lock(store, FLOW, "run-2", ttl_seconds=600)
     assert str(refused.value) == (
         "flow primary->backup is locked by run run-1 since 2030-01-02T03:04:05+00:00; the lock expires at "
         "2030-01-02T03:15:05+00:00. Run run-2 did not start. If run run-1 is still going, wait for it to "
         "finish. If it is dead, release its lock with: python -m mirrorflow.store release-lock "
         "--flow 'primary->backup'"
     )
-    assert store.lock_holder(FLOW) == "run-1"
+    assert lock_holder(store, FLOW) == "run-1"
     # Other flows are independent.
-    store.acquire_lock("other->backup", "run-2", ttl_seconds=600)
-    assert store.lock_holder("other->backup") == "run-2"
+    acquire_lock(store, "other->backup", "run-2", ttl_seconds=600)
+    assert lock_holder(store, "other->backup") == "run-2"
 
 
 def test_expired_lock_is_taken_over(store: OffsetsStore, clock: FakeClock, db_url: str) -> None:
-    store.acquire_lock(FLOW, "run-1", ttl_seconds=100)
+    acquire_lock(store, FLOW, "run-1", ttl_seconds=100)
     clock.advance(99)
     with pytest.raises(FlowLockedError):
-        store.acquire_lock(FLOW, "run-2", ttl_seconds=100)
+        acquire_lock(store, FLOW, "run-2", ttl_seconds=100)
     clock.advance(1)  # expires_at reached
-    store.acquire_lock(FLOW, "run-2", ttl_seconds=100)
-    assert store.lock_holder(FLOW) == "run-2"
+    acquire_lock(store, FLOW, "run-2", ttl_seconds=100)
+    assert lock_holder(store, FLOW) == "run-2"
     assert _rows(db_url, "mirror_locks") == [
         (FLOW, "run-2", T0 + timedelta(seconds=100), T0 + timedelta(seconds=200))
     ]
     # The run that lost its lock can neither release nor retake it while the new holder is live.
-    assert store.release_lock(FLOW, "run-1") is False
+    assert release_lock(store, FLOW, "run-1") is False
     with pytest.raises(FlowLockedError):
-        store.acquire_lock(FLOW, "run-1", ttl_seconds=100)
+        acquire_lock(store, FLOW, "run-1", ttl_seconds=100)
 
 
 def test_a_run_waits_for_a_held_lock_up_to_its_bound(store: OffsetsStore, clock: FakeClock) -> None:
-    store.acquire_lock(FLOW, "run-1", ttl_seconds=3600)
+    acquire_lock(store, FLOW, "run-1", ttl_seconds=3600)
     naps: list[float] = []
 
     def nap(seconds: float) -> None:
@@ -78,35 +99,35 @@ def test_a_run_waits_for_a_held_lock_up_to_its_bound(store: OffsetsStore, clock:
         clock.advance(int(seconds))
 
     with pytest.raises(FlowLockedError, match="locked by run run-1"):
-        store.acquire_lock(FLOW, "run-2", ttl_seconds=100, wait_seconds=3, sleep=nap)
+        acquire_lock(store, FLOW, "run-2", ttl_seconds=100, wait_seconds=3, sleep=nap)
     assert naps == [1.0, 1.0, 1.0]  # looked again every second, for 3 s
-    assert store.lock_holder(FLOW) == "run-1"
+    assert lock_holder(store, FLOW) == "run-1"
 
     def release_on_second_nap(seconds: float) -> None:
         nap(seconds)
         if len(naps) == 5:
-            store.release_lock(FLOW, "run-1")
+            release_lock(store, FLOW, "run-1")
 
-    store.acquire_lock(FLOW, "run-2", ttl_seconds=100, wait_seconds=60, sleep=release_on_second_nap)
+    acquire_lock(store, FLOW, "run-2", ttl_seconds=100, wait_seconds=60, sleep=release_on_second_nap)
     assert naps == [1.0] * 5
-    assert store.lock_holder(FLOW) == "run-2"
+    assert lock_holder(store, FLOW) == "run-2"
 
 
 def test_release_only_by_holder(store: OffsetsStore) -> None:
-    assert store.release_lock(FLOW, "run-1") is False
-    store.acquire_lock(FLOW, "run-1", ttl_seconds=600)
-    assert store.release_lock(FLOW, "run-2") is False
-    assert store.lock_holder(FLOW) == "run-1"
-    assert store.release_lock(FLOW, "run-1") is True
-    assert store.lock_holder(FLOW) is None
-    assert store.release_lock(FLOW, "run-1") is False
-    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
-    assert store.lock_holder(FLOW) == "run-2"
+    assert release_lock(store, FLOW, "run-1") is False
+    acquire_lock(store, FLOW, "run-1", ttl_seconds=600)
+    assert release_lock(store, FLOW, "run-2") is False
+    assert lock_holder(store, FLOW) == "run-1"
+    assert release_lock(store, FLOW, "run-1") is True
+    assert lock_holder(store, FLOW) is None
+    assert release_lock(store, FLOW, "run-1") is False
+    acquire_lock(store, FLOW, "run-2", ttl_seconds=600)
+    assert lock_holder(store, FLOW) == "run-2"
 
 
 def test_ttl_must_be_positive(store: OffsetsStore) -> None:
     with pytest.raises(ValueError, match="ttl_seconds must be positive, got 0"):
-        store.acquire_lock(FLOW, "run-1", ttl_seconds=0)
+        acquire_lock(store, FLOW, "run-1", ttl_seconds=0)
 
 
 def _at_once(worker: Callable[..., str], meet_before: str, *calls: tuple[Any, ...]) -> list[str]:
@@ -164,7 +185,7 @@ def _acquire(db_url: str, run_id: str, barrier: Any) -> str:
     with OffsetsStore(db_url) as store:
         barrier.wait(timeout=60)
         try:
-            store.acquire_lock(FLOW, run_id, ttl_seconds=600)
+            acquire_lock(store, FLOW, run_id, ttl_seconds=600)
         except FlowLockedError as error:
             return f"locked:{error}"
         return "won"
@@ -191,7 +212,7 @@ def test_two_processes_race_for_the_lock_exactly_one_wins(db_url: str, tables_ex
     assert len(winners) == 1, outcomes
     (loser,) = set(outcomes) - set(winners)
     assert outcomes[loser].startswith(f"locked:flow primary->backup is locked by run {winners[0]} since ")
-    assert OffsetsStore(db_url).lock_holder(FLOW) == winners[0]
+    assert lock_holder(OffsetsStore(db_url), FLOW) == winners[0]
 
 
 # ------------------------------------------------------------------------ racing and crashing processes
@@ -235,7 +256,7 @@ def test_after_a_takeover_only_the_new_holder_commits(
 ) -> None:
     _anchored(store, "run-1")
     clock.advance(600)
-    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)  # run-1's lock expired: run-2 takes over
+    acquire_lock(store, FLOW, "run-2", ttl_seconds=600)  # run-1's lock expired: run-2 takes over
     # Both planned the same batch from the same position and commit it at the same moment.
     outcomes = _at_once(
         _commit, "SELECT mirror_batches.", (db_url, "run-1", [_batch()]), (db_url, "run-2", [_batch()])
@@ -257,16 +278,16 @@ def test_after_a_takeover_only_the_new_holder_commits(
 
 
 def test_require_lock_names_the_run_that_lost_it(store: OffsetsStore, clock: FakeClock) -> None:
-    store.acquire_lock(FLOW, "run-1", ttl_seconds=600)
-    store.require_lock(FLOW, "run-1", "plan")
+    acquire_lock(store, FLOW, "run-1", ttl_seconds=600)
+    require_lock(store, FLOW, "run-1", "plan")
     clock.advance(600)
-    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    acquire_lock(store, FLOW, "run-2", ttl_seconds=600)
 
     with pytest.raises(CommitConflictError, match=r"run run-1 cannot plan: .*\(run run-2 holds it since"):
-        store.require_lock(FLOW, "run-1", "plan")
-    store.release_lock(FLOW, "run-2")
+        require_lock(store, FLOW, "run-1", "plan")
+    release_lock(store, FLOW, "run-2")
     with pytest.raises(CommitConflictError, match=r"run run-2 cannot plan: .*\(nobody holds it\)"):
-        store.require_lock(FLOW, "run-2", "plan")
+        require_lock(store, FLOW, "run-2", "plan")
 
 
 def _crash_in_commit(db_url: str, inside: Any) -> None:
@@ -303,12 +324,12 @@ def test_holder_killed_in_its_commit_writes_nothing_and_its_lock_expires(
     assert _rows(db_url, "mirror_progress") == anchored_rows
     assert _rows(db_url, "mirror_batches") == []
     # Its lock stays until it expires; then another run takes it over and commits the same range.
-    assert store.lock_info(FLOW) == LockInfo(FLOW, "run-1", T0, T0 + timedelta(seconds=600))
+    assert lock_info(store, FLOW) == LockInfo(FLOW, "run-1", T0, T0 + timedelta(seconds=600))
     clock.advance(599)
     with pytest.raises(FlowLockedError, match="locked by run run-1 since 2030-01-02T03:04:05"):
-        store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+        acquire_lock(store, FLOW, "run-2", ttl_seconds=600)
     clock.advance(1)
-    store.acquire_lock(FLOW, "run-2", ttl_seconds=600)
+    acquire_lock(store, FLOW, "run-2", ttl_seconds=600)
     assert store.commit(FLOW, "run-2", [_batch()]) == 1
 
     takeover = T0 + timedelta(seconds=600)
@@ -357,3 +378,87 @@ def test_same_batch_twice_in_one_commit_is_refused(store: OffsetsStore) -> None:
     _anchored(store)
     with pytest.raises(PlanError, match="appears twice in one commit"):
         store.commit(FLOW, "run-1", [_batch(), _batch()])
+
+
+# ------------------------------------------------------------------------- a DR window's lease and handover
+
+LEASE = 30
+
+
+def test_a_window_hands_the_lock_to_its_waiting_successor_in_one_step(
+    store: OffsetsStore, clock: FakeClock
+) -> None:
+    acquire_lock(store, FLOW, "w1", LEASE)
+    assert hand_over(store, FLOW, "w1", LEASE) is None  # nobody waits: w1 keeps the lock
+    assert offer_successor(store, FLOW, "w2")
+    clock.advance(2)
+    assert offer_successor(store, FLOW, "w2")  # renewed while it waits
+    assert successor_of(store, FLOW) == Successor(FLOW, "w2", T0, T0 + timedelta(seconds=2))
+    clock.advance(1)
+    assert hand_over(store, FLOW, "w1", LEASE) == "w2"
+    lock = lock_info(store, FLOW)
+    assert lock is not None
+    assert (lock.run_id, lock.acquired_at, lock.expires_at) == (
+        "w2",
+        T0 + timedelta(seconds=3),
+        T0 + timedelta(seconds=3 + LEASE),
+    )
+    assert successor_of(store, FLOW) is None
+    # w1 holds nothing any more: it can neither hand over nor renew, and w2's commit goes through.
+    with pytest.raises(CommitConflictError, match="run w1 cannot hand the flow over"):
+        hand_over(store, FLOW, "w1", LEASE)
+    with pytest.raises(CommitConflictError, match="run w1 cannot renew its lease"):
+        renew_lock(store, FLOW, "w1", LEASE)
+    store.commit(FLOW, "w2#0", [], holder="w2")
+
+
+def test_a_successor_that_died_waiting_is_never_handed_the_lock(
+    store: OffsetsStore, clock: FakeClock
+) -> None:
+    acquire_lock(store, FLOW, "w1", LEASE)
+    offer_successor(store, FLOW, "w2")
+    clock.advance(int(SUCCESSOR_FRESH_SECONDS) + 1)
+    assert hand_over(store, FLOW, "w1", LEASE) is None
+    assert lock_holder(store, FLOW) == "w1"
+    # A stale offer gives way to a new one; a fresh one does not.
+    assert offer_successor(store, FLOW, "w3")
+    assert not offer_successor(store, FLOW, "w4")
+    withdraw_offer(store, FLOW, "w4")  # not its offer: nothing changes
+    assert successor_of(store, FLOW) is not None
+    withdraw_offer(store, FLOW, "w3")
+    assert successor_of(store, FLOW) is None
+    assert offer_successor(store, FLOW, "w4")
+
+
+def test_a_lease_is_renewed_by_its_holder_and_a_lapsed_one_is_taken_over(
+    store: OffsetsStore, clock: FakeClock
+) -> None:
+    acquire_lock(store, FLOW, "w1", LEASE)
+    clock.advance(20)
+    assert renew_lock(store, FLOW, "w1", LEASE) == T0 + timedelta(seconds=20 + LEASE)
+    clock.advance(LEASE - 1)
+    lock = lock_info(store, FLOW)
+    assert lock is not None and not lock.free_for("w2", store.now())
+    clock.advance(2)  # w1 was killed: its lease ran out
+    acquire_lock(store, FLOW, "w2", LEASE)
+    assert lock_holder(store, FLOW) == "w2"
+    with pytest.raises(CommitConflictError, match="run w1 cannot renew its lease"):
+        renew_lock(store, FLOW, "w1", LEASE)
+
+
+def test_two_attempts_of_one_window_never_hold_the_lock_together(
+    store: OffsetsStore, clock: FakeClock
+) -> None:
+    # An Airflow retry of a window started beside its first attempt, still alive: another holder,
+    # which waits its turn; the run's release (its teardown) frees the lock whichever attempt holds it.
+    first, retry = attempt_holder("w1", "a"), attempt_holder("w1", "b")
+    acquire_lock(store, FLOW, first, LEASE)
+    lock = lock_info(store, FLOW)
+    assert lock is not None and not lock.free_for(retry, store.now())
+    with pytest.raises(FlowLockedError):
+        acquire_lock(store, FLOW, retry, LEASE)
+    with pytest.raises(CommitConflictError, match="cannot renew its lease"):
+        renew_lock(store, FLOW, retry, LEASE)
+    assert not release_lock(store, FLOW, "w2")
+    assert release_lock(store, FLOW, "w1")
+    assert lock_holder(store, FLOW) is None
