@@ -24,7 +24,6 @@ from mirrorflow.app.checkpoints import CheckpointReport, emit_checkpoints
 from mirrorflow.app.dry_run import DryRun, dry_run_of
 from mirrorflow.app.flow_session import FlowSession, check_topic_subset
 from mirrorflow.app.remote_topics import remote_topic_changes
-from mirrorflow.app.schemas import with_schema_ids
 from mirrorflow.config.keys import ON_SOURCE_DATA_LOSS
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import DEFAULT_OPTIONS, RunOptions
@@ -67,7 +66,8 @@ def plan_run(
                 session.sync_acls(topics.remote_names)
             planned = session.plan(run_id, options, topics)
             # After the plan read the source's ends (``app.schemas``).
-            plan = with_schema_ids(flow, planned.plan, topics.remote_names)
+            session.sync_schemas(topics.remote_names)
+            plan = session.with_schema_ids(planned.plan)
             # After planning: a plan refused for bad state leaves nothing behind, not even this.
             session.store.anchor(flow.name, run_id, planned.anchors, planned.topics)
             # A retried plan task's earlier copy outcome describes another plan.

@@ -3,10 +3,10 @@
 A session holds a flow's offsets store, both clusters' admin connections, the producers of MM2's
 internal topics (heartbeats, offset syncs, checkpoints) and the flow's writer, each opened the first
 time a step needs it and closed with the session: nothing is opened twice within a run's task or a
-window. The steps take the session: the flow's lock (take, release), heartbeats, remote topic and ACL
-sync, the plan, the copy of a plan of heartbeats only, the commit and the metrics files. The batch run
-(``app.batch_run``) and the DR window (``app.dr_window``) are drivers of these steps; the checkpoint step
-is ``app.checkpoints.emit_checkpoints``.
+window. The steps take the session: the flow's lock (take, release), heartbeats, remote topic, ACL and
+schema sync, the plan, the copy of a plan of heartbeats only, the commit and the metrics files. The
+batch run (``app.batch_run``) and the DR window (``app.dr_window``) are drivers of these steps; the
+checkpoint step is ``app.checkpoints.emit_checkpoints``.
 
 Invariants:
 - The session's ``run_id`` is the run that holds, or is about to take, the flow's lock. A session
@@ -34,6 +34,7 @@ from pathlib import Path
 
 from mirrorflow.app.remote_topics import RemoteTopics, ensure_remote_topics
 from mirrorflow.app.run_folder import metrics_file, write_atomically
+from mirrorflow.app.schemas import sync_schemas
 from mirrorflow.config.clients import transaction_timeout_ms
 from mirrorflow.config.model import FlowConfig, MirrorConfig
 from mirrorflow.config.run_options import RunOptions
@@ -51,6 +52,7 @@ from mirrorflow.core.planner import (
 )
 from mirrorflow.core.recovery_point import mirrored_as_of
 from mirrorflow.core.report import PartitionReport, RunReport, batches_for, build_report
+from mirrorflow.core.schema_ids import NO_SCHEMA_IDS, SchemaIdMap
 from mirrorflow.core.topic_partitions import TP
 from mirrorflow.errors import ParamError, TargetStateError
 from mirrorflow.kafka.admin import ClusterAdmin
@@ -77,6 +79,8 @@ class FlowSession:
         self.flow: FlowConfig = config.flow(flow_name)
         self.run_id = run_id
         self.locked = locked
+        # The schema ids a plan's copy maps, as the session's newest schema sync left them.
+        self.schema_ids: SchemaIdMap = NO_SCHEMA_IDS
         self._opened = ExitStack()
 
     def __enter__(self) -> FlowSession:
@@ -178,6 +182,20 @@ class FlowSession:
         self.target.create_topic_acls(created)
         for acl in created:
             log.info("ACL synced to %s: %s", flow.target.alias, acl)
+
+    def sync_schemas(self, remote_names: Mapping[str, str]) -> bool:
+        """The schemas of ``remote_names``' topics synced (``app.schemas``: after a plan read the
+        source's ends), if the flow names registries; whether the sync mapped ids the session's map
+        lacked (a record refused for an unknown id may then go on)."""
+        if self.flow.schemas is None:
+            return False
+        synced = sync_schemas(self.flow, remote_names)
+        grew, self.schema_ids = synced.ids != self.schema_ids.ids, synced
+        return grew
+
+    def with_schema_ids(self, plan: Plan) -> Plan:
+        """``plan`` mapping the ids of the session's newest schema sync (as it is without registries)."""
+        return plan if self.flow.schemas is None else replace(plan, schema_ids=self.schema_ids)
 
     # -------------------------------------------------------------------------------------- plan
 

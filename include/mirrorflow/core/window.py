@@ -1,17 +1,21 @@
 """A DR window: what its micro-batches did, and when the control-plane steps inside it are due.
 
-``WindowSummary`` is the window's JSON document (the Airflow run's counts); ``Timers`` decides, from
-MM2's intervals, which periodic steps a micro-batch does.
+``WindowCounts`` is what the window's micro-batches did so far, a value each micro-batch replaces;
+``WindowSummary`` the window's JSON document (the Airflow run's counts); ``Scheduler`` runs the
+periodic steps (``Periodic``) at MM2's intervals between micro-batches, as MM2's ``Scheduler`` repeats
+its tasks; ``StepTimes`` says where the window's time went.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 from mirrorflow.core.documents import Document
+from mirrorflow.core.report import PartitionReport, RunReport
 from mirrorflow.core.topic_partitions import TP
 
 WINDOW_VERSION = 1
@@ -108,17 +112,118 @@ def steps_text(spent: Mapping[str, float], at_least: float = 0.0) -> str:
     return ", ".join(f"{k} {v:.1f}" for k, v in spent.items() if v >= at_least)
 
 
+class Periodic(StrEnum):
+    """A step a DR window repeats between micro-batches, at its own interval; the value names it in
+    the window's step times."""
+
+    HEARTBEATS = "heartbeats"
+    # The remote topics refreshed (created, configs and partitions synced, their schemas with them).
+    TOPICS = "topics"
+    ACLS = "acls"
+    CHECKPOINTS = "checkpoints"
+    # The micro-batches' batch-log rows merged (what a handover still has to merge is this long's).
+    COALESCE = "coalesce"
+    # A progress line logged and the metrics history written.
+    PROGRESS = "progress"
+    # The metrics file rewritten, and the recovery point an idle micro-batch proves recorded.
+    RECOVERY = "recovery"
+    # The newest mirrored heartbeat's age read (a consumer's round trips).
+    HEARTBEAT_AGE = "heartbeat age"
+    # The warning that the window goes on past its end, waiting for the next one.
+    OVERRUN = "overrun"
+
+
 @dataclass
-class Timers:
-    """Which periodic steps are due at ``now`` (seconds on a monotonic clock). A step is due at the
-    first call and then once its interval has passed since it last ran; ``ran`` records a run."""
+class Scheduler:
+    """When each periodic step is due at ``now`` (seconds on a monotonic clock): at the first call,
+    then once its interval has passed since it last ran (``ran``). ``every`` gives a step its task,
+    which ``run_due`` runs, timed under the step's name, when it is due; a step without a task is
+    only asked (``due``) and told (``ran``)."""
 
-    intervals: Mapping[str, float]
-    last: dict[str, float] = field(default_factory=dict)
+    intervals: Mapping[Periodic, float]
+    times: StepTimes
+    last: dict[Periodic, float] = field(default_factory=dict)
+    tasks: dict[Periodic, Callable[[], object]] = field(default_factory=dict)
 
-    def due(self, step: str, now: float) -> bool:
+    def every(self, step: Periodic, task: Callable[[], object]) -> None:
+        self.tasks[step] = task
+
+    def due(self, step: Periodic, now: float) -> bool:
         last = self.last.get(step)
         return last is None or now - last >= self.intervals[step]
 
-    def ran(self, step: str, now: float) -> None:
+    def ran(self, step: Periodic, now: float) -> None:
         self.last[step] = now
+
+    def run_due(self, steps: Iterable[Periodic], now: float) -> None:
+        """The tasks of ``steps`` that are due, in that order."""
+        for step in steps:
+            task = self.tasks.get(step)
+            if task is not None and self.due(step, now):
+                with self.times.timed(step):
+                    task()
+                self.ran(step, now)
+
+
+@dataclass(frozen=True)
+class WindowCounts:
+    """What a window's micro-batches did so far. ``micro_batches`` counts every plan made,
+    ``spark_copies`` the copies run in Spark; ``records`` and ``bytes`` what was committed; ``lags``
+    each partition's lag after the newest micro-batch; ``log_starts`` each source partition's log start
+    as the newest plan read it (the batch log is pruned below); ``unrecorded`` each partition's figures
+    since the metrics history was last written, under ``last_batch_id``, the newest micro-batch that
+    committed."""
+
+    micro_batches: int = 0
+    spark_copies: int = 0
+    records: int = 0
+    bytes: int = 0
+    checkpoints: int = 0
+    lags: Mapping[TP, int] = field(default_factory=dict)
+    log_starts: Mapping[TP, int] = field(default_factory=dict)
+    unrecorded: Mapping[TP, PartitionReport] = field(default_factory=dict)
+    last_batch_id: str | None = None
+
+    def planned(self) -> WindowCounts:
+        return replace(self, micro_batches=self.micro_batches + 1)
+
+    def copied_in_spark(self) -> WindowCounts:
+        return replace(self, spark_copies=self.spark_copies + 1)
+
+    def checkpointed(self, emitted: int) -> WindowCounts:
+        return replace(self, checkpoints=self.checkpoints + emitted)
+
+    def lagging(self, report: RunReport) -> WindowCounts:
+        """The lags the newest micro-batch left."""
+        return replace(self, lags={(p.topic, p.partition): p.lag for p in report.partitions})
+
+    def committed(self, report: RunReport, log_starts: Mapping[TP, int]) -> WindowCounts:
+        """After a micro-batch committed ``report``, its plan having read ``log_starts``."""
+        unrecorded = dict(self.unrecorded)
+        for p in report.partitions:
+            if p.records:
+                key = (p.topic, p.partition)
+                unrecorded[key] = unrecorded[key].then(p) if key in unrecorded else p
+        return replace(
+            self,
+            records=self.records + sum(p.records for p in report.partitions),
+            bytes=self.bytes + sum(p.bytes for p in report.partitions),
+            log_starts={**self.log_starts, **log_starts},
+            unrecorded=unrecorded,
+            last_batch_id=report.run_id,
+        )
+
+    def to_record(self) -> list[PartitionReport]:
+        """The metrics history's entries since it was last written: one per partition, summed, with
+        the newest micro-batch's lag (also where it copied nothing)."""
+        return [replace(p, lag=self.lags.get(tp, p.lag)) for tp, p in self.unrecorded.items()]
+
+    def recorded(self) -> WindowCounts:
+        return replace(self, unrecorded={})
+
+    def progress_text(self, earlier: WindowCounts) -> str:
+        """``12 micro-batches, 3400 records, lag 5``: since ``earlier``, and the lag now."""
+        return (
+            f"{self.micro_batches - earlier.micro_batches} micro-batches, "
+            f"{self.records - earlier.records} records, lag {sum(self.lags.values())}"
+        )
