@@ -110,6 +110,12 @@ def test_a_window_mirrors_exactly_what_arrives_during_it_in_micro_batches(
     )
 
     def produce_while_the_window_runs() -> None:
+        # Once the window's first micro-batch committed: a window slow to start on a loaded machine
+        # would otherwise copy everything in its first one.
+        with OffsetsStore(config.offsets_db_url) as store:
+            deadline = time.monotonic() + 120
+            while not store.batches(FLOW) and time.monotonic() < deadline:
+                time.sleep(0.1)
         for step in range(8):
             time.sleep(0.5)
             sample_data.produce_samples(primary.bootstrap, topic, 3, 200 + step * 25, 25)
