@@ -96,6 +96,7 @@ def test_the_scheduler_runs_the_due_tasks_asked_for_in_order_timed_under_their_n
     scheduler.run_due((Periodic.HEARTBEATS, Periodic.TOPICS, Periodic.ACLS), 0.0)
     assert ran == ["heartbeats", "topics"]
     assert dict(times.totals) == {"heartbeats": 0.25, "topics": 0.5}
+    assert all(type(step) is str for step in times.totals)
     # Only what is due, and only among the steps asked for; each counted from when it was due.
     scheduler.run_due((Periodic.TOPICS, Periodic.HEARTBEATS), 1.0)
     assert ran == ["heartbeats", "topics", "heartbeats"]
