@@ -108,8 +108,8 @@ class FlowSession:
 
     def connect(self) -> None:
         """Open the store, both clusters' connections and the internal topics' producers now."""
-        for opened in (self.store, self.source, self.target, self.internal):
-            assert opened is not None
+        # Each opens on its first access: read here, not in an assert (python -O drops those).
+        _ = (self.store, self.source, self.target, self.internal)
 
     @property
     def holder(self) -> str | None:
@@ -185,8 +185,8 @@ class FlowSession:
 
     def sync_schemas(self, remote_names: Mapping[str, str]) -> bool:
         """The schemas of ``remote_names``' topics synced (``app.schemas``: after a plan read the
-        source's ends), if the flow names registries; whether the sync mapped ids the session's map
-        lacked (a record refused for an unknown id may then go on)."""
+        source's ends), if the flow names registries; whether the sync's map of ids differs from the
+        session's (a record refused for an unknown id may then go on)."""
         if self.flow.schemas is None:
             return False
         synced = sync_schemas(self.flow, remote_names)
