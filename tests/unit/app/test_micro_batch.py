@@ -72,13 +72,11 @@ class FakeSession:
     """A FlowSession of plain values: plans handed out in turn (each source end given), every step
     recorded in ``calls``; a schema sync maps more ids when the next of ``schemas_grow`` says so."""
 
-    def __init__(
-        self, flow: FlowConfig, ends: list[dict[int, int]], schemas_grow: tuple[bool, ...] = ()
-    ) -> None:
+    def __init__(self, flow: FlowConfig, ends: list[dict[int, int]]) -> None:
         self.flow, self.run_id, self.store = flow, "window-1", FakeStore()
         self.source = self.target = FakeAdmin()
         self.ends, self.committed = list(ends), {0: 0, 1: 0}
-        self.schemas_grow = list(schemas_grow)
+        self.schemas_grow: list[bool] = []
         self.calls = self.store.calls
 
     def emit_heartbeats(self) -> None:
@@ -156,15 +154,17 @@ class Clock:
         return self.now
 
 
-def batches(session: FakeSession, copy: Callable[[Plan, Grant], CopyResult], clock: Clock) -> MicroBatches:
-    return MicroBatches(session, copy, clock)  # type: ignore[arg-type]
+def prepared(session: FakeSession, copy: Callable[[Plan, Grant], CopyResult]) -> tuple[MicroBatches, Clock]:
+    """The session's micro-batches, prepared as a window prepares them before its turn."""
+    clock = Clock()
+    window = MicroBatches(session, copy, clock)  # type: ignore[arg-type]
+    window.prepare()
+    return window, clock
 
 
 def test_a_micro_batch_with_nothing_to_copy_opens_no_transaction_and_proves_its_recovery_point() -> None:
-    clock = Clock()
     session = FakeSession(dr_flow(), [{0: 0, 1: 0}, {0: 0, 1: 0}, {0: 0, 1: 0}])
-    window = batches(session, lambda plan, grant: pytest.fail("nothing to copy"), clock)
-    window.prepare()
+    window, clock = prepared(session, lambda plan, grant: pytest.fail("nothing to copy"))
     session.calls.clear()
     assert window.run(clock()) == 0
     # The recovery point the idle micro-batch proves, recorded at most once per recovery interval;
@@ -191,10 +191,8 @@ def test_a_micro_batch_with_nothing_to_copy_opens_no_transaction_and_proves_its_
 
 
 def test_records_are_copied_in_one_transaction_counted_and_their_history_written_at_intervals() -> None:
-    clock = Clock()
     session = FakeSession(dr_flow(), [{0: 3, 1: 0}, {0: 5, 1: 4}])
-    window = batches(session, lambda plan, grant: copied(plan), clock)
-    window.prepare()
+    window, clock = prepared(session, lambda plan, grant: copied(plan))
     session.calls.clear()
     assert window.run(clock()) == 3
     assert session.calls == [
@@ -221,11 +219,9 @@ def test_records_are_copied_in_one_transaction_counted_and_their_history_written
 
 
 def test_the_remote_topics_and_acls_are_synced_at_their_intervals_with_the_schemas() -> None:
-    clock = Clock()
     flow = dr_flow(f"{FLOW}.sync.topic.acls.enabled = true\nrefresh.topics.interval.seconds = 30\n")
     session = FakeSession(flow, [{0: 0, 1: 0}] * 3)
-    window = batches(session, lambda plan, grant: copied(plan), clock)
-    window.prepare()
+    window, clock = prepared(session, lambda plan, grant: copied(plan))
     assert session.calls[:4] == ["heartbeats", "topics", "schemas", "acls"]
     session.calls.clear()
     clock.now += 29.0
@@ -238,7 +234,6 @@ def test_the_remote_topics_and_acls_are_synced_at_their_intervals_with_the_schem
 
 
 def test_a_copy_refused_for_an_unknown_schema_id_is_copied_again_once_the_schemas_map_more() -> None:
-    clock = Clock()
     refused = [True]
 
     def copy(plan: Plan, grant: Grant) -> CopyResult:
@@ -247,8 +242,7 @@ def test_a_copy_refused_for_an_unknown_schema_id_is_copied_again_once_the_schema
         return copied(plan)
 
     session = FakeSession(dr_flow(), [{0: 2, 1: 0}])
-    window = batches(session, copy, clock)
-    window.prepare()
+    window, clock = prepared(session, copy)
     session.calls.clear()
     session.schemas_grow = [True]
     assert window.run(clock()) == 2
@@ -263,14 +257,12 @@ def test_a_copy_refused_for_an_unknown_schema_id_is_copied_again_once_the_schema
 
 
 def test_a_schema_id_no_sync_maps_fails_the_micro_batch() -> None:
-    clock = Clock()
 
     def copy(plan: Plan, grant: Grant) -> CopyResult:
         raise SchemaIdError("t-0 offset 0: schema id 42 is not in the map")
 
     session = FakeSession(dr_flow(), [{0: 2, 1: 0}])
-    window = batches(session, copy, clock)
-    window.prepare()
+    window, clock = prepared(session, copy)
     session.schemas_grow = [False]
     with pytest.raises(SchemaIdError):
         window.run(clock())
@@ -278,11 +270,9 @@ def test_a_schema_id_no_sync_maps_fails_the_micro_batch() -> None:
 
 
 def test_a_partition_failed_on_its_own_is_left_out_unless_the_schemas_synced_again_cure_it() -> None:
-    clock = Clock()
     failing = [{0: "TransformError", 1: "SchemaIdError"}, {}]
     session = FakeSession(dr_flow(), [{0: 2, 1: 2}, {0: 4, 1: 4}])
-    window = batches(session, lambda plan, grant: copied(plan, failing.pop(0)), clock)
-    window.prepare()
+    window, clock = prepared(session, lambda plan, grant: copied(plan, failing.pop(0)))
     session.schemas_grow = [True]
     assert window.run(clock()) == 0
     assert set(window.failed) == {("t", 0)}
