@@ -170,7 +170,7 @@ class MicroBatches:
         self.session.sync_schemas(self.topics.remote_names)
 
     def sync_schemas(self) -> bool:
-        """The schemas synced again (``FlowSession.sync_schemas``); whether the map grew."""
+        """The schemas synced again (``FlowSession.sync_schemas``); whether the id map changed."""
         with self.steps.timed("schemas"):
             return self.session.sync_schemas(self.remote_names)
 
