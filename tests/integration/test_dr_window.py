@@ -443,7 +443,9 @@ def test_a_window_frozen_mid_transaction_and_woken_while_the_next_one_mirrors_le
         assert taken is not None and is_holder_of(taken.run_id, "window-1")
         assert _written(config, remote) < 3000
 
-        newer = _dr_config(write_config, topic, window_s=20)
+        # Long enough to outlast its first micro-batch (the old window's backlog, one batch per record:
+        # 17 s on a loaded machine), the old window's wake-up and end, and the producer after them.
+        newer = _dr_config(write_config, topic, window_s=40)
         settings = CopySettings.of(newer.flow(FLOW))
         summaries: list[WindowSummary] = []
 
